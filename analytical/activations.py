@@ -1,0 +1,147 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Activation memory of training: what one transformer layer stores for its backward pass.
+
+Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
+section 4 and Table 2, counted per token in bytes with 2-byte activations and 1-byte dropout
+masks (s = sequence, b = micro-batch, h = hidden, a = heads, t = tensor-parallel degree):
+
+- no parallelism            s*b*h*(34 + 5*a*s/h)
+- tensor parallel           s*b*h*(10 + 24/t + 5*a*s/(h*t))
+- tensor + sequence par.    s*b*h/t*(34 + 5*a*s/h)
+- TP + selective recompute  s*b*h*(10 + 24/t)
+- TP + SP + selective       34*s*b*h/t
+- full recompute            2*s*b*h (the layer input)
+
+The terms are kept by tensor so that GQA/MLA attention, gated (SwiGLU) MLPs, MoE layers (each
+token stored top_k times in the experts), context parallelism (s -> s/cp for stored tensors, the
+score matrix is (s/cp) x s), runs without dropout and fused (flash) attention, which stores no
+s x s matrix (the same saving as selective recompute), all follow; the GPT shape (MHA, 4h GELU
+MLP, dropout, unfused attention) reduces exactly to the table. Pipeline in-flight micro-batches
+and the whole-stage total live in `analytical.memory`.
+"""
+
+from __future__ import annotations
+
+from analytical.errors import SpecError
+from analytical.parallel import ParallelConfig, Recompute
+
+DROPOUT_MASK_BYTES = 1.0  # Korthikanti et al. 2022 section 4.1: masks stored as bytes
+ROUTER_PROB_BYTES = 4.0  # fp32 router logits/probabilities saved for the softmax backward
+
+
+def _div(value: int, degree: int, field: str, what: str) -> int:
+    if value % degree:
+        raise SpecError(field, f"{what}={value} is not divisible by {field.rsplit('.', 1)[-1]}="
+                        f"{degree}")
+    return value // degree
+
+
+def local_kv_heads(kv_heads: int, tp: int) -> int:
+    """KV heads per tensor-parallel rank: split by tp, replicated (1 per rank) when tp > kv_heads.
+
+    Raises SpecError when neither divides the other.
+    """
+    if tp <= kv_heads:
+        return _div(kv_heads, tp, "parallel.tp", "kv_heads")
+    if tp % kv_heads:
+        raise SpecError("parallel.tp", f"tp={tp} is neither a divisor nor a multiple of "
+                        f"kv_heads={kv_heads}")
+    return 1
+
+
+def check_tensor_parallel(model, tp: int) -> None:
+    """Heads must split evenly over tp (SpecError naming parallel.tp)."""
+    _div(model.heads, tp, "parallel.tp", "heads")
+    if not model.is_mla:
+        local_kv_heads(model.kv_heads, tp)
+
+
+def _attention_widths(model, tp: int) -> tuple[float, float, float, float]:
+    """Per-rank per-token element counts of (Q, K, V, attention output) stored for backward."""
+    heads = model.heads // tp
+    if model.is_mla:
+        qk_dim = model.qk_nope_head_dim + model.qk_rope_head_dim
+        return heads * qk_dim, heads * qk_dim, heads * model.v_head_dim, heads * model.v_head_dim
+    kv = local_kv_heads(model.kv_heads, tp) * model.head_dim
+    return heads * model.head_dim, kv, kv, heads * model.head_dim
+
+
+def _mlp_stored(width: float, gated: bool, e: float) -> float:
+    """Bytes per token inside the MLP: GELU keeps fc1 output and activation output (2 x width);
+    SwiGLU keeps the gate and up outputs and their product (3 x width)."""
+    return (3.0 if gated else 2.0) * width * e
+
+
+def activation_bytes_per_layer(model, parallel: ParallelConfig, *, micro_batch: int,
+                               seq_len: int, recompute: Recompute = Recompute.NONE,
+                               flash_attention: bool = True, dropout: bool = False,
+                               moe_layer: bool | None = None,
+                               activation_dtype_bytes: float = 2.0) -> float:
+    """Bytes one layer of one micro-batch keeps for backward on one GPU.
+
+    Args:
+        model: an `analytical.model.ModelSpec`.
+        parallel: uses tp, cp and sp.
+        micro_batch, seq_len: b and the full (pre-CP) sequence length s.
+        recompute: NONE stores everything; SELECTIVE drops the attention core (the s x s
+            scores); FULL keeps only the layer input.
+        flash_attention: fused attention stores no s x s matrix (as SELECTIVE does).
+        dropout: count dropout masks and the attention-dropout output (GPT-style training).
+        moe_layer: whether this layer's MLP is the routed-expert one (default: model.is_moe).
+        activation_dtype_bytes: bytes per stored activation element (bf16: 2).
+    """
+    tp, cp = parallel.tp, parallel.cp
+    check_tensor_parallel(model, tp)
+    if seq_len % cp:
+        raise SpecError("training.seq_len", f"seq_len={seq_len} is not divisible by cp={cp}")
+    e, h = float(activation_dtype_bytes), model.hidden
+    tokens = micro_batch * seq_len / cp  # tokens this rank stores per layer
+    # Outside the TP region (norms, dropout, the inputs of the first linear of each block) each TP
+    # rank holds the full sequence, unless sequence parallelism splits it (Korthikanti 4.2.2).
+    rep = 1.0 / tp if parallel.sp else 1.0
+    if recompute == Recompute.FULL:
+        return e * h * rep * tokens
+    mask = DROPOUT_MASK_BYTES if dropout else 0.0
+    moe = model.is_moe if moe_layer is None else moe_layer
+
+    q, k, v, out = _attention_widths(model, tp)
+    per_token = e * h * rep  # input of the attention norm
+    per_token += e * h * rep  # input of the QKV (or MLA down-) projections
+    if model.is_mla:
+        latents = model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim
+        per_token += 2.0 * e * latents * rep  # latent norm inputs and up-projection inputs
+    per_token += e * (q + k + v)  # Q and K for QK^T, V for the weighted sum
+    per_token += e * out  # input of the output projection
+    per_token += mask * h * rep  # dropout after the output projection
+    per_token += e * h * rep  # input of the MLP norm
+    per_token += e * h * rep  # input of the first MLP linear (and of the router)
+    if moe:
+        per_token += _moe_stored(model, tp, e, rep)
+    else:
+        per_token += _mlp_stored(model.ffn_hidden / tp, model.gated_mlp, e)
+    per_token += mask * h * rep  # dropout after the MLP
+    total = per_token * tokens
+    if recompute == Recompute.NONE and not flash_attention:
+        # Unfused attention core per head and query-key pair: softmax output (e), its dropout
+        # mask (1) and dropout output (e): 5 bytes in the paper; the scores span all s keys.
+        pair_bytes = e + (mask + e if dropout else 0.0)
+        total += pair_bytes * (model.heads / tp) * tokens * seq_len
+    return total
+
+
+def _moe_stored(model, tp: int, e: float, rep: float) -> float:
+    """Per-token bytes of a routed-expert MLP beyond the shared norm/router input.
+
+    Router probabilities (fp32, experts per token); each token reaches top_k experts, whose
+    inputs, intermediate activations (split over tp, the expert tensor-parallel degree) and
+    outputs (kept for the weighted combine) are stored once per copy; shared experts act like a
+    dense MLP of width shared_ffn_hidden.
+    """
+    k = model.top_k
+    stored = ROUTER_PROB_BYTES * model.num_experts * rep
+    stored += k * e * model.hidden  # dispatched expert inputs (gathered over the TP group)
+    stored += k * _mlp_stored(model.moe_ffn_hidden / tp, model.gated_mlp, e)
+    stored += k * e * model.hidden  # expert outputs for the combine backward
+    if model.shared_ffn_hidden:
+        stored += _mlp_stored(model.shared_ffn_hidden / tp, model.gated_mlp, e)
+    return stored

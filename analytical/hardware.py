@@ -1,0 +1,256 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Hardware specs: one YAML file per device in ``datasets/hardware/``, file stem = name.
+
+Files use human units with the unit in the key (``bandwidth_gb_per_s``, ``capacity_gib``);
+`HardwareSpec` holds SI floats (FLOP/s, bytes, bytes/s, seconds) and is what every formula takes.
+Achievable-efficiency factors are data in the same file, each with a comment saying where it came
+from; no formula in llmsim holds a device constant. Writing a file for an unknown device is the
+job of `analytical.calibrate`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from analytical.dtypes import DType, parse_dtype
+from analytical.errors import SpecError, UnknownNameError
+from analytical.paths import user_hardware_dir
+
+GB = 1e9
+GIB = 2**30
+MB = 1e6
+US = 1e-6
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+HARDWARE_DIR = REPO_ROOT / "datasets" / "hardware"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Link:
+    """A point-to-point link as one GPU sees it."""
+
+    name: str
+    bandwidth_bytes_per_s: float  # per GPU, per direction
+    latency_s: float  # one-hop start-up latency (alpha term)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Efficiency:
+    """Achievable fraction of the vendor peak, per resource (0 < x <= 1)."""
+
+    gemm: float  # dense matmul FLOP/s
+    attention: float  # fused attention FLOP/s
+    memory: float  # HBM streaming bandwidth
+    intra_node: float  # NVLink / xGMI bus bandwidth
+    inter_node: float  # network bus bandwidth
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HardwareSpec:
+    """One accelerator (or CPU socket) and the node it usually sits in."""
+
+    name: str  # catalog key, e.g. "h100-sxm"
+    vendor: str
+    kind: str  # "gpu" or "cpu"
+    peak_flops_fp32: float  # FLOP/s, dense
+    peak_flops_tf32: float
+    peak_flops_bf16: float
+    peak_flops_fp16: float
+    peak_flops_fp8: float  # 0 where unsupported
+    peak_flops_int8: float  # OP/s
+    peak_flops_fp4: float  # 0 where unsupported
+    memory_bytes: float  # HBM / DRAM capacity
+    memory_bw_bytes_per_s: float
+    compute_units: int  # SMs (NVIDIA), CUs (AMD), cores (CPU)
+    l2_bytes: float
+    intra_node: Link  # NVLink / xGMI per GPU
+    pcie: Link
+    inter_node: Link  # network per GPU (NIC share)
+    gpus_per_node: int
+    efficiency: Efficiency
+    sources: tuple[str, ...] = ()
+
+    def peak_flops(self, dtype: DType) -> float:
+        """Vendor dense peak for ``dtype`` in FLOP/s.
+
+        int4 is weight-only (W4A16) in llmsim: kernels dequantise to bf16 and multiply at the
+        bf16 rate, so int4 reports the bf16 peak.
+        """
+        peaks = {
+            DType.FP32: self.peak_flops_fp32,
+            DType.TF32: self.peak_flops_tf32,
+            DType.BF16: self.peak_flops_bf16,
+            DType.FP16: self.peak_flops_fp16,
+            DType.FP8: self.peak_flops_fp8,
+            DType.INT8: self.peak_flops_int8,
+            DType.INT4: self.peak_flops_bf16,
+            DType.FP4: self.peak_flops_fp4,
+        }
+        return peaks[dtype]
+
+    def supports(self, dtype: DType) -> bool:
+        return self.peak_flops(dtype) > 0
+
+
+_TOP_KEYS = {
+    "name",
+    "vendor",
+    "kind",
+    "sources",
+    "peak_dense_tflops",
+    "memory",
+    "compute_units",
+    "l2_mb",
+    "interconnect",
+    "node",
+    "efficiency",
+    "notes",
+}
+
+
+class _Reader:
+    """Walks a parsed YAML mapping, naming file and dotted field in every error."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def mapping(self, data: Any, field: str, allowed: set[str]) -> Mapping[str, Any]:
+        if not isinstance(data, Mapping):
+            raise SpecError(field or "(top)", f"expected a mapping, got {type(data).__name__}",
+                            source=self.source)
+        unknown = sorted(set(map(str, data)) - allowed)
+        if unknown:
+            prefix = f"{field}." if field else ""
+            raise SpecError(f"{prefix}{unknown[0]}",
+                            f"unknown key; allowed: {', '.join(sorted(allowed))}",
+                            source=self.source)
+        return data
+
+    def number(self, data: Mapping[str, Any], key: str, field: str, *, minimum: float = 0.0,
+               default: float | None = None, positive: bool = True) -> float:
+        path = f"{field}.{key}" if field else key
+        if key not in data:
+            if default is not None:
+                return default
+            raise SpecError(path, "missing", source=self.source)
+        value = data[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SpecError(path, f"expected a number, got {value!r}", source=self.source)
+        if value < minimum or (positive and value <= 0):
+            raise SpecError(path, f"must be {'>' if positive else '>='} {minimum}, got {value}",
+                            source=self.source)
+        return float(value)
+
+    def text(self, data: Mapping[str, Any], key: str, field: str = "") -> str:
+        path = f"{field}.{key}" if field else key
+        value = data.get(key)
+        if not isinstance(value, str) or not value:
+            raise SpecError(path, f"expected a non-empty string, got {value!r}", source=self.source)
+        return value
+
+
+def _link(r: _Reader, data: Any, field: str) -> Link:
+    m = r.mapping(data, field, {"name", "bandwidth_gb_per_s", "latency_us", "generation"})
+    return Link(
+        name=str(m.get("name", m.get("generation", field.rsplit(".", 1)[-1]))),
+        bandwidth_bytes_per_s=r.number(m, "bandwidth_gb_per_s", field) * GB,
+        latency_s=r.number(m, "latency_us", field, default=1.0) * US,
+    )
+
+
+def hardware_from_dict(data: Any, *, source: str = "<dict>") -> HardwareSpec:
+    """Build a HardwareSpec from the YAML schema of ``datasets/hardware/*.yaml``."""
+    r = _Reader(source)
+    top = r.mapping(data, "", _TOP_KEYS)
+    peaks_raw = r.mapping(top.get("peak_dense_tflops"), "peak_dense_tflops",
+                          {d.value for d in DType} | {"bf16_fp16"})
+    peaks: dict[DType, float] = {}
+    for key in peaks_raw:
+        dtype = parse_dtype(key, field=f"peak_dense_tflops.{key}", source=source)
+        peaks[dtype] = r.number(peaks_raw, key, "peak_dense_tflops", positive=False) * 1e12
+    for required in (DType.FP32, DType.BF16):
+        if required not in peaks:
+            raise SpecError(f"peak_dense_tflops.{required}", "missing", source=source)
+    memory = r.mapping(top.get("memory"), "memory", {"capacity_gib", "bandwidth_gb_per_s", "type"})
+    inter = r.mapping(top.get("interconnect"), "interconnect", {"intra_node", "pcie", "inter_node"})
+    node = r.mapping(top.get("node", {}), "node", {"gpus_per_node", "network"})
+    eff = r.mapping(top.get("efficiency"), "efficiency",
+                    {"gemm", "attention", "memory", "intra_node", "inter_node"})
+    eff_values = {k: r.number(eff, k, "efficiency") for k in
+                  ("gemm", "attention", "memory", "intra_node", "inter_node")}
+    for k, v in eff_values.items():
+        if v > 1.0:
+            raise SpecError(f"efficiency.{k}", f"must be <= 1, got {v}", source=source)
+    kind = r.text(top, "kind")
+    if kind not in ("gpu", "cpu"):
+        raise SpecError("kind", f"must be 'gpu' or 'cpu', got {kind!r}", source=source)
+    sources = top.get("sources", [])
+    if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
+        raise SpecError("sources", "expected a list of strings", source=source)
+    return HardwareSpec(
+        name=r.text(top, "name"),
+        vendor=r.text(top, "vendor"),
+        kind=kind,
+        peak_flops_fp32=peaks[DType.FP32],
+        peak_flops_tf32=peaks.get(DType.TF32, peaks[DType.FP32]),
+        peak_flops_bf16=peaks[DType.BF16],
+        peak_flops_fp16=peaks.get(DType.FP16, peaks[DType.BF16]),
+        peak_flops_fp8=peaks.get(DType.FP8, 0.0),
+        peak_flops_int8=peaks.get(DType.INT8, 0.0),
+        peak_flops_fp4=peaks.get(DType.FP4, 0.0),
+        memory_bytes=r.number(memory, "capacity_gib", "memory") * GIB,
+        memory_bw_bytes_per_s=r.number(memory, "bandwidth_gb_per_s", "memory") * GB,
+        compute_units=int(r.number(top, "compute_units", "")),
+        l2_bytes=r.number(top, "l2_mb", "") * MB,
+        intra_node=_link(r, inter.get("intra_node"), "interconnect.intra_node"),
+        pcie=_link(r, inter.get("pcie"), "interconnect.pcie"),
+        inter_node=_link(r, inter.get("inter_node"), "interconnect.inter_node"),
+        gpus_per_node=int(r.number(node, "gpus_per_node", "node", default=1.0)),
+        efficiency=Efficiency(**eff_values),
+        sources=tuple(sources),
+    )
+
+
+def hardware_dirs() -> tuple[Path, ...]:
+    """Catalog folders, first match wins: ``$LLMSIM_HARDWARE_PATH`` entries (os.pathsep-
+    separated), then calibrated files in ``$LLMSIM_HOME/hardware``, then the shipped catalog."""
+    extra = [Path(p) for p in os.environ.get("LLMSIM_HARDWARE_PATH", "").split(os.pathsep) if p]
+    return (*extra, user_hardware_dir(), HARDWARE_DIR)
+
+
+def hardware_names() -> list[str]:
+    """All catalog names, sorted."""
+    names = {p.stem for d in hardware_dirs() if d.is_dir() for p in d.glob("*.yaml")}
+    return sorted(names)
+
+
+def load_hardware_file(path: str | Path) -> HardwareSpec:
+    """Load one hardware YAML; errors name the file and the field."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise SpecError("(file)", "no such file", source=str(path)) from None
+    except yaml.YAMLError as exc:
+        raise SpecError("(yaml)", f"not valid YAML: {exc}".replace("\n", " "),
+                        source=str(path)) from None
+    return hardware_from_dict(data, source=str(path))
+
+
+@functools.cache
+def get_hardware(name: str) -> HardwareSpec:
+    """Catalog lookup by exact name, or a path to a YAML file; raises UnknownNameError."""
+    if name.endswith((".yaml", ".yml")) or os.sep in name:
+        return load_hardware_file(name)
+    for folder in hardware_dirs():
+        candidate = folder / f"{name}.yaml"
+        if candidate.is_file():
+            return load_hardware_file(candidate)
+    raise UnknownNameError("GPU", name, hardware_names())

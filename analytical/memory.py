@@ -1,0 +1,281 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Memory per GPU: training (weights, gradients, optimizer states, activations) and inference
+(weights, KV cache, how many KV tokens fit).
+
+Model states follow the ZeRO paper (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward
+Training Trillion Parameter Models", section 3.1 and Figure 1): mixed-precision Adam keeps
+2 + 2 + 12 = 16 bytes per parameter (bf16 weights, bf16 gradients, fp32 master weights, momentum
+and variance); ZeRO-1 shards the 12, ZeRO-2 also the gradients, ZeRO-3 (and FSDP) also the
+weights over the data-parallel ranks. Activations per layer live in `analytical.activations`.
+Layout conventions (which ranks hold which weights) are in `analytical/README.md`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from analytical.activations import (
+    DROPOUT_MASK_BYTES,
+    activation_bytes_per_layer,
+    check_tensor_parallel,
+    local_kv_heads,
+)
+from analytical.dtypes import DType
+from analytical.errors import InfeasibleError, SpecError, UnknownNameError
+from analytical.hardware import HardwareSpec
+from analytical.parallel import ParallelConfig, Recompute, Schedule
+from analytical.stage import StageParams, stage_params
+
+__all__ = [
+    "TrainingMemory",
+    "activation_bytes_per_layer",
+    "kv_cache_bytes",
+    "kv_cache_capacity_tokens",
+    "model_states_bytes",
+    "training_memory",
+    "weight_bytes",
+]
+
+# fp32 optimizer state bytes per trainable parameter, without the master copy.
+OPTIMIZER_STATE_BYTES: dict[str, float] = {
+    "adam": 8.0,  # momentum + variance (Kingma & Ba 2015), fp32
+    "adamw": 8.0,
+    "sgd": 4.0,  # momentum
+}
+MASTER_WEIGHT_BYTES = 4.0  # fp32 master copy kept when weights are stored in fewer bytes
+# PyTorch FSDP (and ZeRO-3) materialise the current layer's full weights plus the prefetched
+# next one (BackwardPrefetch.BACKWARD_PRE, forward_prefetch).
+ZERO3_GATHERED_LAYERS = 2
+LOGITS_BYTES = 4.0  # fp32 logits kept for the vocab-parallel cross entropy (Megatron-LM)
+
+# Extra bytes per quantised weight for scales/zero points. int4: group size 128 with an fp16 scale
+# and a packed 4-bit zero point per group (AutoGPTQ/AutoAWQ layout) = 2.5 B / 128 weights.
+# fp4: NVFP4, one fp8 (e4m3) scale per 16 elements (NVIDIA Blackwell NVFP4). int8/fp8 use
+# per-channel or per-tensor scales, negligible.
+INT4_GROUP_SIZE = 128
+QUANT_SCALE_BYTES_PER_PARAM: dict[DType, float] = {
+    DType.INT4: 2.5 / INT4_GROUP_SIZE,
+    DType.FP4: 1.0 / 16,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainingMemory:
+    """Bytes on the most-loaded GPU (first pipeline stage) during training."""
+
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float  # master weights + optimizer moments
+    activations_bytes: float  # all in-flight micro-batches, plus the recompute working set
+    other_bytes: float  # ZeRO-3/FSDP gathered-weight buffers
+
+    @property
+    def total_bytes(self) -> float:
+        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+                + self.activations_bytes + self.other_bytes)
+
+
+def model_states_bytes(params: float, *, zero_stage: int, shard: int,
+                       param_dtype_bytes: float = 2.0, grad_dtype_bytes: float = 2.0,
+                       optimizer: str = "adam") -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes per GPU for ``params`` trainable parameters.
+
+    Optimizer bytes are the moments plus an fp32 master copy when weights are stored in fewer
+    than 4 bytes (mixed precision Adam: 12 per parameter). ZeRO stage 1 divides the optimizer
+    bytes by ``shard``, stage 2 also the gradients, stage 3 also the weights.
+    """
+    if optimizer not in OPTIMIZER_STATE_BYTES:
+        raise UnknownNameError("optimizer", optimizer, list(OPTIMIZER_STATE_BYTES))
+    if zero_stage not in (0, 1, 2, 3):
+        raise SpecError("parallel.zero", f"must be 0, 1, 2 or 3, got {zero_stage!r}")
+    master = MASTER_WEIGHT_BYTES if param_dtype_bytes < MASTER_WEIGHT_BYTES else 0.0
+    weights = params * param_dtype_bytes
+    grads = params * grad_dtype_bytes
+    states = params * (OPTIMIZER_STATE_BYTES[optimizer] + master)
+    return (weights / shard if zero_stage >= 3 else weights,
+            grads / shard if zero_stage >= 2 else grads,
+            states / shard if zero_stage >= 1 else states)
+
+
+def _inflight_factor(parallel: ParallelConfig, schedule: Schedule, num_microbatches: int) -> float:
+    """Micro-batches of activations the first stage holds at its peak.
+
+    1F1B: min(pp, m) (Narayanan et al. 2021, PipeDream-Flush); GPipe: all m; interleaved 1F1B:
+    pp * (1 + (pp-1)/(pp*vpp)) (Narayanan et al. 2021 section 2.2; Korthikanti et al. 2022
+    section 4.2.3).
+    """
+    pp, vpp = parallel.pp, parallel.vpp
+    if schedule == Schedule.GPIPE:
+        return float(num_microbatches)
+    if schedule == Schedule.INTERLEAVED:
+        if vpp < 2:
+            raise SpecError("training.schedule", "interleaved needs parallel.vpp >= 2")
+        if num_microbatches % pp:
+            raise SpecError("training.num_microbatches", f"interleaved needs a multiple of "
+                            f"pp={pp}, got {num_microbatches}")
+        return min(pp, num_microbatches) * (1.0 + (pp - 1) / (pp * vpp))
+    if vpp > 1:
+        raise SpecError("parallel.vpp", f"vpp={vpp} needs schedule 'interleaved', got {schedule}")
+    return float(min(pp, num_microbatches))
+
+
+def _positive(value: int, field: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(field, f"must be an integer >= 1, got {value!r}")
+
+
+def training_memory(model, parallel: ParallelConfig, *, micro_batch: int, seq_len: int,
+                    recompute: Recompute, schedule: Schedule, num_microbatches: int,
+                    param_dtype_bytes: float = 2.0, grad_dtype_bytes: float = 2.0,
+                    optimizer: str = "adam", lora_params: int | None = None,
+                    flash_attention: bool = True, dropout: bool = False) -> TrainingMemory:
+    """Training memory of the first pipeline stage's GPU (the most loaded one).
+
+    ``grad_dtype_bytes`` is 2 for bf16 gradients (the ZeRO paper) or 4 for fp32 main gradients
+    (Megatron-LM's default). With ``lora_params`` (trainable adapter parameters of the whole
+    model) the base weights are frozen: no gradients or optimizer states, and this GPU's adapter
+    share is taken in proportion to its share of the base weights. Raises SpecError for a layout
+    the model cannot take.
+    """
+    _positive(micro_batch, "training.micro_batch")
+    _positive(seq_len, "training.seq_len")
+    _positive(num_microbatches, "training.num_microbatches")
+    stage = stage_params(model, tp=parallel.tp, pp=parallel.pp, vpp=parallel.vpp,
+                         ep=parallel.ep, stage=0)
+    zero, dense_shard = parallel.zero_stage, parallel.shard_group
+    if dense_shard % parallel.ep:
+        raise SpecError("parallel.ep", f"ep={parallel.ep} must divide dp*cp={dense_shard} "
+                        "(experts are tensor-parallel over tp)")
+    expert_shard = dense_shard // parallel.ep
+
+    if lora_params is None:
+        dense = model_states_bytes(stage.dense, zero_stage=zero, shard=dense_shard,
+                                   param_dtype_bytes=param_dtype_bytes,
+                                   grad_dtype_bytes=grad_dtype_bytes, optimizer=optimizer)
+        expert = model_states_bytes(stage.expert, zero_stage=zero, shard=expert_shard,
+                                    param_dtype_bytes=param_dtype_bytes,
+                                    grad_dtype_bytes=grad_dtype_bytes, optimizer=optimizer)
+        weights, grads, opt = (d + x for d, x in zip(dense, expert, strict=True))
+    else:
+        if lora_params < 0:
+            raise SpecError("training.lora_params", f"must be >= 0, got {lora_params}")
+        base = stage.dense * param_dtype_bytes + stage.expert * param_dtype_bytes
+        if zero >= 3:
+            base = (stage.dense / dense_shard + stage.expert / expert_shard) * param_dtype_bytes
+        local_lora = lora_params * stage.total / model.params_total
+        weights, grads, opt = model_states_bytes(
+            local_lora, zero_stage=zero, shard=dense_shard, param_dtype_bytes=param_dtype_bytes,
+            grad_dtype_bytes=grad_dtype_bytes, optimizer=optimizer)
+        weights += base
+
+    layer_kw = dict(micro_batch=micro_batch, seq_len=seq_len, flash_attention=flash_attention,
+                    dropout=dropout)
+    per_mb = sum(activation_bytes_per_layer(model, parallel, recompute=recompute,
+                                            moe_layer=is_moe, **layer_kw)
+                 for is_moe in stage.layer_is_moe)
+    per_mb += _embedding_and_head_activations(model, parallel, stage, micro_batch, seq_len,
+                                              dropout)
+    activations = per_mb * _inflight_factor(parallel, schedule, num_microbatches)
+    if recompute != Recompute.NONE:
+        # Backward re-runs one layer at a time, so what recompute dropped exists for one layer.
+        activations += max(
+            activation_bytes_per_layer(model, parallel, recompute=Recompute.NONE,
+                                       moe_layer=is_moe, **layer_kw)
+            - activation_bytes_per_layer(model, parallel, recompute=recompute,
+                                         moe_layer=is_moe, **layer_kw)
+            for is_moe in set(stage.layer_is_moe))
+    other = 0.0
+    if zero >= 3:
+        other = ZERO3_GATHERED_LAYERS * stage.largest_layer * param_dtype_bytes
+    return TrainingMemory(weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=opt,
+                          activations_bytes=activations, other_bytes=other)
+
+
+def _embedding_and_head_activations(model, parallel: ParallelConfig, stage: StageParams,
+                                    micro_batch: int, seq_len: int, dropout: bool) -> float:
+    """Per micro-batch: the embedding dropout mask on the first stage; on the last stage the
+    final-norm and LM-head inputs and the fp32 logits (vocab split over tp)."""
+    tokens = micro_batch * seq_len / parallel.cp
+    rep = 1.0 / parallel.tp if parallel.sp else 1.0
+    out = 0.0
+    if stage.has_embedding and dropout:
+        out += DROPOUT_MASK_BYTES * model.hidden * rep * tokens
+    if stage.has_lm_head:
+        out += 2 * 2.0 * model.hidden * rep * tokens
+        out += LOGITS_BYTES * model.vocab / parallel.tp * tokens
+    return out
+
+
+def _high_precision(dtype: DType) -> DType:
+    """Embeddings, LM head, norms and routers stay in bf16 under weight quantisation."""
+    return dtype if dtype.bytes >= 2 else DType.BF16
+
+
+def weight_bytes(model, *, dtype: DType, tp: int = 1, pp: int = 1, ep: int = 1) -> float:
+    """Inference weight bytes on the most-loaded GPU (first or last pipeline stage).
+
+    Transformer-block linear weights take ``dtype`` plus its scale overhead
+    (`QUANT_SCALE_BYTES_PER_PARAM`; int4 = 0.5 B + group-128 scales); embeddings, LM head, norms
+    and routers stay in bf16 when ``dtype`` is narrower than 2 bytes.
+    """
+    linear_bytes = dtype.bytes + QUANT_SCALE_BYTES_PER_PARAM.get(dtype, 0.0)
+    other_bytes = _high_precision(dtype).bytes
+    best = 0.0
+    for stage_index in {0, pp - 1}:
+        stage = stage_params(model, tp=tp, pp=pp, ep=ep, stage=stage_index)
+        total = stage.linear * linear_bytes + (stage.total - stage.linear) * other_bytes
+        best = max(best, total)
+    return best
+
+
+def kv_cache_bytes(model, *, tokens: int, kv_dtype: DType, tp: int = 1, pp: int = 1) -> float:
+    """KV-cache bytes per GPU for ``tokens`` cached tokens (all sequences together).
+
+    Per layer and token: 2 * kv_heads * head_dim elements, kv heads split over tp (one per rank,
+    replicated, when tp > kv_heads); MLA caches the compressed latent (kv_lora_rank +
+    qk_rope_head_dim), replicated on every TP rank. Layers of the most-loaded stage:
+    ceil(layers / pp).
+    """
+    if tokens < 0:
+        raise SpecError("tokens", f"must be >= 0, got {tokens}")
+    return tokens * kv_cache_bytes_per_token(model, kv_dtype=kv_dtype, tp=tp, pp=pp)
+
+
+def kv_cache_bytes_per_token(model, *, kv_dtype: DType, tp: int = 1, pp: int = 1) -> float:
+    """KV-cache bytes per token per GPU (see `kv_cache_bytes`)."""
+    check_tensor_parallel(model, tp)
+    _positive(pp, "parallel.pp")
+    if model.is_mla:
+        per_layer = model.kv_lora_rank + model.qk_rope_head_dim
+    else:
+        per_layer = 2 * local_kv_heads(model.kv_heads, tp) * model.head_dim
+    return per_layer * kv_dtype.bytes * math.ceil(model.layers / pp)
+
+
+def kv_cache_capacity_tokens(model, hw: HardwareSpec, *, weight_dtype: DType, kv_dtype: DType,
+                             tp: int = 1, pp: int = 1, ep: int = 1,
+                             activation_reserve_bytes: float = 0.0,
+                             runtime_reserve_fraction: float = 0.1) -> int:
+    """KV tokens that fit on the most-loaded GPU after weights and reserves.
+
+    ``runtime_reserve_fraction`` of HBM is left to the runtime (vLLM's default
+    gpu_memory_utilization 0.9 leaves 0.1); ``activation_reserve_bytes`` is the forward pass's
+    peak workspace. Raises InfeasibleError, with the numbers, when nothing is left.
+    """
+    if not 0.0 <= runtime_reserve_fraction < 1.0:
+        raise SpecError("runtime_reserve_fraction",
+                        f"must be in [0, 1), got {runtime_reserve_fraction}")
+    if activation_reserve_bytes < 0:
+        raise SpecError("activation_reserve_bytes", f"must be >= 0, got {activation_reserve_bytes}")
+    usable = hw.memory_bytes * (1.0 - runtime_reserve_fraction)
+    weights = weight_bytes(model, dtype=weight_dtype, tp=tp, pp=pp, ep=ep)
+    free = usable - weights - activation_reserve_bytes
+    if free <= 0:
+        raise InfeasibleError(
+            f"{model.name} does not fit on {hw.name} with tp={tp}, pp={pp}, ep={ep}: weights "
+            f"{weights / 2**30:.1f} GiB + reserve {activation_reserve_bytes / 2**30:.1f} GiB > "
+            f"usable {usable / 2**30:.1f} GiB",
+            details={"weights_bytes": weights, "usable_bytes": usable,
+                     "activation_reserve_bytes": activation_reserve_bytes})
+    return int(free // kv_cache_bytes_per_token(model, kv_dtype=kv_dtype, tp=tp, pp=pp))

@@ -1,0 +1,65 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Parallel layout and execution choices shared by the memory model and the simulator.
+
+Convention (see analytical/README.md): every parallel axis has a *degree*; the GPU count of a
+training job is tp * pp * dp * cp, and expert parallelism (ep) splits the experts inside the
+dp * cp (* tp, with expert tensor parallel 1) ranks, as in Megatron-Core's MoE layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from analytical.errors import SpecError
+
+
+class Recompute(StrEnum):
+    NONE = "none"
+    SELECTIVE = "selective"  # recompute attention core (Korthikanti et al. 2022)
+    FULL = "full"  # keep only each layer's input, recompute the layer
+
+
+class Schedule(StrEnum):
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved"
+    GPIPE = "gpipe"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParallelConfig:
+    """Degrees of each parallel axis, plus the sharding of optimizer state."""
+
+    tp: int = 1  # tensor parallel
+    pp: int = 1  # pipeline stages
+    dp: int = 1  # data parallel replicas
+    cp: int = 1  # context parallel (sequence split for attention)
+    ep: int = 1  # expert parallel
+    vpp: int = 1  # virtual pipeline chunks per stage (interleaved schedule)
+    sp: bool = False  # sequence parallel for the TP region (norms, dropout)
+    zero: int = 0  # ZeRO stage 0-3 over dp (and cp)
+    fsdp: bool = False  # fully sharded (equivalent to ZeRO-3 for memory)
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp", "cp", "ep", "vpp"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SpecError(f"parallel.{name}", f"must be an integer >= 1, got {value!r}")
+        if self.zero not in (0, 1, 2, 3):
+            raise SpecError("parallel.zero", f"must be 0, 1, 2 or 3, got {self.zero!r}")
+        if self.sp and self.tp == 1:
+            raise SpecError("parallel.sp", "sequence parallelism needs tp > 1")
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def zero_stage(self) -> int:
+        """FSDP shards parameters, gradients and optimizer state like ZeRO-3."""
+        return 3 if self.fsdp else self.zero
+
+    @property
+    def shard_group(self) -> int:
+        """Ranks that share (and may shard) one replica's optimizer state: dp * cp."""
+        return self.dp * self.cp

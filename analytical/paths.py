@@ -1,0 +1,37 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Where llmsim keeps its embedded defaults: ``$LLMSIM_HOME`` (default ``~/.llmsim``).
+
+Holds the DuckDB store, the SQLite MLflow tracking store, calibrated hardware files and the
+MLflow artifact folder. Nothing here creates directories; the command that writes does.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def llmsim_home() -> Path:
+    return Path(os.environ.get("LLMSIM_HOME", Path.home() / ".llmsim")).expanduser()
+
+
+def default_db_path() -> Path:
+    """The store: ``$LLMSIM_DB`` if set, else ``$LLMSIM_HOME/llmsim.duckdb``."""
+    return Path(os.environ.get("LLMSIM_DB", llmsim_home() / "llmsim.duckdb")).expanduser()
+
+
+def default_tracking_uri() -> str:
+    """MLflow: ``$MLFLOW_TRACKING_URI`` if set, else SQLite under ``$LLMSIM_HOME``."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    return f"sqlite:///{(llmsim_home() / 'mlflow.db').resolve()}"
+
+
+def default_artifact_root() -> Path:
+    return llmsim_home() / "mlartifacts"
+
+
+def user_hardware_dir() -> Path:
+    """Calibrated hardware files land here and shadow the shipped catalog."""
+    return llmsim_home() / "hardware"

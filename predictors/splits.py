@@ -1,0 +1,105 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Evaluation splits, identical for every model and baseline of a family.
+
+- ``random``: 80/20, seeded.
+- ``heldout_large``: the largest 20% by FLOPs (by bytes for collectives and memory-bound ops):
+  extrapolation to bigger shapes than any seen in training.
+- ``heldout_shape``: a shape region never seen in training, inside the measured range: unseen
+  (n, k) pairs for GEMM, unseen kv_len values for attention, unseen message sizes for collectives, unseen cols for
+  memory-bound ops, unseen hidden sizes for MoE.
+Rule-based splits depend only on the data and the seed, so the same data always gives the same
+split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from analytical.errors import LlmsimError
+from analytical.ops import OpSpec
+
+RANDOM = "random"
+HELDOUT_LARGE = "heldout_large"
+HELDOUT_SHAPE = "heldout_shape"
+SPLIT_NAMES = (RANDOM, HELDOUT_LARGE, HELDOUT_SHAPE)
+PRIMARY_SPLIT = HELDOUT_SHAPE  # what `promote` compares and the README leads with
+TEST_FRACTION = 0.2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Split:
+    name: str
+    train: np.ndarray  # row indices
+    test: np.ndarray
+    description: str
+
+
+def random_split(n: int, *, seed: int, test_fraction: float = TEST_FRACTION) -> Split:
+    order = np.random.default_rng(seed).permutation(n)
+    n_test = max(1, int(round(n * test_fraction)))
+    return Split(name=RANDOM, train=np.sort(order[n_test:]), test=np.sort(order[:n_test]),
+                 description=f"random {1 - test_fraction:.0%}/{test_fraction:.0%}, seed {seed}")
+
+
+def size_of(op: OpSpec) -> float:
+    """The size measure of `largest_split`: FLOPs, or bytes for data-movement families."""
+    return op.bytes if op.family in ("collective", "memory", "moe") else op.flops
+
+
+def largest_split(ops: Sequence[OpSpec], *, test_fraction: float = TEST_FRACTION) -> Split:
+    """The largest ``test_fraction`` of rows by FLOPs (bytes for data-movement families)."""
+    sizes = np.array([size_of(op) for op in ops])
+    order = np.argsort(sizes, kind="stable")
+    n_test = max(1, int(round(len(ops) * test_fraction)))
+    measure = "bytes" if ops and ops[0].family in ("collective", "memory", "moe") else "FLOPs"
+    return Split(name=HELDOUT_LARGE, train=np.sort(order[:-n_test]), test=np.sort(order[-n_test:]),
+                 description=f"largest {test_fraction:.0%} by {measure}")
+
+
+def _region(ops: Sequence[OpSpec], key: Callable[[OpSpec], tuple], what: str, *, seed: int,
+            interior: bool, test_fraction: float) -> Split:
+    """Hold out a seeded ``test_fraction`` of the distinct values of ``key`` (excluding the
+    smallest and largest when ``interior``, so the region is inside the measured range)."""
+    keys = [key(op) for op in ops]
+    distinct = sorted(set(keys))
+    candidates = distinct[1:-1] if interior and len(distinct) > 2 else distinct
+    n_pick = max(1, int(round(len(distinct) * test_fraction)))
+    if len(distinct) < 2:
+        raise LlmsimError(f"cannot hold out a {what} region: only {len(distinct)} distinct values")
+    rng = np.random.default_rng(seed)
+    picked = {candidates[i] for i in rng.choice(len(candidates), size=min(n_pick, len(candidates)),
+                                                replace=False)}
+    mask = np.array([k in picked for k in keys])
+    shown = ", ".join(str(p if len(p) > 1 else p[0]) for p in sorted(picked)[:6])
+    more = "" if len(picked) <= 6 else f" (+{len(picked) - 6} more)"
+    return Split(name=HELDOUT_SHAPE, train=np.flatnonzero(~mask), test=np.flatnonzero(mask),
+                 description=f"unseen {what}: {shown}{more}")
+
+
+def shape_region_split(ops: Sequence[OpSpec], *, seed: int,
+                       test_fraction: float = TEST_FRACTION) -> Split:
+    family = ops[0].family if ops else ""
+    kw = {"seed": seed, "test_fraction": test_fraction}
+    if family == "gemm":
+        return _region(ops, lambda op: (op.n, op.k), "(n, k) pairs", interior=False, **kw)
+    if family == "attention":
+        return _region(ops, lambda op: (op.kv_len,), "kv_len values", interior=True, **kw)
+    if family == "collective":
+        # NOTE: holding out a whole group size (e.g. 4 of {2, 4, 8}) leaves two points along
+        # that axis; every model then extrapolates the bus algorithm change, so the region is
+        # unseen message sizes and the largest sizes are `heldout_large`.
+        return _region(ops, lambda op: (op.size_bytes,), "message sizes", interior=True, **kw)
+    if family == "memory":
+        return _region(ops, lambda op: (op.cols,), "cols values", interior=True, **kw)
+    if family == "moe":
+        return _region(ops, lambda op: (op.hidden,), "hidden sizes", interior=True, **kw)
+    raise LlmsimError(f"no held-out shape rule for family {family!r}")
+
+
+def evaluation_splits(ops: Sequence[OpSpec], *, seed: int) -> list[Split]:
+    """The three splits of the protocol, in `SPLIT_NAMES` order."""
+    return [random_split(len(ops), seed=seed), largest_split(ops),
+            shape_region_split(ops, seed=seed)]

@@ -1,0 +1,239 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The training recipe: seeded search over (target, hyper-parameters), the evaluation protocol
+on every split for XGBoost and both baselines, and the final model fitted on all rows.
+
+1. Search: the random split's training rows are cut into inner train and validation (the
+   largest 10% plus a random 10%, see `search`);
+   each of ``n_configs`` seeded hyper-parameter draws is fitted for both targets with early
+   stopping, scored by MAPE in seconds on the inner validation rows. The lower best MAPE picks
+   the target; the reason is recorded.
+2. Protocol (`predictors.splits`): for each split, XGBoost (chosen target and parameters, early
+   stopping on 10% of the split's training rows), the interpolation baseline and the random
+   forest are fitted on the training rows and scored on the test rows.
+3. The final model is fitted on all rows with the tree count found on the random split.
+Large sets are subsampled (seeded) to `TrainConfig.max_train_rows` training rows per fit, the
+same for XGBoost and both baselines; test rows are never subsampled.
+Tracking lives in `predictors.tracking`; nothing here touches MLflow or the store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from analytical.hardware import HardwareSpec
+from analytical.ops import OpSpec
+from predictors.baselines import InterpolationBaseline, RandomForestBaseline
+from predictors.dataset import TrainingData
+from predictors.evaluate import ErrorMetrics, error_metrics
+from predictors.features import feature_matrix
+from predictors.model import (
+    HyperParams,
+    LatencyModel,
+    Target,
+    encode_target,
+    fit_booster,
+    normaliser_seconds,
+)
+from predictors.splits import PRIMARY_SPLIT, RANDOM, Split, evaluation_splits
+from predictors.splits import size_of as _size_of
+
+XGB = "xgb"
+MODEL_NAMES = (XGB, InterpolationBaseline.name, RandomForestBaseline.name)
+
+# The search space: each draw picks one value per axis (seeded).
+SEARCH_SPACE: dict[str, tuple] = {
+    "max_depth": (6, 8, 10, 12),
+    "learning_rate": (0.03, 0.05, 0.1),
+    "min_child_weight": (1.0, 3.0, 10.0),
+    "subsample": (0.7, 0.85, 1.0),
+    "colsample_bytree": (0.6, 0.8, 1.0),
+    "reg_lambda": (0.1, 1.0, 10.0),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainConfig:
+    seed: int = 0
+    nthread: int = 2  # fixed: XGBoost hist is deterministic for a given thread count
+    n_configs: int = 8
+    search_rows: int = 20_000  # inner-train rows used by the search (subsampled, seeded)
+    max_train_rows: int = 30_000  # training rows per protocol/final fit (subsampled, seeded)
+    max_rounds: int = 1000
+    early_stopping_rounds: int = 30
+    rf_trees: int = 50
+    baselines: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SplitResult:
+    split: Split
+    metrics: dict[str, ErrorMetrics]  # model name -> metrics on the test rows
+    groups: dict[str, dict[str, ErrorMetrics]]  # sub-group (e.g. prefill) -> model -> metrics
+    measured_s: np.ndarray
+    predicted_s: dict[str, np.ndarray]
+
+
+@dataclass(kw_only=True)
+class TrainingResult:
+    data: TrainingData
+    config: TrainConfig
+    target: Target
+    target_reason: str
+    params: HyperParams
+    search: list[dict[str, object]]
+    splits: dict[str, SplitResult]
+    model: LatencyModel  # fitted on all rows: what is served
+    heldout_model: LatencyModel  # fitted without the primary split's test rows: for promotion
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def search_configs(n: int, seed: int) -> list[HyperParams]:
+    """``n`` distinct seeded draws from `SEARCH_SPACE` (the first is the library default)."""
+    rng = np.random.default_rng(seed)
+    configs = [HyperParams()]
+    seen = {configs[0]}
+    while len(configs) < n:
+        draw = HyperParams(**{k: v[int(rng.integers(len(v)))] for k, v in SEARCH_SPACE.items()})
+        if draw not in seen:
+            seen.add(draw)
+            configs.append(draw)
+    return configs[:n]
+
+
+def _cap(rows: np.ndarray, limit: int, seed: int) -> np.ndarray:
+    """At most ``limit`` of ``rows`` (seeded sample, sorted); test rows are never capped."""
+    if len(rows) <= limit:
+        return rows
+    return np.sort(np.random.default_rng(seed).choice(rows, size=limit, replace=False))
+
+
+def _inner_split(indices: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    order = np.random.default_rng(seed).permutation(indices)
+    n_valid = max(1, int(round(len(order) * fraction)))
+    return np.sort(order[n_valid:]), np.sort(order[:n_valid])
+
+
+def _fit(x: np.ndarray, latency: np.ndarray, family: str, hardware: str, train: np.ndarray,
+         valid: np.ndarray | None, target: Target, params: HyperParams, config: TrainConfig,
+         rounds: int | None = None) -> LatencyModel:
+    """Fit on ``train`` rows, early-stopping on ``valid`` rows."""
+    y = encode_target(latency, normaliser_seconds(target, family, x))
+    booster = fit_booster(x[train], y[train], params, seed=config.seed, nthread=config.nthread,
+                          rounds=rounds, valid=None if valid is None else (x[valid], y[valid]),
+                          early_stopping_rounds=config.early_stopping_rounds)
+    return LatencyModel(booster=booster, family=family, hardware=hardware, target=target,
+                        params=params)
+
+
+def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
+           family: str, hardware: str, config: TrainConfig
+           ) -> tuple[Target, HyperParams, str, list[dict[str, object]]]:
+    """Pick (target, params) by inner-validation MAPE; returns them, the reason and the table.
+
+    The inner validation rows are the largest 10% (by the split's size measure) of
+    ``train_rows`` plus a seeded random 10% of the rest, so the choice rewards extrapolation
+    to bigger shapes as well as interpolation (a random-only validation favours log_latency,
+    which cannot extrapolate).
+    """
+    sizes = np.array([_size_of(ops[i]) for i in train_rows])
+    order = train_rows[np.argsort(sizes, kind="stable")]
+    n_large = max(1, len(order) // 10)
+    large, rest = order[-n_large:], order[:-n_large]
+    inner_train, random_valid = _inner_split(np.sort(rest), 1 / 9, config.seed + 1)
+    inner_valid = np.sort(np.concatenate([large, random_valid]))
+    if len(inner_train) > config.search_rows:
+        rng = np.random.default_rng(config.seed + 2)
+        inner_train = np.sort(rng.choice(inner_train, size=config.search_rows, replace=False))
+    table: list[dict[str, object]] = []
+    for i, params in enumerate(search_configs(config.n_configs, config.seed)):
+        params = _with_rounds(params, config.max_rounds)
+        for target in Target:
+            model = _fit(x, latency, family, hardware, inner_train, inner_valid, target, params,
+                         config)
+            mape = error_metrics(latency[inner_valid],
+                                 model.predict_features(x[inner_valid])).mape
+            table.append({"config": i, "target": target.value, "valid_mape": mape,
+                          "trees": model.n_trees, **_params_dict(params)})
+    targets = tuple(Target)
+    best = {t: min((r for r in table if r["target"] == t.value), key=lambda r: r["valid_mape"])
+            for t in targets}
+    target = min(targets, key=lambda t: (best[t]["valid_mape"], t.value))
+    others = ", ".join(f"{t.value} {best[t]['valid_mape']:.3f}%" for t in targets if t != target)
+    reason = (f"{target.value}: inner-validation MAPE {best[target]['valid_mape']:.3f}% vs "
+              f"{others} (best of {config.n_configs} configs each)")
+    chosen = search_configs(config.n_configs, config.seed)[int(best[target]["config"])]
+    return target, _with_rounds(chosen, config.max_rounds), reason, table
+
+
+def _params_dict(params: HyperParams) -> dict[str, object]:
+    return {k: getattr(params, k) for k in SEARCH_SPACE}
+
+
+def _with_rounds(params: HyperParams, rounds: int) -> HyperParams:
+    return HyperParams(**{**_params_dict(params), "max_rounds": rounds})
+
+
+def _group_of(op: OpSpec) -> str | None:
+    if op.family == "attention":
+        return str(op.phase)
+    if op.family == "collective":
+        return str(op.kind)
+    if op.family == "gemm":
+        return str(op.dtype)
+    return None
+
+
+def _evaluate_split(split: Split, data: TrainingData, x: np.ndarray, target: Target,
+                    params: HyperParams, config: TrainConfig) -> tuple[SplitResult, LatencyModel]:
+    latency = data.latency_s
+    train_rows = _cap(split.train, config.max_train_rows, config.seed + 4)
+    inner_train, inner_valid = _inner_split(train_rows, 0.1, config.seed + 3)
+    model = _fit(x, latency, data.family, data.hardware, inner_train, inner_valid, target, params,
+                 config)
+    predicted = {XGB: model.predict_features(x[split.test])}
+    if config.baselines:
+        train_ops = [data.ops[i] for i in train_rows]
+        test_ops = [data.ops[i] for i in split.test]
+        interp = InterpolationBaseline().fit(train_ops, latency[train_rows])
+        predicted[InterpolationBaseline.name] = interp.predict(test_ops)
+        forest = RandomForestBaseline(seed=config.seed, nthread=config.nthread,
+                                      n_estimators=config.rf_trees)
+        predicted[RandomForestBaseline.name] = forest.fit(x[train_rows],
+                                                          latency[train_rows]).predict(
+                                                              x[split.test])
+    measured = latency[split.test]
+    metrics = {name: error_metrics(measured, p) for name, p in predicted.items()}
+    labels = np.array([_group_of(data.ops[i]) or "" for i in split.test])
+    groups: dict[str, dict[str, ErrorMetrics]] = {}
+    distinct = sorted(set(labels.tolist()) - {""})
+    if len(distinct) > 1:
+        for label in distinct:
+            mask = labels == label
+            groups[label] = {name: error_metrics(measured[mask], p[mask])
+                             for name, p in predicted.items()}
+    return SplitResult(split=split, metrics=metrics, groups=groups, measured_s=measured,
+                       predicted_s=predicted), model
+
+
+def train_predictor(data: TrainingData, hw: HardwareSpec,
+                    config: TrainConfig | None = None) -> TrainingResult:
+    """Search, evaluate on every split, fit the final model. Deterministic for a seed."""
+    config = config or TrainConfig()
+    x = feature_matrix(data.family, data.ops, hw)
+    splits = evaluation_splits(data.ops, seed=config.seed)
+    random_rows = next(s for s in splits if s.name == RANDOM).train
+    target, params, reason, table = search(data.ops, x, data.latency_s, random_rows, data.family,
+                                           data.hardware, config)
+    results: dict[str, SplitResult] = {}
+    models: dict[str, LatencyModel] = {}
+    for split in splits:
+        results[split.name], models[split.name] = _evaluate_split(split, data, x, target,
+                                                                  params, config)
+    everything = _cap(np.arange(len(data)), config.max_train_rows, config.seed + 4)
+    final = _fit(x, data.latency_s, data.family, data.hardware, everything, None, target, params,
+                 config, rounds=models[RANDOM].n_trees)
+    return TrainingResult(data=data, config=config, target=target, target_reason=reason,
+                          params=params, search=table, splits=results, model=final,
+                          heldout_model=models[PRIMARY_SPLIT])

@@ -1,0 +1,59 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Importers of published GPU measurements (one module per source) and their registry.
+
+Each source module exposes ``measurements(data_dir, *, gpus=None, families=None, limit=None)``
+yielding `Measurement`s with ``provenance="imported:<source>"``; its docstring records how the
+units were verified. `import_published` loads them into a store in chunks; point keys make a
+second import store nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from analytical.errors import UnknownNameError
+from profiler.importers import aiconfigurator, vidur
+from profiler.importers.common import chunked
+from profiler.measurement import Measurement
+from profiler.store import Store
+
+__all__ = ["IMPORTERS", "default_data_dir", "import_published"]
+
+IMPORTERS: dict[str, Callable[..., Iterator[Measurement]]] = {
+    "aiconfigurator": aiconfigurator.measurements,
+    "vidur": vidur.measurements,
+}
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def default_data_dir() -> Path:
+    """``../shared/data`` next to the repository checkout (where the published sets live)."""
+    return _REPO_ROOT.parent / "shared" / "data"
+
+
+def sources(source: str) -> list[str]:
+    """``"all"`` or one registered source name -> the list of sources."""
+    if source == "all":
+        return list(IMPORTERS)
+    if source not in IMPORTERS:
+        raise UnknownNameError("measurement source", source, [*IMPORTERS, "all"])
+    return [source]
+
+
+def import_published(store: Store, *, source: str = "all", data_dir: str | Path | None = None,
+                     chunk_rows: int = 50_000) -> dict[str, tuple[int, int]]:
+    """Load published sets into ``store``; returns {source: (inserted, already stored)}.
+
+    Each chunk of ``chunk_rows`` measurements is one transaction.
+    """
+    data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
+    result: dict[str, tuple[int, int]] = {}
+    for name in sources(source):
+        inserted = seen = 0
+        for batch in chunked(IMPORTERS[name](data_dir), chunk_rows):
+            seen += len(batch)
+            inserted += store.insert(batch)
+        result[name] = (inserted, seen - inserted)
+    return result

@@ -1,0 +1,355 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The measurement store: one DuckDB file, typed rows per operator family.
+
+Every row is keyed by a point key hashed from (op key, fingerprint, backend, provenance), so a
+resumed sweep skips finished points and importing or merging twice stores nothing twice.
+DuckDB allows one writer per file: cluster workers write shards (`shard_path`) and `Store.merge`
+folds them in. The schema is in `profiler.store_schema`; Parquet export/import in
+`profiler.store_parquet`; external data sets in `profiler.importers`.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+
+from analytical.errors import SpecError, UnknownNameError
+from analytical.ops import OP_FAMILIES
+from analytical.paths import default_db_path
+from profiler.fingerprint import FINGERPRINT_FIELDS, Fingerprint
+from profiler.measurement import Measurement, Status, StoreError, point_key, shard_path
+from profiler.store_rows import RooflineCache, fill_roofline, measurement_table, utc_now
+from profiler.store_schema import FAMILIES, FINGERPRINT_COLUMNS, SCHEMA_VERSION, ddl, family_columns
+
+__all__ = ["Measurement", "Status", "Store", "StoreError", "point_key", "shard_path"]
+
+_FP_SELECT = ", ".join(f'f."{name}"' for name, _ in FINGERPRINT_COLUMNS
+                       if name not in ("fingerprint_id", "hardware"))
+
+
+def _check_file(path: Path) -> None:
+    """Refuse a non-DuckDB file before DuckDB touches it (magic "DUCK" at byte 8)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with path.open("rb") as handle:
+        header = handle.read(12)
+    if len(header) < 12 or header[8:12] != b"DUCK":
+        raise StoreError(f"{path}: not a DuckDB database (corrupt or another format); "
+                         "the file was left untouched")
+
+
+def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+    _check_file(path)
+    if not read_only and path.exists() and path.stat().st_size == 0:
+        path.unlink()  # an empty placeholder (e.g. a temp file): DuckDB creates a new store
+    if read_only and not path.exists():
+        raise StoreError(f"{path}: no store at this path")
+    try:
+        return duckdb.connect(str(path), read_only=read_only)
+    except duckdb.Error as exc:
+        raise _open_error(path, exc) from None
+
+
+def _open_error(path: Path, exc: Exception) -> StoreError:
+    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "lock" in message.lower():
+        pid = re.search(r"PID (\d+)", message)
+        return StoreError(f"{path} is locked by another process (pid {pid.group(1) if pid else '?'})"
+                          "; DuckDB allows one writer per file: wait, or write a shard and "
+                          "`llmsim db merge` it")
+    return StoreError(f"{path}: cannot open the store (corrupt?): {message}")
+
+
+class Store:
+    """A DuckDB measurement store; use as a context manager."""
+
+    def __init__(self, path: str | Path | None = None, *, read_only: bool = False) -> None:
+        self.path = Path(path).expanduser() if path is not None else default_db_path()
+        self.read_only = read_only
+        if not read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._con = _connect(self.path, read_only)
+        self.roofline = RooflineCache()
+        try:
+            self._ensure_schema()
+        except duckdb.Error as exc:
+            self._con.close()
+            raise _open_error(self.path, exc) from None
+        except BaseException:
+            self._con.close()
+            raise
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._con.close()
+
+    @property
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        """The open DuckDB connection (for `profiler.store_parquet` and tests)."""
+        return self._con
+
+    def _ensure_schema(self) -> None:
+        tables = {row[0] for row in self._con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'"
+        ).fetchall()}
+        if "schema_version" not in tables:
+            if tables:
+                raise StoreError(f"{self.path}: not an llmsim store (tables: "
+                                 f"{', '.join(sorted(tables))})")
+            if self.read_only:
+                raise StoreError(f"{self.path}: empty file, not an llmsim store")
+            self._con.execute("BEGIN TRANSACTION")
+            for statement in ddl():
+                self._con.execute(statement)
+            self._con.execute("INSERT INTO schema_version VALUES (?)", [SCHEMA_VERSION])
+            self._con.execute("COMMIT")
+            return
+        rows = self._con.execute("SELECT max(version) FROM schema_version").fetchall()
+        version = rows[0][0] if rows else None
+        if version != SCHEMA_VERSION:
+            raise StoreError(f"{self.path}: schema version {version}, this llmsim reads "
+                             f"version {SCHEMA_VERSION}; export with the llmsim that wrote it")
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def start_run(self, *, command: str, sweep: str, fingerprint: Fingerprint) -> str:
+        """Record a run (a sweep invocation) and return its id."""
+        run_id = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+        self.transaction(lambda: (
+            self._insert_fingerprints([fingerprint]),
+            self._con.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?)",
+                              [run_id, command, sweep, fingerprint.id, utc_now()]),
+        ))
+        return run_id
+
+    def insert(self, measurements: Iterable[Measurement]) -> int:
+        """Store measurements in one transaction, skipping point keys already stored.
+
+        Returns the number of rows inserted. On any error nothing is written.
+        """
+        by_family: dict[str, list[Measurement]] = {}
+        for m in measurements:
+            if not isinstance(m, Measurement):
+                raise SpecError("measurement", f"expected a Measurement, got {type(m).__name__}")
+            by_family.setdefault(m.op.family, []).append(m)
+        if not by_family:
+            return 0
+        tables = {family: measurement_table(family, rows, self.roofline)
+                  for family, rows in by_family.items()}
+        fingerprints = {m.fingerprint.id: m.fingerprint for rows in by_family.values()
+                        for m in rows}
+        inserted = 0
+
+        def work() -> None:
+            nonlocal inserted
+            self._insert_fingerprints(fingerprints.values())
+            for family, table in tables.items():
+                inserted += self._insert_arrow(family, table)
+
+        self.transaction(work)
+        return inserted
+
+    def existing_keys(self, keys: Iterable[str]) -> set[str]:
+        """The subset of ``keys`` (point keys) already stored, whatever their status."""
+        wanted = pa.table({"point_key": pa.array(list(dict.fromkeys(keys)), pa.string())})
+        if wanted.num_rows == 0:
+            return set()
+        self._con.register("_wanted_keys", wanted)
+        try:
+            union = " UNION ALL ".join(
+                f'SELECT t.point_key FROM "{family}" t JOIN _wanted_keys w USING (point_key)'
+                for family in FAMILIES)
+            return {row[0] for row in self._read(union).fetchall()}
+        finally:
+            self._con.unregister("_wanted_keys")
+
+    def merge(self, shard_paths: Iterable[str | Path]) -> tuple[int, int]:
+        """Fold worker shards into this store; returns (inserted, skipped). Idempotent."""
+        inserted = skipped = 0
+        for index, shard in enumerate(shard_paths):
+            shard = Path(shard).expanduser()
+            if shard.resolve() == self.path.resolve():
+                raise StoreError(f"{shard}: cannot merge a store into itself")
+            _check_file(shard)
+            if not shard.exists():
+                raise StoreError(f"{shard}: no shard at this path")
+            alias = f"_shard{index}"
+            try:
+                self._con.execute(f"ATTACH '{_sql_text(str(shard))}' AS {alias} (READ_ONLY)")
+            except duckdb.Error as exc:
+                raise _open_error(shard, exc) from None
+            try:
+                got, total = self._merge_attached(alias, shard)
+            finally:
+                self._con.execute(f"DETACH {alias}")
+            inserted += got
+            skipped += total - got
+        return inserted, skipped
+
+    def _merge_attached(self, alias: str, shard: Path) -> tuple[int, int]:
+        try:
+            version = self._con.execute(f"SELECT max(version) FROM {alias}.schema_version"
+                                        ).fetchall()[0][0]
+        except duckdb.Error:
+            raise StoreError(f"{shard}: not an llmsim store") from None
+        if version != SCHEMA_VERSION:
+            raise StoreError(f"{shard}: schema version {version}, expected {SCHEMA_VERSION}")
+        counts = [0, 0]
+
+        def work() -> None:
+            for table in ("fingerprints", "runs"):
+                self._con.execute(f'INSERT OR IGNORE INTO "{table}" SELECT * FROM {alias}."{table}"')
+            for family in FAMILIES:
+                cols = ", ".join(f'"{name}"' for name, _ in family_columns(family))
+                counts[1] += self._con.execute(f'SELECT count(*) FROM {alias}."{family}"'
+                                               ).fetchall()[0][0]
+                counts[0] += self._con.execute(
+                    f'INSERT OR IGNORE INTO "{family}" ({cols}) SELECT {cols} FROM '
+                    f'{alias}."{family}"').fetchall()[0][0]
+
+        self.transaction(work)
+        return counts[0], counts[1]
+
+    def transaction(self, work: Callable[[], object]) -> None:
+        """Run ``work()`` inside one transaction; roll back on any error."""
+        if self.read_only:
+            raise StoreError(f"{self.path}: opened read-only")
+        self._con.execute("BEGIN TRANSACTION")
+        try:
+            work()
+        except BaseException as exc:
+            self._con.execute("ROLLBACK")
+            if isinstance(exc, duckdb.Error):
+                raise StoreError(f"{self.path}: write failed, nothing stored: "
+                                 f"{str(exc).splitlines()[0]}") from None
+            raise
+        self._con.execute("COMMIT")
+
+    def _insert_fingerprints(self, fingerprints: Iterable[Fingerprint]) -> None:
+        rows = [[fp.id, *(getattr(fp, name) for name in FINGERPRINT_FIELDS)]
+                for fp in fingerprints]
+        if rows:
+            self._con.executemany(
+                f"INSERT OR IGNORE INTO fingerprints VALUES ({', '.join('?' * len(rows[0]))})",
+                rows)
+
+    def _insert_arrow(self, family: str, table: pa.Table) -> int:
+        """INSERT OR IGNORE an Arrow table holding exactly the family's columns."""
+        cols = ", ".join(f'"{name}"' for name, _ in family_columns(family))
+        self._con.register("_batch", table)
+        try:
+            return self._con.execute(f'INSERT OR IGNORE INTO "{family}" ({cols}) '
+                                     f"SELECT {cols} FROM _batch").fetchall()[0][0]
+        finally:
+            self._con.unregister("_batch")
+
+    def fill_roofline(self) -> int:
+        """Compute missing roofline columns for hardware now in the catalog; returns rows set."""
+        counts = []
+        self.transaction(lambda: counts.extend(
+            fill_roofline(self._con, family, self.roofline) for family in FAMILIES))
+        return sum(counts)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _read(self, sql: str, params: list[object] | None = None) -> duckdb.DuckDBPyConnection:
+        """Execute a read; DuckDB errors (a damaged file, bad SQL) become StoreError."""
+        try:
+            return self._con.execute(sql, params or [])
+        except duckdb.Error as exc:
+            raise StoreError(f"{self.path}: {str(exc).splitlines()[0]}") from None
+
+    def query(self, sql: str) -> pd.DataFrame:
+        """Run any SQL and return the result as a DataFrame."""
+        return self._read(sql).df()
+
+    def info(self) -> pd.DataFrame:
+        """Row counts per provenance, hardware, family and status."""
+        union = " UNION ALL ".join(
+            f"SELECT provenance, hardware, '{family}' AS family, status FROM \"{family}\""
+            for family in FAMILIES)
+        return self._read(
+            f"SELECT provenance, hardware, family, status, count(*) AS rows FROM ({union}) "
+            "GROUP BY ALL ORDER BY provenance, hardware, family, status").df()
+
+    def fingerprints(self) -> pd.DataFrame:
+        """Every fingerprint with the number of rows that carry it."""
+        union = " UNION ALL ".join(f'SELECT fingerprint_id FROM "{family}"' for family in FAMILIES)
+        return self._read(
+            f"SELECT f.*, coalesce(c.rows, 0) AS rows FROM fingerprints f LEFT JOIN "
+            f"(SELECT fingerprint_id, count(*) AS rows FROM ({union}) GROUP BY ALL) c "
+            "USING (fingerprint_id) ORDER BY f.hardware, f.fingerprint_id").df()
+
+    def frame(self, family: str, *, hardware: str | None = None, dtype: str | None = None,
+              provenance: str | None = None, status: str | None = "ok") -> pd.DataFrame:
+        """One row per measurement of ``family``: shape columns, stats and fingerprint columns.
+
+        Filters are exact; ``status=None`` returns every status.
+        """
+        if family not in OP_FAMILIES:
+            raise UnknownNameError("operator family", family, list(OP_FAMILIES))
+        where, params = [], []
+        for column, value in (("hardware", hardware), ("dtype", dtype),
+                              ("provenance", provenance), ("status", status)):
+            if value is not None:
+                where.append(f't."{column}" = ?')
+                params.append(str(value))
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        return self._read(
+            f'SELECT t.*, {_FP_SELECT} FROM "{family}" t LEFT JOIN fingerprints f '
+            f"USING (fingerprint_id) {clause} ORDER BY t.op_key, t.point_key", params).df()
+
+    def medians_by_key(self, family: str, hardware: str) -> dict[str, float]:
+        """Every op key of ``family`` measured on ``hardware`` -> its median latency (s), by the
+        same rule as `lookup_medians`; one query, for callers that look up many shapes."""
+        if family not in OP_FAMILIES:
+            return {}
+        rows = self._read(
+            f"SELECT t.op_key, coalesce(median(t.median_s) FILTER "
+            f"(WHERE t.provenance = 'profiled'), median(t.median_s)) "
+            f'FROM "{family}" t '
+            f"WHERE t.hardware = ? AND t.status = 'ok' AND t.median_s IS NOT NULL "
+            f"GROUP BY t.op_key", [hardware]).fetchall()
+        return {key: float(value) for key, value in rows}
+
+    def lookup_medians(self, op_keys: Iterable[str], hardware: str) -> dict[str, float]:
+        """Median latency (s) per exact op key on ``hardware`` (status ok).
+
+        Profiled rows win over imported ones; several rows of the same kind give the median
+        of their medians. Keys with no row are absent from the result.
+        """
+        by_family: dict[str, list[str]] = {}
+        for key in dict.fromkeys(op_keys):
+            family = key.split("/", 1)[0]
+            if family in OP_FAMILIES:
+                by_family.setdefault(family, []).append(key)
+        result: dict[str, float] = {}
+        for family, keys in by_family.items():
+            self._con.register("_lookup_keys", pa.table({"op_key": pa.array(keys, pa.string())}))
+            try:
+                rows = self._read(
+                    f"SELECT t.op_key, coalesce(median(t.median_s) FILTER "
+                    f"(WHERE t.provenance = 'profiled'), median(t.median_s)) "
+                    f'FROM "{family}" t JOIN _lookup_keys k USING (op_key) '
+                    f"WHERE t.hardware = ? AND t.status = 'ok' AND t.median_s IS NOT NULL "
+                    f"GROUP BY t.op_key", [hardware]).fetchall()
+            finally:
+                self._con.unregister("_lookup_keys")
+            result.update({key: float(value) for key, value in rows})
+        return result
+
+
+def _sql_text(text: str) -> str:
+    return text.replace("'", "''")

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Set up .venv, then run the main job on the embedded defaults: the DuckDB store and the SQLite
+# MLflow store under $LLMSIM_HOME (default ~/.llmsim), on this machine's CPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+L=.venv/bin/llmsim
+step() { printf '\n== %s\n' "$*"; }
+
+step "1/4 load the curated published GPU measurements into the store"
+$L db import-parquet datasets/measurements
+step "2/4 profile this CPU (GEMM, attention, memory-bound ops)"
+$L profile run datasets/sweeps/cpu-smoke.yaml --no-progress
+$L db info
+step "3/4 train, evaluate and register an XGBoost predictor (H100 collectives) in MLflow"
+$L train --hardware h100-sxm --op collective --configs 4 --max-train-rows 3000
+$L train report
+step "4/4 predict: Llama-3-70B training on 1,024 H100, Llama-2-7B serving on one A100"
+$L simulate datasets/scenarios/llama3-70b-tp8-pp4-selective-h100.yaml
+$L simulate datasets/scenarios/llama2-7b-continuous-qps8-a100.yaml

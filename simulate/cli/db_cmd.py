@@ -1,0 +1,147 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``llmsim db``: inspect, query, merge, export and import the measurement store.
+
+``--db`` (or ``$LLMSIM_DB``) picks the DuckDB file; the default is ``$LLMSIM_HOME/llmsim.duckdb``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+import pandas as pd
+
+from profiler.importers import import_published
+from profiler.importers.curate import write_curated
+from profiler.store import Store
+from profiler.store_parquet import export_parquet, import_parquet
+from simulate.cli.output import print_json, print_table
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+_DB = click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                   help="Store file (default: $LLMSIM_DB or $LLMSIM_HOME/llmsim.duckdb).")
+_SOURCE = click.option("--source", type=click.Choice(["aiconfigurator", "vidur", "all"]),
+                       default="all", show_default=True, help="Published set(s).")
+_DATA_DIR = click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
+                         default=None, help="Folder holding aiconfigurator/ and vidur/ "
+                         "(default: ../shared/data next to the checkout).")
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-friendly scalar: NULL/NaN -> None, timestamps -> ISO text, numpy -> Python."""
+    if not pd.api.types.is_scalar(value):
+        return value.tolist() if hasattr(value, "tolist") else value
+    if pd.isna(value):
+        return None
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value.item() if hasattr(value, "item") else value
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    return [{str(k): _plain(v) for k, v in row.items()}
+            for row in frame.to_dict(orient="records")]
+
+
+@click.group()
+def group() -> None:
+    """The measurement store: info, query, merge, export, import."""
+
+
+@group.command()
+@_DB
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def info(db: Path | None, as_json: bool) -> None:
+    """Row counts per provenance, hardware, family and status, and the fingerprints."""
+    with Store(db, read_only=True) as store:
+        counts, fingerprints = store.info(), store.fingerprints()
+        path = store.path
+    if as_json:
+        print_json({"db": str(path), "rows": int(counts["rows"].sum()) if len(counts) else 0,
+                    "counts": _records(counts), "fingerprints": _records(fingerprints)})
+        return
+    print_table(_records(counts), title=f"{path}: {int(counts['rows'].sum()) if len(counts) else 0}"
+                " rows")
+    print_table(_records(fingerprints), ["fingerprint_id", "hardware", "device_name",
+                                         "device_count", "torch", "cuda", "nccl", "host", "rows"],
+                title="fingerprints")
+
+
+@group.command()
+@click.argument("sql")
+@_DB
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as a JSON list.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print the rows as CSV.")
+def query(sql: str, db: Path | None, as_json: bool, as_csv: bool) -> None:
+    """Run one SQL statement on the store (read-only)."""
+    if as_json and as_csv:
+        raise click.UsageError("--json and --csv are exclusive")
+    with Store(db, read_only=True) as store:
+        frame = store.query(sql)
+    if as_csv:
+        click.echo(frame.to_csv(index=False), nl=False)
+    elif as_json:
+        print_json(_records(frame))
+    else:
+        print_table(_records(frame), [str(c) for c in frame.columns])
+
+
+@group.command()
+@click.argument("shards", nargs=-1, required=True,
+                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@_DB
+def merge(shards: tuple[Path, ...], db: Path | None) -> None:
+    """Fold worker shards into the store (idempotent)."""
+    with Store(db) as store:
+        inserted, skipped = store.merge(shards)
+    click.echo(f"merged {len(shards)} shard(s): {inserted} rows inserted, {skipped} already stored")
+
+
+@group.command()
+@click.option("--parquet", "directory", required=True,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Write <DIR>/<hardware>/<family>.parquet.")
+@click.option("--where", default="", help="SQL condition on the family table (alias t).")
+@_DB
+def export(directory: Path, where: str, db: Path | None) -> None:
+    """Export the store as Parquet, one file per hardware and family."""
+    with Store(db, read_only=True) as store:
+        files = export_parquet(store, directory, where=where)
+    click.echo(f"wrote {len(files)} file(s) under {directory}")
+
+
+@group.command("import-published")
+@_SOURCE
+@_DATA_DIR
+@_DB
+def import_published_cmd(source: str, data_dir: Path | None, db: Path | None) -> None:
+    """Load the published AIConfigurator / Vidur measurements (imported only once)."""
+    with Store(db) as store:
+        result = import_published(store, source=source, data_dir=data_dir)
+    for name, (inserted, skipped) in result.items():
+        click.echo(f"{name}: {inserted} rows inserted, {skipped} already stored")
+
+
+@group.command("import-parquet")
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@_DB
+def import_parquet_cmd(path: Path, db: Path | None) -> None:
+    """Load Parquet written by `db export` or `db curate` (a file or a folder)."""
+    with Store(db) as store:
+        inserted, skipped = import_parquet(store, path)
+    click.echo(f"{path}: {inserted} rows inserted, {skipped} already stored")
+
+
+@group.command()
+@_SOURCE
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              default=_REPO_ROOT / "datasets" / "measurements", show_default=True,
+              help="Folder for <source>/<hardware>/<family>.parquet.")
+@_DATA_DIR
+@_DB
+def curate(source: str, out: Path, data_dir: Path | None, db: Path | None) -> None:
+    """Write the curated subset of imported sets as Parquet (run import-published first)."""
+    with Store(db, read_only=True) as store:
+        files = write_curated(store, out, source=source, data_dir=data_dir)
+    click.echo(f"wrote {len(files)} file(s) under {out}")

@@ -1,0 +1,165 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``llmsim search SCENARIO``: design-space search (training layouts or serving configs)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import click
+
+from simulate.cli.output import print_json, print_table
+from simulate.scenario import apply_overrides, read_document
+from simulate.search.executors import DEFAULT_EXECUTOR, EXECUTORS
+from simulate.search.serving_search import search_serving
+from simulate.search.training_search import OBJECTIVES, search_training
+
+
+def _flat(row: dict) -> dict:
+    lay = row["layout"]
+    par = lay["parallel"]
+    return {"rank": row["rank"], "gpus": row["num_gpus"], "tp": par.get("tp", 1),
+            "pp": par.get("pp", 1), "dp": par.get("dp", 1), "cp": par.get("cp", 1),
+            "ep": par.get("ep", 1), "vpp": par.get("vpp", 1), "sp": par.get("sp", False),
+            "zero": 3 if par.get("fsdp") else par.get("zero", 0),
+            "mb": lay.get("micro_batch", 1), "recompute": lay.get("recompute", "none"),
+            "schedule": lay.get("schedule", "1f1b"), "tokens/s": round(row["tokens_per_s"]),
+            "MFU": round(row["mfu"], 4), "GiB": round(row["memory_per_gpu_gib"], 1),
+            **{f"{k}_s": round(v, 3) for k, v in row["breakdown_s"].items()},
+            **({"$/Mtok": round(row["usd_per_million_tokens"], 4)}
+               if "usd_per_million_tokens" in row else {})}
+
+
+def _plot(points: list[tuple[float, float]], frontier: list[tuple[float, float]], xlabel: str,
+          ylabel: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.scatter(*zip(*points, strict=True), s=6, alpha=0.4, label="configurations")
+    if frontier:
+        ax.plot(*zip(*sorted(frontier), strict=True), "r-o", label="Pareto frontier")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+@click.command(name="search")
+@click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--top", default=10, show_default=True, help="How many best layouts to print.")
+@click.option("--objective", type=click.Choice(sorted(OBJECTIVES)), default="tokens_per_s",
+              show_default=True, help="Training: rank by tokens/s, MFU or cost per token.")
+@click.option("--usd-per-gpu-hour", type=float, help="Price for cost per token ($/GPU-h).")
+@click.option("--executor", type=click.Choice(sorted(EXECUTORS)), default=DEFAULT_EXECUTOR,
+              show_default=True, help="Where the candidates are simulated.")
+@click.option("--workers", type=int, help="Worker processes (default: all cores).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--csv", "csv_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write every timed configuration as CSV.")
+@click.option("--plot", "plot_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the frontier plot (PNG/SVG/PDF by suffix).")
+@click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
+              help="Override a scenario field (repeatable).")
+@click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Measurement store (default: $LLMSIM_DB or ~/.llmsim/llmsim.duckdb).")
+@click.option("--tracking-uri", help="MLflow tracking URI for the predictors.")
+@click.option("--no-store", is_flag=True, help="Do not use measured latencies.")
+@click.option("--no-predictors", is_flag=True, help="Do not use learned predictors.")
+def command(scenario: Path, top: int, objective: str, usd_per_gpu_hour: float | None,
+            executor: str, workers: int | None, as_json: bool, csv_file: Path | None,
+            plot_file: Path | None, overrides: tuple[str, ...], db_path: Path | None,
+            tracking_uri: str | None, no_store: bool, no_predictors: bool) -> None:
+    """Search SCENARIO's design space: a training block with lists/ranges/auto (layouts ranked
+    by tokens/s, MFU or cost, frontier of tokens/s vs GPU count), or an inference scenario with a
+    ``search`` block (frontier of tokens/s per GPU vs TPOT under its SLO, gain over the default).
+    """
+    engines = {"store_path": str(db_path) if db_path else None, "use_store": not no_store,
+               "use_predictors": not no_predictors, "tracking_uri": tracking_uri}
+    doc = apply_overrides(read_document(scenario), overrides)
+    if "training" not in doc:
+        _serving(scenario, overrides, executor, workers, engines, as_json, csv_file, plot_file,
+                 top)
+        return
+    res = search_training(scenario, overrides=overrides, objective=objective,
+                          usd_per_gpu_hour=usd_per_gpu_hour, executor=executor, workers=workers,
+                          engines=engines)
+    if csv_file is not None and res.rows:
+        flat = [_flat(r) for r in res.rows]
+        with csv_file.open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(flat[0]))
+            writer.writeheader()
+            writer.writerows(flat)
+    if plot_file is not None and res.rows:
+        _plot([(r["num_gpus"], r["tokens_per_s"]) for r in res.rows],
+              [(r["num_gpus"], r["tokens_per_s"]) for r in res.frontier], "GPUs", "tokens/s",
+              plot_file)
+    summary = {"name": res.name, "objective": res.objective, "candidates": res.candidates,
+               "valid": res.valid, "fit_in_memory": res.fit, "elapsed_s": res.elapsed_s,
+               "layouts_per_s": res.candidates / res.elapsed_s if res.elapsed_s else None,
+               "executor": res.executor, "workers": res.workers}
+    if as_json:
+        print_json({**summary, "top": res.top(top), "frontier": res.frontier})
+        return
+    print_table([{"field": k, "value": v} for k, v in summary.items()], ["field", "value"],
+                title=res.name)
+    rows = [_flat(r) for r in res.top(top)]
+    if rows:
+        cols = ["rank", "gpus", "tp", "pp", "dp", "cp", "vpp", "zero", "mb", "recompute",
+                "schedule", "tokens/s", "MFU", "GiB", "compute_s", "exposed_communication_s",
+                "pipeline_bubble_s"]
+        cols += [c for c in rows[0] if c == "$/Mtok"]
+        print_table([{**r, "recompute": str(r["recompute"])[:4], "schedule": r["schedule"][:5]}
+                     for r in rows], cols, title=f"top {len(rows)} by {objective}")
+        front = [_flat(r) for r in res.frontier]
+        print_table(front, ["gpus", "tp", "pp", "dp", "cp", "tokens/s", "MFU"],
+                    title="Pareto frontier: tokens/s vs GPUs")
+    else:
+        click.secho("no layout fits in memory", fg="red", err=True)
+
+
+def _serving(scenario, overrides, executor, workers, engines, as_json, csv_file, plot_file,
+             top) -> None:
+    res = search_serving(scenario, overrides=overrides, executor=executor, workers=workers,
+                         engines=engines)
+    if csv_file is not None and res.rows:
+        flat = [{**{k: json.dumps(v) if isinstance(v, dict) else v
+                    for k, v in r["config"].items()},
+                 **{k: v for k, v in r.items() if k not in ("config", "engine_coverage")}}
+                for r in res.rows]
+        keys = list(dict.fromkeys(k for r in flat for k in r))
+        with csv_file.open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=keys)
+            writer.writeheader()
+            writer.writerows(flat)
+    ok = [r for r in res.rows if r["fits"]]
+    if plot_file is not None and ok:
+        _plot([(r["tpot_p90_s"], r["tokens_per_s_per_gpu"]) for r in ok],
+              [(r["tpot_p90_s"], r["tokens_per_s_per_gpu"]) for r in res.frontier],
+              "TPOT p90 (s)", "output tokens/s per GPU", plot_file)
+    if as_json:
+        print_json({"name": res.name, "slo": res.slo, "candidates": res.candidates,
+                    "elapsed_s": res.elapsed_s, "default": res.default, "best": res.best,
+                    "improvement": res.improvement, "frontier": res.frontier,
+                    "top": res.rows[:top]})
+        return
+
+    def fmt(r: dict) -> dict:
+        return {"config": json.dumps(r["config"], separators=(",", ":")),
+                "tok/s/GPU": round(r["tokens_per_s_per_gpu"], 1),
+                "TPOT p90 ms": round(1e3 * r["tpot_p90_s"], 1),
+                "TTFT p90 s": round(r["ttft_p90_s"], 3), "SLO": r["meets_slo"]}
+
+    cols = ["config", "tok/s/GPU", "TPOT p90 ms", "TTFT p90 s", "SLO"]
+    print_table([fmt(r) for r in res.frontier], cols,
+                title=f"{res.name}: frontier under SLO {res.slo} ({res.candidates} configs, "
+                      f"{res.elapsed_s:.1f} s)")
+    if res.default:
+        print_table([fmt(res.default)], cols, title="default (the scenario as written)")
+    if res.improvement is not None:
+        click.echo(f"best point: {res.improvement:.2f}x the default's tokens/s per GPU")

@@ -1,0 +1,45 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``llmsim suite``: run the survey's benchmark suite and report per-scenario support."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from simulate.cli.output import print_json, print_table
+from simulate.suite import run_suite
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+@click.command(name="suite")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON list.")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+              help="Suite folder (default: datasets/scenarios/suite).")
+@click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Measurement store (default: $LLMSIM_DB or ~/.llmsim/llmsim.duckdb).")
+@click.option("--no-store", is_flag=True, help="Do not use measured latencies.")
+@click.option("--no-predictors", is_flag=True, help="Do not use learned predictors.")
+def command(as_json: bool, directory: Path | None, db_path: Path | None, no_store: bool,
+            no_predictors: bool) -> None:
+    """Run every scenario of the survey suite (T1-T4, I1-I5): metric, predicted value, engines
+    and supported / partial / unsupported."""
+    rows = run_suite(directory=directory,
+                     engines={"store_path": str(db_path) if db_path else None,
+                              "use_store": not no_store, "use_predictors": not no_predictors})
+    if as_json:
+        print_json(rows)
+        return
+    print_table([{**r, "value": _fmt(r["value"]), "engines": ",".join(r["engines"])}
+                 for r in rows], ["id", "category", "metric", "value", "engines", "status",
+                                  "note"], title="llmsim benchmark suite")
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("supported", "partial",
+                                                               "unsupported")}
+    click.echo(", ".join(f"{v} {k}" for k, v in counts.items()))

@@ -1,0 +1,204 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``llmsim train``: train, report and promote the XGBoost latency predictors.
+
+``llmsim train --hardware H --op FAMILY`` is short for ``llmsim train run ...``. The tracking
+store is ``--tracking-uri``, else ``$MLFLOW_TRACKING_URI``, else SQLite under ``$LLMSIM_HOME``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from simulate.cli.output import print_json, print_table
+
+_FAMILIES = ["gemm", "attention", "collective", "memory", "moe"]
+
+
+def _common(func):
+    options = [
+        click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                     help="Store file (default: $LLMSIM_DB or $LLMSIM_HOME/llmsim.duckdb)."),
+        click.option("--tracking-uri", default=None,
+                     help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or SQLite under "
+                     "$LLMSIM_HOME)."),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--configs", "n_configs", type=int, default=8, show_default=True,
+                     help="Hyper-parameter draws per target in the search."),
+        click.option("--max-train-rows", type=int, default=30_000, show_default=True,
+                     help="Training rows per fit (larger sets are subsampled, seeded)."),
+        click.option("--no-promote", is_flag=True,
+                     help="Register the version but do not try to move the champion alias."),
+        click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _outcome_dict(outcome) -> dict:
+    result = outcome.result
+    splits = {name: {model: m.as_dict() for model, m in s.metrics.items()}
+              for name, s in result.splits.items()}
+    promotion = outcome.promotion
+    return {
+        "hardware": result.data.hardware, "family": result.data.family,
+        "provenance": result.data.provenance, "rows": len(result.data),
+        "data_fingerprint": str(result.data.fingerprint), "target": result.target.value,
+        "target_reason": result.target_reason, "n_trees": result.model.n_trees,
+        "run_id": outcome.logged.run_id, "registered_model": outcome.logged.name,
+        "version": outcome.logged.version, "splits": splits,
+        "promotion": None if promotion is None else {
+            "promoted": promotion.promoted, "reason": promotion.reason},
+    }
+
+
+def _print_outcome(outcome) -> None:
+    d = _outcome_dict(outcome)
+    rows = [{"split": split, "model": model, **metrics}
+            for split, models in d["splits"].items() for model, metrics in models.items()]
+    print_table(rows, ["split", "model", "n", "mape", "median_ape", "p90_ape", "max_ape"],
+                title=f"{d['registered_model']} v{d['version']} ({d['provenance']}, "
+                      f"{d['rows']} shapes, target {d['target']})")
+    click.echo(f"target: {d['target_reason']}")
+    click.echo(f"run {d['run_id']}; data {d['data_fingerprint']}")
+    if d["promotion"] is not None:
+        verb = "promoted to champion" if d["promotion"]["promoted"] else "not promoted"
+        click.echo(f"{verb}: {d['promotion']['reason']}")
+
+
+def _run(hardware: str, op: str, db, tracking_uri, seed, n_configs, max_train_rows, no_promote,
+         as_json, provenance, dtype) -> None:
+    from predictors.pipeline import train_and_log
+
+    outcome = train_and_log(hardware, op, db=db, provenance=provenance, dtype=dtype,
+                            config=_config(seed, n_configs, max_train_rows),
+                            tracking_uri=tracking_uri, auto_promote=not no_promote)
+    if as_json:
+        print_json(_outcome_dict(outcome))
+    else:
+        _print_outcome(outcome)
+
+
+def _config(seed: int, n_configs: int, max_train_rows: int):
+    from predictors.train import TrainConfig
+
+    return TrainConfig(seed=seed, n_configs=n_configs, max_train_rows=max_train_rows,
+                       search_rows=min(20_000, max_train_rows))
+
+
+_HW = click.option("--hardware", help="Catalog hardware name (the store's hardware column).")
+_OP = click.option("--op", type=click.Choice(_FAMILIES), help="Operator family.")
+_PROV = click.option("--provenance", default=None,
+                     help="Provenance group to train on (default: the largest).")
+_DTYPE = click.option("--dtype", default=None, help="Only rows of this dtype.")
+
+
+@click.group(invoke_without_command=True)
+@_HW
+@_OP
+@_PROV
+@_DTYPE
+@_common
+@click.pass_context
+def group(ctx: click.Context, hardware, op, provenance, dtype, db, tracking_uri, seed, n_configs,
+          max_train_rows, no_promote, as_json) -> None:
+    """Train, report and promote latency predictors (``llmsim train --hardware H --op F``)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if not hardware or not op:
+        raise click.UsageError("give --hardware and --op, or a sub-command (run, all, report, "
+                               "promote)")
+    _run(hardware, op, db, tracking_uri, seed, n_configs, max_train_rows, no_promote, as_json,
+         provenance, dtype)
+
+
+@group.command("run")
+@click.option("--hardware", required=True, help="Catalog hardware name.")
+@click.option("--op", required=True, type=click.Choice(_FAMILIES), help="Operator family.")
+@_PROV
+@_DTYPE
+@_common
+def run_cmd(hardware, op, provenance, dtype, db, tracking_uri, seed, n_configs, max_train_rows,
+            no_promote, as_json) -> None:
+    """Train one (hardware, family) predictor, log it to MLflow and try to promote it."""
+    _run(hardware, op, db, tracking_uri, seed, n_configs, max_train_rows, no_promote, as_json,
+         provenance, dtype)
+
+
+@group.command("all")
+@click.option("--min-rows", type=int, default=50, show_default=True)
+@_common
+def all_cmd(min_rows, db, tracking_uri, seed, n_configs, max_train_rows, no_promote,
+            as_json) -> None:
+    """Train every (hardware, family) in the store with at least --min-rows shapes."""
+    from predictors.pipeline import train_and_log, trainable_groups
+
+    results = []
+    for hardware, family, rows in trainable_groups(db, min_rows=min_rows):
+        if not as_json:
+            click.echo(f"training {hardware}/{family} ({rows} shapes)")
+        outcome = train_and_log(hardware, family, db=db,
+                                config=_config(seed, n_configs, max_train_rows),
+                                tracking_uri=tracking_uri, auto_promote=not no_promote)
+        results.append(_outcome_dict(outcome))
+        if not as_json:
+            _print_outcome(outcome)
+    if as_json:
+        print_json(results)
+
+
+@group.command("report")
+@click.option("--tracking-uri", default=None, help="MLflow tracking URI.")
+@click.option("--all-splits", is_flag=True, help="Also the random split.")
+@click.option("--markdown", is_flag=True, help="Print a Markdown table.")
+@click.option("--write-readme", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Replace the accuracy-table section of this README.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def report_cmd(tracking_uri, all_splits, markdown, write_readme, as_json) -> None:
+    """Every champion's held-out error (XGBoost and both baselines), with n."""
+    from predictors.report import COLUMNS, champion_rows, markdown_table, write_readme_section
+    from predictors.splits import HELDOUT_LARGE, HELDOUT_SHAPE, RANDOM
+
+    splits = (HELDOUT_SHAPE, HELDOUT_LARGE, RANDOM) if all_splits else (HELDOUT_SHAPE,
+                                                                        HELDOUT_LARGE)
+    rows = champion_rows(tracking_uri, splits=splits)
+    if write_readme is not None:
+        write_readme_section(write_readme, markdown_table(rows))
+    if as_json:
+        print_json(rows)
+    elif markdown:
+        click.echo(markdown_table(rows))
+    elif not rows:
+        click.echo("no champions yet: run `llmsim train run --hardware H --op FAMILY`")
+    else:
+        print_table(rows, list(COLUMNS), title="Champion predictors: error in percent")
+
+
+@group.command("promote")
+@click.option("--hardware", required=True, help="Catalog hardware name.")
+@click.option("--op", required=True, type=click.Choice(_FAMILIES), help="Operator family.")
+@click.option("--version", default=None, help="Candidate version (default: the latest).")
+@click.option("--tracking-uri", default=None, help="MLflow tracking URI.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def promote_cmd(hardware, op, version, tracking_uri, as_json) -> None:
+    """Move the champion alias to --version only if it beats the champion on held-out rows."""
+    from predictors.promote import promote
+
+    p = promote(hardware, op, version=version, tracking_uri=tracking_uri)
+    d = {"registered_model": p.name, "candidate_version": p.candidate_version,
+         "champion_version_before": p.champion_version, "promoted": p.promoted,
+         "reason": p.reason, "candidate": p.candidate.as_dict() if p.candidate else None,
+         "champion": p.champion.as_dict() if p.champion else None}
+    if as_json:
+        print_json(d)
+        return
+    if p.candidate is not None:
+        rows = [{"model": f"candidate v{p.candidate_version}", **p.candidate.as_dict()}]
+        if p.champion is not None:
+            rows.append({"model": f"champion v{p.champion_version}", **p.champion.as_dict()})
+        print_table(rows, ["model", "n", "mape", "median_ape", "p90_ape", "max_ape"],
+                    title=f"{p.name}: held-out comparison")
+    verb = "promoted" if p.promoted else "not promoted"
+    click.echo(f"{p.name} v{p.candidate_version} {verb}: {p.reason}")

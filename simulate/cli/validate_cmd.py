@@ -1,0 +1,110 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``llmsim validate``: predicted vs measured on this CPU (real models, and a DDP step)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from simulate.cli.output import print_json, print_mapping, print_table
+
+_DB = click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                   help="Store (default: $LLMSIM_HOME/validate/cpu-t<threads>.duckdb).")
+_JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+
+
+@click.group()
+def group() -> None:
+    """Validate the predictions against real runs on this CPU."""
+
+
+def _status(label: str) -> None:
+    click.echo(f"[validate] {label}", err=True)
+
+
+@group.command("cpu")
+@click.option("--models", default=None,
+              help="Comma-separated validation models (default: all; see simulate.validate).")
+@click.option("--modes", default="forward,train_step,generate", show_default=True,
+              help="Comma-separated: forward, train_step (forward + backward), generate.")
+@_DB
+@click.option("--tracking-uri", default=None, help="MLflow tracking URI for the predictors.")
+@click.option("--repeats", type=int, default=10, show_default=True,
+              help="Timed calls of each real model (median).")
+@click.option("--warmup", type=int, default=3, show_default=True)
+@click.option("--threads", type=int, default=1, show_default=True,
+              help="torch intra-op threads for profiling and timing alike (1 resists other "
+                   "load on the machine best).")
+@click.option("--skip-profile", is_flag=True, help="Use what the store holds; profile nothing.")
+@click.option("--skip-train", is_flag=True, help="Reuse the registered champion predictors.")
+@click.option("--fast", is_flag=True,
+              help="Tiny profiling budget and a small predictor search (smoke tests).")
+@_JSON
+def cpu_cmd(models: str | None, modes: str, db: Path | None, tracking_uri: str | None,
+            repeats: int, warmup: int, threads: int, skip_profile: bool, skip_train: bool,
+            fast: bool, as_json: bool) -> None:
+    """Trace, profile, train, predict and time >= 5 real architectures on this CPU."""
+    from profiler.timers import Budget
+    from simulate.validate.loop import FAST_BUDGET, LoopConfig, run_validation
+    from simulate.validate.models import VALIDATION_MODELS
+    from simulate.validate.report import UNKNOWN_COLUMNS, report_dict, table_rows, unknown_dict
+
+    names = tuple(m.strip() for m in models.split(",") if m.strip()) if models else tuple(
+        VALIDATION_MODELS)
+    config = LoopConfig(models=names, modes=tuple(m.strip() for m in modes.split(",")
+                                                  if m.strip()),
+                        store_path=db, tracking_uri=tracking_uri, threads=threads,
+                        warmup=warmup, repeats=repeats,
+                        budget=FAST_BUDGET if fast else Budget(), profile=not skip_profile,
+                        train=not skip_train, fast_train=fast, progress=not as_json)
+    report = run_validation(config, on_stage=_status)
+    if as_json:
+        print_json(report_dict(report))
+        return
+    print_table(table_rows(report),
+                title=f"validate cpu ({report.threads} thread(s); errors are signed %, "
+                      "engine columns are % of predicted time)")
+    if report.unknown:
+        print_table([unknown_dict(r) for r in report.unknown], UNKNOWN_COLUMNS,
+                    title="unknown aten ops (priced by the roofline)")
+    else:
+        click.echo("unknown aten ops: none (every traced call mapped)")
+    summary = report.summary()
+    flat = {k: v for k, v in summary.items() if not isinstance(v, dict)}
+    for key in ("worst_fwd_bwd", "worst_overall"):
+        worst = summary.get(key)
+        flat[key] = (f"{worst['model']} {worst['mode']} {worst['error_pct']:+.1f}%"
+                     if worst else None)
+    flat.update({f"elapsed_{k}_s": v for k, v in report.elapsed_s.items()})
+    flat.update({k: v for k, v in report.stages.items() if not isinstance(v, dict)})
+    for name, stage in report.stages.items():
+        if isinstance(stage, dict):
+            flat[name] = ", ".join(f"{k}: {v.get('status', v) if isinstance(v, dict) else v}"
+                                   for k, v in stage.items())
+    print_mapping(flat, title="summary")
+
+
+@group.command("ddp")
+@_DB
+@click.option("--width", type=int, default=512, show_default=True)
+@click.option("--depth", type=int, default=4, show_default=True)
+@click.option("--batch", type=int, default=64, show_default=True, help="Rows per rank.")
+@click.option("--repeats", type=int, default=10, show_default=True)
+@click.option("--warmup", type=int, default=3, show_default=True)
+@_JSON
+def ddp_cmd(db: Path | None, width: int, depth: int, batch: int, repeats: int, warmup: int,
+            as_json: bool) -> None:
+    """Two gloo processes train an MLP with DDP: predicted vs measured step time."""
+    from simulate.validate.ddp import DdpConfig, run_ddp_check
+
+    check = run_ddp_check(DdpConfig(width=width, depth=depth, batch=batch, repeats=repeats,
+                                    warmup=warmup, store_path=db))
+    result = check.to_dict()
+    if as_json:
+        print_json(result)
+        return
+    shown = {k: v for k, v in result.items() if not isinstance(v, dict)}
+    shown.update({f"engine_{k}_pct": v * 100 for k, v in check.engine_share.items()})
+    shown.update({f"profile_{k}": v for k, v in check.profile.items()})
+    print_mapping(shown, title="validate ddp (dp=2, gloo, CPU)")

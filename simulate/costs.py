@@ -1,0 +1,87 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Time of a graph `Block` from its operators' estimates and the overlap model.
+
+Compute nodes run back to back on the compute stream. Communication is placed as Megatron-style
+training runs it: TP/SP collectives on the critical path unless ``overlap.tp_comm``; the CP ring
+exchange hidden behind the attention blocks it feeds; EP all-to-all exposed; ZeRO-3/FSDP
+parameter gathers prefetched behind the layer's compute. Hidden communication still costs the
+ratio slowdown of `simulate.overlap`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from simulate.engines import Estimate
+from simulate.graph import Block, Node
+from simulate.overlap import overlap_window
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PassCost:
+    """One direction (forward or backward) of a block, seconds."""
+
+    elapsed_s: float  # on the compute stream's critical path
+    compute_s: float  # compute operators alone
+    engine_s: Mapping[str, float]  # operator time per engine (compute and communication)
+
+    @property
+    def exposed_comm_s(self) -> float:
+        return self.elapsed_s - self.compute_s
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockCost:
+    fwd: PassCost
+    bwd: PassCost
+
+
+def _pass(nodes: Sequence[Node], est: Mapping[str, Estimate], *, tp_overlap: bool,
+          slowdown: float) -> PassCost:
+    compute = attention = 0.0
+    comm: dict[str, float] = {}
+    engine_s: dict[str, float] = {}
+    for node in nodes:
+        e = est[node.op.key]
+        t = e.latency_s * node.count
+        engine_s[e.engine] = engine_s.get(e.engine, 0.0) + t
+        if node.stream == "compute":
+            compute += t
+            if node.op.family == "attention":
+                attention += t
+        else:
+            comm[node.stream] = comm.get(node.stream, 0.0) + t
+    elapsed = compute
+    cp_s = comm.get("cp", 0.0)
+    if cp_s:
+        ring = any(n.stream == "cp" and n.op.kind == "send_recv" for n in nodes)  # type: ignore[union-attr]
+        if ring:  # each ring step's transfer overlaps the attention block it precedes
+            elapsed += overlap_window(attention, cp_s, slowdown)[0] - attention
+        else:
+            elapsed += cp_s
+    tp_s = comm.get("tp", 0.0)
+    if tp_s:
+        if tp_overlap:
+            rest = compute - attention
+            elapsed += overlap_window(rest, tp_s, slowdown)[0] - rest
+        else:
+            elapsed += tp_s
+    elapsed += comm.get("ep", 0.0)
+    fsdp_s = comm.get("fsdp", 0.0)
+    if fsdp_s:
+        elapsed += overlap_window(compute, fsdp_s, slowdown)[0] - compute
+    return PassCost(elapsed_s=elapsed, compute_s=compute, engine_s=engine_s)
+
+
+def block_cost(block: Block, est: Mapping[str, Estimate], *, tp_overlap: bool,
+               slowdown: float) -> BlockCost:
+    """Forward and backward cost of ``block`` given estimates keyed by ``op.key``."""
+    return BlockCost(fwd=_pass(block.fwd, est, tp_overlap=tp_overlap, slowdown=slowdown),
+                     bwd=_pass(block.bwd, est, tp_overlap=tp_overlap, slowdown=slowdown))
+
+
+def add_engine_time(total: dict[str, float], part: Mapping[str, float], times: float) -> None:
+    """total[engine] += part[engine] * times."""
+    for engine, value in part.items():
+        total[engine] = total.get(engine, 0.0) + value * times

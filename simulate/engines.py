@@ -1,0 +1,154 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The engine chain: store (exact measurement) -> XGBoost predictor -> roofline / link model.
+
+Every answer is an `Estimate` naming the engine that produced it. Requests are batched and
+deduplicated by ``op.key``; answers are cached per chain, so a layer estimated once costs a dict
+lookup afterwards. A missing store file or registered model silently falls through to the next
+engine; `EngineChain.available` says which engines could answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from analytical.errors import LlmsimError
+from analytical.hardware import HardwareSpec
+from analytical.ops import OpSpec
+from analytical.roofline import roofline_time
+
+ENGINE_ORDER: tuple[str, ...] = ("store", "xgboost", "roofline")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Estimate:
+    """One operator's predicted latency and who predicted it."""
+
+    latency_s: float
+    engine: str  # one of ENGINE_ORDER
+    detail: str = ""
+
+
+def _tracking_store_exists(tracking_uri: str | None) -> bool:
+    """False for a local SQLite tracking store that does not exist yet: it can hold no champion,
+    and opening it would create it (and take MLflow seconds to migrate)."""
+    from analytical.paths import default_tracking_uri
+
+    uri = tracking_uri or default_tracking_uri()
+    if uri.startswith("sqlite:///"):
+        return Path(uri.removeprefix("sqlite:///")).is_file()
+    return True
+
+
+class EngineChain:
+    """Ask each engine in `ENGINE_ORDER` until one answers, per operator shape."""
+
+    def __init__(self, hardware: HardwareSpec, *, store_path: str | Path | None = None,
+                 use_store: bool = True, use_predictors: bool = True,
+                 tracking_uri: str | None = None) -> None:
+        self.hardware = hardware
+        self._cache: dict[str, Estimate] = {}
+        self._predictors: dict[str, object | None] = {}
+        self._use_predictors = use_predictors
+        self._tracking_uri = tracking_uri
+        self._store = self._open_store(store_path) if use_store else None
+        self._ops: dict[str, OpSpec] = {}
+        self._store_index: dict[str, dict[str, float]] = {}
+        self.available: dict[str, bool] = {"store": self._store is not None,
+                                           "xgboost": False, "roofline": True}
+
+    @staticmethod
+    def _open_store(store_path: str | Path | None) -> object | None:
+        from analytical.paths import default_db_path
+
+        path = Path(store_path) if store_path is not None else Path(default_db_path())
+        if not path.is_file():
+            return None
+        try:
+            from profiler.store import Store
+
+            return Store(path, read_only=True)
+        except (LlmsimError, OSError, ImportError):
+            return None
+
+    def _predictor(self, family: str) -> object | None:
+        if family not in self._predictors:
+            predictor = None
+            if self._use_predictors and _tracking_store_exists(self._tracking_uri):
+                try:
+                    from predictors.loader import load_champion
+
+                    predictor = load_champion(self.hardware.name, family,
+                                              tracking_uri=self._tracking_uri)
+                except Exception:  # noqa: BLE001 - no usable champion: fall through, by design
+                    predictor = None
+            self._predictors[family] = predictor
+            self.available["xgboost"] |= predictor is not None
+        return self._predictors[family]
+
+    def _store_medians(self, family: str) -> dict[str, float]:
+        """All of this hardware's measured medians of one family, read once (one query) and
+        kept: a serving simulation asks for hundreds of shapes one token count at a time."""
+        if family not in self._store_index:
+            try:
+                self._store_index[family] = self._store.medians_by_key(  # type: ignore[union-attr]
+                    family, self.hardware.name)
+            except LlmsimError:
+                self._store_index[family] = {}
+        return self._store_index[family]
+
+    def estimate(self, op: OpSpec) -> Estimate:
+        """One operator (see `estimate_many`)."""
+        return self.estimate_many([op])[0]
+
+    def estimate_many(self, ops: Sequence[OpSpec]) -> list[Estimate]:
+        """Estimates in the order of ``ops``; distinct shapes are asked once and cached."""
+        todo: dict[str, OpSpec] = {}
+        for op in ops:
+            key = op.key
+            if key not in self._cache and key not in todo:
+                todo[key] = op
+                self._ops[key] = op
+        if todo:
+            self._fill(todo)
+        return [self._cache[op.key] for op in ops]
+
+    def _fill(self, todo: dict[str, OpSpec]) -> None:
+        if self._store is not None:
+            medians = {}
+            for key in list(todo):
+                value = self._store_medians(todo[key].family).get(key)
+                if value is not None:
+                    medians[key] = value
+            for key, value in medians.items():
+                if value > 0:
+                    self._cache[key] = Estimate(latency_s=value, engine="store",
+                                                detail="median of measured runs")
+                    todo.pop(key, None)
+        by_family: dict[str, list[OpSpec]] = {}
+        for op in todo.values():
+            by_family.setdefault(op.family, []).append(op)
+        for family, family_ops in by_family.items():
+            predictor = self._predictor(family)
+            if predictor is None:
+                continue
+            try:
+                values = np.asarray(predictor.predict(family_ops), dtype=float)  # type: ignore[attr-defined]
+            except (LlmsimError, ValueError):
+                continue
+            for op, value in zip(family_ops, values, strict=True):
+                if np.isfinite(value) and value > 0:
+                    self._cache[op.key] = Estimate(latency_s=float(value), engine="xgboost",
+                                                   detail=f"champion model for {family}")
+                    todo.pop(op.key, None)
+        for key, op in todo.items():
+            detail = "link model" if op.family == "collective" else "roofline"
+            self._cache[key] = Estimate(latency_s=roofline_time(op, self.hardware),
+                                        engine="roofline", detail=detail)
+
+    def ops_served_by(self, engines: Sequence[str]) -> list[OpSpec]:
+        """Every operator asked so far whose answer came from one of ``engines``."""
+        return [self._ops[k] for k, e in self._cache.items() if e.engine in engines]

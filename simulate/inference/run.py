@@ -1,0 +1,161 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Inference predictions: one batch (TTFT, TPOT, E2E) or a served request stream.
+
+Every path goes through the same step-cost tables (built from the engine chain) and the same
+serving loop: a single batch is a burst of `batch_size` identical requests under the static
+scheduler, so a single-batch answer and a served answer can never disagree on the model of a
+step. Memory (weights, KV capacity) comes from `analytical.memory`; a model that does not fit
+gets a verdict with the numbers and no latency.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from analytical import memory as mem
+from analytical.dtypes import DType
+from analytical.errors import InfeasibleError
+from analytical.hardware import HardwareSpec
+from analytical.model import ModelSpec
+from simulate.inference.layer_ops import LoraSpec, Sharding, check_sharding, heads_per_rank
+from simulate.inference.spec import InferenceSpec, ServingSpec
+from simulate.inference.step_cost import EstimateFn, MeteredCost, StepCostTables, build_tables
+from simulate.serving.loop import Speculation, Tenant
+from simulate.serving.schedulers import SchedulerConfig
+from simulate.serving.workload import Workload
+
+GIB = 2**30
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InstancePlan:
+    """One model instance: its layout, memory and step-cost tables."""
+
+    model: ModelSpec
+    shard: Sharding
+    tables: StepCostTables
+    weight_bytes: float
+    kv_bytes_per_token: float  # per GPU of the instance
+    kv_blocks: int
+    activation_reserve_bytes: float
+    memory_bytes: float  # usable by this instance: capacity * utilisation * memory fraction
+
+
+def activation_reserve_bytes(model: ModelSpec, shard: Sharding, max_tokens: int,
+                             max_seqs: int) -> float:
+    """Peak activation memory of one step as vLLM's profiling run sees it: the widest live
+    tensors of a layer for `max_tokens` tokens (residual, QKV, MLP intermediate) in bf16, plus
+    fp32 logits for `max_seqs` rows."""
+    h, g = heads_per_rank(model, shard.tp)
+    width = max(model.ffn_hidden, model.moe_ffn_hidden * max(model.top_k, 1)) // shard.tp
+    per_token = 4 * model.hidden + (h + 2 * g) * model.head_dim + 3 * width
+    return 2.0 * max_tokens * per_token + 4.0 * max_seqs * model.vocab / shard.tp
+
+
+def lora_weight_bytes(model: ModelSpec, lora: LoraSpec | None, adapters: int, tp: int) -> float:
+    """Adapter weights resident on one GPU: rank * (in + out) per target per layer, bf16."""
+    if lora is None:
+        return 0.0
+    d, f = model.hidden, model.ffn_hidden
+    qkv = (model.heads + 2 * model.kv_heads) * model.head_dim
+    dims = {"qkv": d + qkv, "o": model.heads * model.head_dim + d, "gate_up": d + 2 * f,
+            "down": f + d}
+    per_layer = sum(dims[t] for t in lora.targets) * lora.rank
+    return 2.0 * adapters * per_layer * model.layers / tp
+
+
+def plan_instance(model: ModelSpec, hw: HardwareSpec, *, tp: int, pp: int, ep: int,
+                  weight_dtype: DType, kv_dtype: DType, serving: ServingSpec,
+                  estimate: EstimateFn, memory_fraction: float = 1.0, extra_weight_bytes: float = 0.0,
+                  decode_q: int = 1, lora: LoraSpec | None = None,
+                  lora_bytes: float = 0.0) -> InstancePlan:
+    """Lay one instance out, check it fits, and build its step-cost tables."""
+    shard = Sharding(tp=tp, pp=pp, ep=ep, ranks_per_node=hw.gpus_per_node)
+    check_sharding(model, shard)
+    weights = mem.weight_bytes(model, dtype=weight_dtype, tp=tp, pp=pp, ep=ep) + lora_bytes
+    reserve = activation_reserve_bytes(model, shard, serving.max_batched_tokens,
+                                       serving.max_num_seqs)
+    usable = hw.memory_bytes * serving.gpu_memory_utilization * memory_fraction
+    kv_per_token = mem.kv_cache_bytes(model, tokens=1, kv_dtype=kv_dtype, tp=tp, pp=pp)
+    free = usable - weights - extra_weight_bytes - reserve
+    if free <= kv_per_token * serving.block_size:
+        raise InfeasibleError(
+            f"{model.name} does not fit on {hw.name} at tp={tp} pp={pp}: weights "
+            f"{weights / GIB:.1f} GiB + activations {reserve / GIB:.1f} GiB leave "
+            f"{free / GIB:.2f} GiB of {usable / GIB:.1f} GiB usable for the KV cache",
+            details={"weights_gib": weights / GIB, "activation_reserve_gib": reserve / GIB,
+                     "usable_gib": usable / GIB, "kv_free_gib": free / GIB})
+    blocks = int(free // (kv_per_token * serving.block_size))
+    tables = build_tables(model, hw, shard, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                          estimate=estimate,
+                          max_tokens=max(serving.max_batched_tokens, serving.max_num_seqs * decode_q),
+                          decode_q=decode_q, lora=lora)
+    return InstancePlan(model=model, shard=shard, tables=tables, weight_bytes=weights,
+                        kv_bytes_per_token=kv_per_token, kv_blocks=blocks,
+                        activation_reserve_bytes=reserve, memory_bytes=usable)
+
+
+def memory_report(plan: InstancePlan, block_size: int) -> dict[str, float]:
+    """Per-GPU memory of one instance, GiB, and the KV capacity in tokens."""
+    return {
+        "weights_gib": plan.weight_bytes / GIB,
+        "activation_reserve_gib": plan.activation_reserve_bytes / GIB,
+        "kv_cache_gib": plan.kv_blocks * block_size * plan.kv_bytes_per_token / GIB,
+        "kv_capacity_tokens": float(plan.kv_blocks * block_size),
+        "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token,
+        "usable_gib": plan.memory_bytes / GIB,
+    }
+
+
+def single_batch_serving(inf: InferenceSpec) -> ServingSpec:
+    """A single batch as a serving run: `batch_size` requests at t=0, static batching."""
+    tokens = inf.batch_size * _max_len(inf.input_len)
+    return ServingSpec(scheduler="static",
+                       arrival={"process": "burst", "num_requests": inf.batch_size, "seed": 0},
+                       max_num_seqs=inf.batch_size, max_batched_tokens=max(tokens, 1),
+                       block_size=16, preemption="recompute", step_overhead_s=0.0,
+                       gpu_memory_utilization=0.9)
+
+
+def _max_len(spec: Any) -> int:
+    if isinstance(spec, Mapping):
+        return int(spec.get("max", spec.get("mean", 1)))
+    return int(spec)
+
+
+def split_workload(workload: Workload, parts: int) -> list[Workload]:
+    """Round-robin requests over data-parallel replicas (as a load balancer would)."""
+    if parts == 1:
+        return [workload]
+    return [Workload(requests=workload.requests[i::parts],
+                     concurrency=-(-workload.concurrency // parts) if workload.closed else 0)
+            for i in range(parts)]
+
+
+def make_tenant(name: str, plan: InstancePlan, workload: Workload, serving: ServingSpec,
+            hw: HardwareSpec, speculation: Speculation | None) -> tuple[Tenant, MeteredCost]:
+    cost = MeteredCost(plan.tables)
+    decode_q = speculation.k + 1 if speculation else 1
+    config = SchedulerConfig(max_num_seqs=serving.max_num_seqs,
+                             max_batched_tokens=serving.max_batched_tokens,
+                             block_size=serving.block_size, preemption=serving.preemption,
+                             decode_q=decode_q)
+    tenant = Tenant(name=name, workload=workload, scheduler=serving.scheduler, config=config,
+                    cost=cost, kv_blocks=plan.kv_blocks,
+                    kv_bytes_per_token=plan.kv_bytes_per_token * plan.shard.tp,
+                    step_overhead_s=serving.step_overhead_s,
+                    swap_bw_bytes_per_s=hw.pcie.bandwidth_bytes_per_s * plan.shard.tp,
+                    speculation=speculation)
+    return tenant, cost
+
+
+def coverage(costs: Sequence[MeteredCost]) -> dict[str, float]:
+    """Fraction of simulated GPU time each engine answered (sums to 1)."""
+    total: dict[str, float] = {}
+    for cost in costs:
+        for engine, sec in cost.engine_seconds().items():
+            total[engine] = total.get(engine, 0.0) + sec
+    norm = sum(total.values()) or 1.0
+    return {engine: sec / norm for engine, sec in sorted(total.items())}

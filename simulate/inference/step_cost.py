@@ -1,0 +1,230 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Step-cost tables: how long one batched forward takes, built once from the engine chain.
+
+A serving simulation runs ~10^5 steps, too many to ask the engine chain for every operator of
+every step. The dense part of a step (every layer's projections, MLP, norms, TP collectives, LM
+head) depends only on the token count, so it is asked from the chain (store -> XGBoost ->
+roofline) once per distinct count and memoised: exact, not interpolated. The attention core
+depends on each sequence's context, so before the run we evaluate the prefill core at a grid of
+chunk lengths (interpolating the time per causal pair) and the decode core at a grid of (batch,
+context) points, fitted as ``a * seqs + b * kv_tokens`` by least squares (its cost is streaming
+the KV cache); the fit's worst relative error on its grid is kept in `fit_error` for the report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from analytical.comm import p2p_time
+from analytical.dtypes import DType
+from analytical.hardware import HardwareSpec
+from analytical.model import ModelSpec
+from analytical.ops import AttentionSpec, OpSpec, Phase
+from simulate.inference.layer_ops import (
+    LoraSpec,
+    Sharding,
+    heads_per_rank,
+    lm_head_ops,
+    step_ops,
+)
+from simulate.serving.state import StepShape
+
+# Batched engine-chain call: seconds and the name of the engine that answered, per op.
+EstimateFn = Callable[[Sequence[OpSpec]], Sequence[tuple[float, str]]]
+
+_DECODE_BATCHES = (1, 4, 16, 64, 256)
+_DECODE_CONTEXTS = (128, 512, 2048, 8192, 32768)
+
+
+def token_grid(max_tokens: int) -> list[int]:
+    """1..max_tokens, dense at small counts, then ~1.25x steps (always including max)."""
+    grid = {1, 2, 3, 4, 6, 8}
+    t = 8.0
+    while t < max_tokens:
+        t *= 1.25
+        grid.add(min(int(round(t)), max_tokens))
+    grid.add(max_tokens)
+    return sorted(g for g in grid if g <= max_tokens)
+
+
+def _interp(grid: np.ndarray, values: np.ndarray, x: float) -> float:
+    if x <= 0:
+        return 0.0
+    if x <= grid[-1]:
+        return float(np.interp(x, grid, values))
+    slope = (values[-1] - values[-2]) / (grid[-1] - grid[-2]) if len(grid) > 1 else 0.0
+    return float(values[-1] + slope * (x - grid[-1]))
+
+
+class DenseCost:
+    """Exact time of a step's dense part and LM head per token count, memoised, with the
+    seconds each engine answered."""
+
+    def __init__(self, model: ModelSpec, shard: Sharding, weight_dtype: DType,
+                 estimate: EstimateFn, lora: LoraSpec | None) -> None:
+        self._args = (model, shard, weight_dtype, lora)
+        self._estimate = estimate
+        self._memo: dict[tuple[str, int], tuple[float, dict[str, float]]] = {}
+
+    def _ops(self, part: str, tokens: int) -> list[tuple[OpSpec, int]]:
+        model, shard, wdtype, lora = self._args
+        if part == "dense":
+            return step_ops(model, tokens=tokens, shard=shard, weight_dtype=wdtype, lora=lora)
+        return [(op, 1) for op in lm_head_ops(model, tokens, shard, wdtype)]
+
+    def prewarm(self, part: str, counts: Sequence[int]) -> None:
+        """Evaluate many token counts in one batched engine call."""
+        todo = [c for c in dict.fromkeys(counts) if c > 0 and (part, c) not in self._memo]
+        ops = [(c, op, n) for c in todo for op, n in self._ops(part, c)]
+        answers = self._estimate([op for _, op, _ in ops])
+        acc: dict[int, dict[str, float]] = {c: {} for c in todo}
+        for (c, _, n), (sec, engine) in zip(ops, answers, strict=True):
+            acc[c][engine] = acc[c].get(engine, 0.0) + n * sec
+        for c, engines in acc.items():
+            self._memo[(part, c)] = (sum(engines.values()), engines)
+
+    def get(self, part: str, tokens: int) -> tuple[float, dict[str, float]]:
+        if tokens <= 0:
+            return 0.0, {}
+        key = (part, tokens)
+        if key not in self._memo:
+            self.prewarm(part, [tokens])
+        return self._memo[key]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCostTables:
+    """Step-cost model of one instance (a request crosses all its pipeline stages)."""
+
+    dense: DenseCost  # exact dense part and LM head per token count
+    prefill_len_grid: np.ndarray
+    prefill_per_pair_s: np.ndarray  # attention core time per causal pair, all layers
+    decode_per_seq_s: float  # decode attention: a (per sequence)
+    decode_per_kv_s: float  # decode attention: b (per KV token read)
+    pp_hop_s_per_token: float  # activation send/recv between stages, per token
+    pp: int
+    fit_error: float  # worst relative error of the decode-attention fit on its grid
+    attention_share: dict[str, dict[str, float]]  # prefill/decode -> engine -> fraction
+
+    def attention_parts(self, shape: StepShape) -> tuple[float, float, float]:
+        """Seconds of (prefill attention, decode attention, pipeline hops)."""
+        prefill = decode = hops = 0.0
+        if shape.prefill_chunks:
+            mean_chunk = (shape.tokens - shape.decode_q * shape.decode_seqs) / shape.prefill_chunks
+            prefill = shape.prefill_pairs * _interp(self.prefill_len_grid,
+                                                    self.prefill_per_pair_s, max(mean_chunk, 1.0))
+        if shape.decode_seqs:
+            decode = shape.decode_seqs * self.decode_per_seq_s + shape.decode_kv * self.decode_per_kv_s
+        if self.pp > 1:
+            hops = (self.pp - 1) * self.pp_hop_s_per_token * shape.tokens
+        return prefill, decode, hops
+
+    def step_time(self, shape: StepShape) -> float:
+        return (self.dense.get("dense", shape.tokens)[0] + self.dense.get("lm", shape.logits)[0]
+                + sum(self.attention_parts(shape)))
+
+
+class MeteredCost:
+    """Wraps tables and counts what the simulated steps used, for the engine coverage: token
+    counts of the dense part and LM head, seconds of each attention part."""
+
+    def __init__(self, tables: StepCostTables) -> None:
+        self.tables = tables
+        self.dense_counts: dict[int, int] = {}
+        self.lm_counts: dict[int, int] = {}
+        self.attention_s = {"prefill": 0.0, "decode": 0.0, "pp": 0.0}
+
+    def step_time(self, shape: StepShape) -> float:
+        tables = self.tables
+        self.dense_counts[shape.tokens] = self.dense_counts.get(shape.tokens, 0) + 1
+        self.lm_counts[shape.logits] = self.lm_counts.get(shape.logits, 0) + 1
+        prefill, decode, hops = tables.attention_parts(shape)
+        acc = self.attention_s
+        acc["prefill"] += prefill
+        acc["decode"] += decode
+        acc["pp"] += hops
+        return (tables.dense.get("dense", shape.tokens)[0] + tables.dense.get("lm", shape.logits)[0]
+                + prefill + decode + hops)
+
+    def engine_seconds(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+
+        def add(engines: dict[str, float], scale: float) -> None:
+            for engine, sec in engines.items():
+                out[engine] = out.get(engine, 0.0) + scale * sec
+
+        for part, counts in (("dense", self.dense_counts), ("lm", self.lm_counts)):
+            for tokens, n in counts.items():
+                add(self.tables.dense.get(part, tokens)[1], n)
+        shares = {**self.tables.attention_share, "pp": {"roofline": 1.0}}
+        for part, seconds in self.attention_s.items():
+            add(shares[part], seconds)
+        return out
+
+
+def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_dtype: DType,
+                 kv_dtype: DType, estimate: EstimateFn, max_tokens: int = 8192, decode_q: int = 1,
+                 lora: LoraSpec | None = None) -> StepCostTables:
+    """Build the step-cost model, asking the engine chain in a few batched calls.
+
+    `estimate(ops)` returns (seconds, engine) per op (the engine chain's batched entry point);
+    the dense part is prewarmed on a grid of token counts and filled exactly on demand. Layers per
+    pipeline stage are `model.layers / pp` but a request crosses all stages, so a step's latency
+    sums them all (no micro-batch pipelining inside one step, as in vLLM's PP without virtual
+    engines).
+    """
+    grid = token_grid(max_tokens)
+    dense = DenseCost(model, shard, weight_dtype, estimate, lora)
+    dense.prewarm("dense", grid)
+    dense.prewarm("lm", grid)
+    ops: list[OpSpec] = []
+    plan: list[tuple[str, int, float]] = []  # (table, grid index, multiplicity) per op
+    h, g = heads_per_rank(model, shard.tp)
+    head_dim = (model.qk_nope_head_dim + model.qk_rope_head_dim) if model.is_mla else model.head_dim
+    attn_dtype = kv_dtype if kv_dtype in (DType.BF16, DType.FP16, DType.FP8) else DType.BF16
+    prefill_grid = [L for L in grid if L >= 16] or [grid[-1]]
+    for i, length in enumerate(prefill_grid):
+        ops.append(AttentionSpec(batch=1, q_len=length, kv_len=length, heads=h, kv_heads=g,
+                                 head_dim=head_dim, causal=True, phase=Phase.PREFILL,
+                                 dtype=attn_dtype))
+        plan.append(("prefill", i, float(model.layers)))
+    decode_points = [(b, c) for b in _DECODE_BATCHES for c in _DECODE_CONTEXTS]
+    for i, (batch, ctx) in enumerate(decode_points):
+        ops.append(AttentionSpec(batch=batch, q_len=decode_q, kv_len=ctx + decode_q, heads=h,
+                                 kv_heads=g, head_dim=head_dim, causal=True, phase=Phase.DECODE,
+                                 dtype=attn_dtype))
+        plan.append(("decode", i, float(model.layers)))
+    answers = estimate(ops)
+    share: dict[str, dict[str, float]] = {}
+    prefill = np.zeros(len(prefill_grid))
+    decode = np.zeros(len(decode_points))
+    tables = {"prefill": prefill, "decode": decode}
+    for (table, i, mult), (sec, engine) in zip(plan, answers, strict=True):
+        tables[table][i] += mult * sec
+        comp = share.setdefault(table, {})
+        comp[engine] = comp.get(engine, 0.0) + mult * sec
+    for comp in share.values():
+        total = sum(comp.values()) or 1.0
+        for engine in comp:
+            comp[engine] /= total
+    pairs = np.array([L * (L + 1) / 2.0 for L in prefill_grid])
+    # decode attention ~ a * B + b * (B * ctx): least squares on the grid, relative weighting
+    x = np.array([[b, b * (c + decode_q)] for b, c in decode_points], dtype=float)
+    w = 1.0 / np.maximum(decode, 1e-12)
+    coef, *_ = np.linalg.lstsq(x * w[:, None], decode * w, rcond=None)
+    a, b = (max(float(v), 0.0) for v in coef)
+    fitted = x @ np.array([a, b])
+    fit_error = float(np.max(np.abs(fitted - decode) / np.maximum(decode, 1e-12)))
+    hop = 0.0
+    if shard.pp > 1:
+        same_node = shard.tp * shard.pp <= hw.gpus_per_node
+        # per token, from a 1024-token bf16 activation message between stages
+        hop = p2p_time(model.hidden * 2.0 * 1024, hw, same_node=same_node) / 1024
+    return StepCostTables(
+        dense=dense, prefill_len_grid=np.array(prefill_grid, dtype=float),
+        prefill_per_pair_s=prefill / pairs, decode_per_seq_s=a, decode_per_kv_s=b,
+        pp_hop_s_per_token=hop, pp=shard.pp, fit_error=fit_error, attention_share=share,
+    )

@@ -1,0 +1,291 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Training scenarios: a YAML/JSON file (or dict) parsed into frozen specs.
+
+The ``training`` block becomes `TrainingSpec`, ``hardware`` a `ClusterSpec`; the model stays a
+reference (name or config.json path) resolved by `analytical.model.load_model`. Layout checks that
+need the model or the device live in `simulate.layout`; inference blocks in `simulate.inference`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from analytical.dtypes import DType, parse_dtype
+from analytical.errors import SpecError
+from analytical.parallel import ParallelConfig, Recompute, Schedule
+
+TOP_KEYS = {"name", "description", "model", "hardware", "training", "inference", "serving",
+            "colocate"}
+HARDWARE_KEYS = {"gpu", "num_gpus", "gpus_per_node"}
+TRAINING_KEYS = {"parallel", "global_batch", "micro_batch", "seq_len", "precision", "recompute",
+                 "schedule", "overlap", "dp_bucket_mb", "optimizer", "attention", "lora"}
+PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "vpp", "sp", "zero", "fsdp", "cp_algorithm"}
+OVERLAP_KEYS = {"tp_comm", "dp_grad", "param_gather", "compute_slowdown", "comm_sms"}
+TRAIN_PRECISIONS = (DType.BF16, DType.FP16, DType.FP8)
+CP_ALGORITHMS = ("ring", "all_gather")
+ATTENTION_KERNELS = ("flash", "unfused")  # unfused: Megatron-LM's 2021-22 core attention
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterSpec:
+    """Which GPU and how many; ``gpus_per_node`` defaults to the hardware file's."""
+
+    gpu: str
+    num_gpus: int
+    gpus_per_node: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OverlapSpec:
+    """Which communication hides behind compute, and what overlapping costs.
+
+    ``compute_slowdown`` is Charon's ratio: compute running beside a collective takes this factor
+    longer. None derives it from the SMs NCCL occupies: units / (units - comm_sms).
+    """
+
+    tp_comm: bool = False  # TP/SP collectives overlapped with GEMMs (TE userbuffers style)
+    dp_grad: bool = True  # bucketed gradient reduction overlapped with the last backward
+    param_gather: bool = True  # ZeRO param all-gather overlapped with the next forward
+    compute_slowdown: float | None = None
+    comm_sms: int = 16  # CTAs (one per SM) NCCL channels use while overlapping
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainingSpec:
+    """One training iteration: layout, batch, sequence, precision and schedule."""
+
+    parallel: ParallelConfig
+    global_batch: int  # sequences per iteration
+    micro_batch: int  # sequences per micro-batch per DP rank
+    seq_len: int  # tokens per sequence
+    precision: DType = DType.BF16
+    recompute: Recompute = Recompute.NONE
+    schedule: Schedule = Schedule.ONE_F_ONE_B
+    overlap: OverlapSpec = OverlapSpec()
+    dp_bucket_mb: float = 40.0  # gradient bucket, MB (PyTorch DDP: 25 MB; Megatron: 40M elements)
+    cp_algorithm: str = "ring"
+    attention: str = "flash"  # "unfused": QK^T and PV GEMMs with a materialised softmax
+    lora_rank: int = 0  # > 0: LoRA fine-tuning, base weights frozen (survey T4.2)
+    lora_targets: tuple[str, ...] = ()
+
+    @property
+    def num_microbatches(self) -> int:
+        return self.global_batch // (self.micro_batch * self.parallel.dp)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scenario:
+    """A parsed scenario; ``doc`` keeps the raw mapping for the inference path."""
+
+    name: str
+    model: str  # catalog name or path to a config.json
+    cluster: ClusterSpec
+    training: TrainingSpec | None
+    doc: Mapping[str, Any]
+    base_dir: Path | None = None
+
+
+def _check_keys(block: Any, path: str, allowed: set[str], source: str | None) -> Mapping[str, Any]:
+    if not isinstance(block, Mapping):
+        raise SpecError(path, f"expected a mapping, got {type(block).__name__}", source=source)
+    unknown = sorted(set(block) - allowed)
+    if unknown:
+        raise SpecError(f"{path}.{unknown[0]}" if path else unknown[0],
+                        f"unknown key; allowed: {', '.join(sorted(allowed))}", source=source)
+    return block
+
+
+def _int(block: Mapping[str, Any], key: str, path: str, source: str | None,
+         default: int | None = None, minimum: int = 1) -> int:
+    value = block.get(key, default)
+    if value is None:
+        raise SpecError(f"{path}.{key}", "missing", source=source)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise SpecError(f"{path}.{key}", f"must be an integer >= {minimum}, got {value!r}",
+                        source=source)
+    return value
+
+
+def _bool(block: Mapping[str, Any], key: str, path: str, source: str | None,
+          default: bool) -> bool:
+    value = block.get(key, default)
+    if not isinstance(value, bool):
+        raise SpecError(f"{path}.{key}", f"must be true or false, got {value!r}", source=source)
+    return value
+
+
+def _choice(block: Mapping[str, Any], key: str, path: str, source: str | None, enum: Any,
+            default: Any) -> Any:
+    value = block.get(key, default)
+    try:
+        return enum(str(value))
+    except ValueError:
+        known = ", ".join(m.value for m in enum)
+        raise SpecError(f"{path}.{key}", f"unknown value {value!r}; known: {known}",
+                        source=source) from None
+
+
+def parse_parallel(block: Any, source: str | None, path: str = "training.parallel"
+                   ) -> tuple[ParallelConfig, str]:
+    block = _check_keys(block or {}, path, PARALLEL_KEYS, source)
+    kwargs = {k: _int(block, k, path, source, 1) for k in ("tp", "pp", "dp", "cp", "ep", "vpp")}
+    zero = _int(block, "zero", path, source, 0, minimum=0)
+    cp_algorithm = str(block.get("cp_algorithm", "ring"))
+    if cp_algorithm not in CP_ALGORITHMS:
+        raise SpecError(f"{path}.cp_algorithm", f"unknown {cp_algorithm!r}; known: "
+                        f"{', '.join(CP_ALGORITHMS)}", source=source)
+    try:
+        parallel = ParallelConfig(**kwargs, zero=zero, sp=_bool(block, "sp", path, source, False),
+                                  fsdp=_bool(block, "fsdp", path, source, False))
+    except SpecError as exc:
+        raise SpecError(f"training.{exc.field}", exc.reason, source=source) from None
+    return parallel, cp_algorithm
+
+
+def _overlap(block: Any, source: str | None) -> OverlapSpec:
+    path = "training.overlap"
+    block = _check_keys(block or {}, path, OVERLAP_KEYS, source)
+    slowdown = block.get("compute_slowdown")
+    if slowdown is not None and (isinstance(slowdown, bool) or not isinstance(slowdown, (int, float))
+                                 or slowdown < 1.0):
+        raise SpecError(f"{path}.compute_slowdown", f"must be a number >= 1, got {slowdown!r}",
+                        source=source)
+    return OverlapSpec(tp_comm=_bool(block, "tp_comm", path, source, False),
+                       dp_grad=_bool(block, "dp_grad", path, source, True),
+                       param_gather=_bool(block, "param_gather", path, source, True),
+                       compute_slowdown=None if slowdown is None else float(slowdown),
+                       comm_sms=_int(block, "comm_sms", path, source, 16, minimum=0))
+
+
+def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
+    """The ``training`` block -> `TrainingSpec` (field-level checks only)."""
+    path = "training"
+    block = _check_keys(block, path, TRAINING_KEYS, source)
+    parallel, cp_algorithm = parse_parallel(block.get("parallel"), source)
+    precision = parse_dtype(block.get("precision", "bf16"), field=f"{path}.precision",
+                            source=source)
+    if precision not in TRAIN_PRECISIONS:
+        raise SpecError(f"{path}.precision", f"{precision} is not a training precision; use "
+                        f"{', '.join(TRAIN_PRECISIONS)}", source=source)
+    bucket = block.get("dp_bucket_mb", 40.0)
+    if isinstance(bucket, bool) or not isinstance(bucket, (int, float)) or bucket <= 0:
+        raise SpecError(f"{path}.dp_bucket_mb", f"must be a positive number, got {bucket!r}",
+                        source=source)
+    attention = str(block.get("attention", "flash"))
+    if attention not in ATTENTION_KERNELS:
+        raise SpecError(f"{path}.attention", f"unknown {attention!r}; known: "
+                        f"{', '.join(ATTENTION_KERNELS)}", source=source)
+    optimizer = block.get("optimizer", "adam")
+    if optimizer != "adam":
+        raise SpecError(f"{path}.optimizer", f"only 'adam' is modelled, got {optimizer!r}",
+                        source=source)
+    lora_rank, lora_targets = 0, ()
+    if "lora" in block:
+        from simulate.lora import LoraConfig
+
+        lora = _check_keys(block["lora"], f"{path}.lora", {"rank", "targets"}, source)
+        cfg = LoraConfig(rank=lora.get("rank"), targets=tuple(lora.get("targets", ("q", "v"))))
+        lora_rank, lora_targets = cfg.rank, cfg.targets
+    return TrainingSpec(
+        lora_rank=lora_rank,
+        lora_targets=lora_targets,
+        parallel=parallel,
+        global_batch=_int(block, "global_batch", path, source),
+        micro_batch=_int(block, "micro_batch", path, source, 1),
+        seq_len=_int(block, "seq_len", path, source),
+        precision=precision,
+        recompute=_choice(block, "recompute", path, source, Recompute, "none"),
+        schedule=_choice(block, "schedule", path, source, Schedule, "1f1b"),
+        overlap=_overlap(block.get("overlap"), source),
+        dp_bucket_mb=float(bucket),
+        cp_algorithm=cp_algorithm,
+        attention=attention,
+    )
+
+
+def _coerce(text: str) -> Any:
+    """An override value: YAML scalar rules (``8`` -> int, ``true`` -> bool, ``1e-3`` -> float)."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_overrides(doc: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Return a copy of ``doc`` with each ``a.b.c=value`` set (intermediate maps created)."""
+    result: dict[str, Any] = json.loads(json.dumps(doc))
+    for item in overrides:
+        if "=" not in item:
+            raise SpecError("--set", f"expected path=value, got {item!r}")
+        path, text = item.split("=", 1)
+        keys = [k for k in path.strip().split(".") if k]
+        if not keys:
+            raise SpecError("--set", f"empty path in {item!r}")
+        node = result
+        for i, key in enumerate(keys[:-1]):
+            child = node.setdefault(key, {})
+            if not isinstance(child, dict):
+                raise SpecError(".".join(keys[: i + 1]), "is not a mapping; cannot set inside it")
+            node = child
+        node[keys[-1]] = _coerce(text)
+    return result
+
+
+def read_document(path: str | Path) -> dict[str, Any]:
+    """Parse a YAML or JSON scenario file; errors name the file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError("scenario", f"cannot read {path}: {exc.strerror}", source=str(path)) from None
+    try:
+        doc = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise SpecError("scenario", f"not valid YAML/JSON: {exc}", source=str(path)) from None
+    if not isinstance(doc, dict):
+        raise SpecError("scenario", "top level must be a mapping", source=str(path))
+    return doc
+
+
+def parse_scenario(doc: Mapping[str, Any], *, source: str | None = None,
+                   base_dir: Path | None = None) -> Scenario:
+    """Validate the top level and the ``training`` block of a scenario mapping."""
+    _check_keys(doc, "", TOP_KEYS, source)
+    if "colocate" not in doc and "model" not in doc:
+        raise SpecError("model", "missing (a catalog name or a path to a config.json)",
+                        source=source)
+    if "hardware" not in doc:
+        raise SpecError("hardware", "missing", source=source)
+    hw = _check_keys(doc["hardware"], "hardware", HARDWARE_KEYS, source)
+    if "gpu" not in hw:
+        raise SpecError("hardware.gpu", "missing", source=source)
+    gpn = hw.get("gpus_per_node")
+    cluster = ClusterSpec(gpu=str(hw["gpu"]), num_gpus=_int(hw, "num_gpus", "hardware", source),
+                          gpus_per_node=None if gpn is None else _int(hw, "gpus_per_node",
+                                                                      "hardware", source))
+    modes = [k for k in ("training", "inference", "colocate") if k in doc]
+    if len(modes) != 1:
+        raise SpecError("training", "a scenario needs exactly one of training, inference, "
+                        f"colocate; found {modes or 'none'}", source=source)
+    model = str(doc.get("model", ""))
+    if model and base_dir is not None and model.endswith(".json") and not Path(model).is_absolute():
+        model = str(base_dir / model)
+    training = parse_training(doc["training"], source) if "training" in doc else None
+    return Scenario(name=str(doc.get("name", Path(source).stem if source else "scenario")),
+                    model=model, cluster=cluster, training=training, doc=doc, base_dir=base_dir)
+
+
+def load_scenario(scenario: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()
+                  ) -> Scenario:
+    """A path or mapping (plus ``--set`` overrides) -> validated `Scenario`."""
+    if isinstance(scenario, Mapping):
+        return parse_scenario(apply_overrides(scenario, overrides))
+    path = Path(scenario)
+    doc = apply_overrides(read_document(path), overrides)
+    return parse_scenario(doc, source=str(path), base_dir=path.resolve().parent)

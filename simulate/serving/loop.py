@@ -1,0 +1,233 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The serving event loop: one or more tenants (models) time-share one group of GPUs.
+
+Each iteration every tenant admits the requests that have arrived and its scheduler forms a
+batch; the GPUs run the ready tenants' steps one after another (time slicing, as separate
+processes without MPS do), each step costing `StepCostModel.step_time` plus a per-step CPU
+overhead. Time jumps to the next arrival when nothing is runnable. Deterministic: no wall clock,
+ties broken by request id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from analytical.errors import InfeasibleError, SpecError
+from simulate.serving.kv_cache import BlockPool
+from simulate.serving.schedulers import SCHEDULERS, SchedulerConfig, SchedulerState
+from simulate.serving.state import Batch, Sequence, StepShape, step_shape
+from simulate.serving.workload import Request, Workload
+
+
+class StepCostModel(Protocol):
+    def step_time(self, shape: StepShape) -> float: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Speculation:
+    """Speculative decoding: a draft proposes k tokens, the target verifies k+1 at once.
+
+    Each drafted token is accepted independently with probability `acceptance` until the first
+    rejection; the target then adds one token of its own, so a step yields 1..k+1 tokens, with
+    mean (1 - a^(k+1)) / (1 - a) (Leviathan et al. 2023, eq. 1).
+    """
+
+    k: int
+    acceptance: float
+    draft_cost: StepCostModel  # the draft model's step-cost model
+    seed: int = 0
+
+    @property
+    def expected_tokens(self) -> float:
+        a = self.acceptance
+        return float(self.k + 1) if a >= 1 else (1 - a ** (self.k + 1)) / (1 - a)
+
+
+@dataclass(slots=True, kw_only=True)
+class Tenant:
+    """One model instance with its scheduler, KV pool and step costs."""
+
+    name: str
+    workload: Workload
+    scheduler: str
+    config: SchedulerConfig
+    cost: StepCostModel
+    kv_blocks: int
+    kv_bytes_per_token: float
+    step_overhead_s: float = 0.0  # scheduler / CPU time per step (calibratable)
+    swap_bw_bytes_per_s: float = 0.0  # host link for swap preemption
+    speculation: Speculation | None = None
+    # filled while running
+    state: SchedulerState | None = None
+    sequences: list[Sequence] = field(default_factory=list)
+    kv_trace: list[tuple[float, float]] = field(default_factory=list)
+    steps: int = 0
+    busy_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepRecord:
+    """One executed step, for traces: who ran, when, and its shape."""
+
+    tenant: str
+    start_s: float
+    end_s: float
+    prefill_tokens: int
+    decode_seqs: int
+
+
+def _spec_tokens(rng: np.random.Generator, spec: Speculation, n: int) -> np.ndarray:
+    """Tokens produced per sequence in one verify step: 1 + accepted drafts (truncated geom.)."""
+    accepted = np.zeros(n, dtype=np.int64)
+    alive = np.ones(n, dtype=bool)
+    for _ in range(spec.k):
+        alive &= rng.random(n) < spec.acceptance
+        accepted += alive
+    return accepted + 1
+
+
+def run_tenants(tenants: Seq[Tenant], *, record_steps: bool = False,
+                max_steps: int = 50_000_000) -> list[StepRecord]:
+    """Simulate until every request of every tenant has finished."""
+    records: list[StepRecord] = []
+    t = 0.0
+    pending: list[list[Request]] = []
+    for tenant in tenants:
+        if tenant.scheduler not in SCHEDULERS:
+            raise SpecError("serving.scheduler",
+                            f"unknown {tenant.scheduler!r}; known: {', '.join(SCHEDULERS)}")
+        tenant.state = SchedulerState(BlockPool(tenant.kv_blocks, tenant.config.block_size),
+                                      tenant.config)
+        tenant.state.kv_bytes_per_token = tenant.kv_bytes_per_token
+        reqs = list(tenant.workload.requests)
+        if tenant.workload.closed:  # the first `concurrency` clients send at t=0
+            reqs = [Request(id=r.id, arrival_s=0.0, input_len=r.input_len,
+                            output_len=r.output_len, cached_prefix=r.cached_prefix)
+                    for r in reqs]
+        pending.append(reqs)
+    cursor = [0] * len(tenants)
+    closed_next = [t.workload.concurrency for t in tenants]
+    in_system = [0] * len(tenants)
+    rngs = [np.random.default_rng(t.speculation.seed if t.speculation else 0) for t in tenants]
+    remaining = sum(len(t.workload.requests) for t in tenants)
+    for _ in range(max_steps):
+        if remaining == 0:
+            return records
+        ran = False
+        for ti, tenant in enumerate(tenants):
+            _admit_arrivals(tenant, pending[ti], cursor, ti, t, closed_next, in_system)
+            state = tenant.state
+            assert state is not None
+            fn = SCHEDULERS[tenant.scheduler]
+            batch = fn(state)
+            if batch.empty:
+                if state.running and not state.waiting:
+                    raise InfeasibleError(f"{tenant.name}: scheduler made no progress")
+                if state.waiting and not state.running:
+                    seq = state.waiting[0]
+                    raise InfeasibleError(
+                        f"{tenant.name}: request {seq.req.id} needs "
+                        f"{seq.context_target + seq.req.output_len} KV tokens; the cache holds "
+                        f"{tenant.kv_blocks * tenant.config.block_size}",
+                        details={"kv_tokens": float(tenant.kv_blocks * tenant.config.block_size)})
+                continue
+            dt = _step_time(tenant, batch)
+            start = t
+            t += dt
+            tenant.busy_s += dt
+            tenant.steps += 1
+            finished = _apply(tenant, batch, t, rngs[ti])
+            remaining -= finished
+            in_system[ti] -= finished
+            if tenant.workload.closed:
+                closed_next[ti] += finished
+            tenant.kv_trace.append((t, state.pool.utilisation))
+            if record_steps:
+                records.append(StepRecord(tenant=tenant.name, start_s=start, end_s=t,
+                                          prefill_tokens=batch.prefill_tokens,
+                                          decode_seqs=len(batch.decode)))
+            ran = True
+        if not ran:
+            nxt = _next_arrival(tenants, pending, cursor, closed_next)
+            if nxt is None:
+                raise InfeasibleError("serving loop stalled: nothing runnable, nothing arriving")
+            t = max(t, nxt)
+    raise InfeasibleError(f"serving simulation exceeded {max_steps} steps")
+
+
+def _admit_arrivals(tenant: Tenant, reqs: list[Request], cursor: list[int], ti: int, t: float,
+                    closed_next: list[int], in_system: list[int]) -> None:
+    state = tenant.state
+    assert state is not None
+    while cursor[ti] < len(reqs):
+        req = reqs[cursor[ti]]
+        if tenant.workload.closed:
+            if cursor[ti] >= closed_next[ti]:
+                break
+            req = Request(id=req.id, arrival_s=t, input_len=req.input_len,
+                          output_len=req.output_len, cached_prefix=req.cached_prefix)
+        elif req.arrival_s > t:
+            break
+        seq = Sequence(req)
+        tenant.sequences.append(seq)
+        state.waiting.append(seq)
+        cursor[ti] += 1
+        in_system[ti] += 1
+
+
+def _next_arrival(tenants: Seq[Tenant], pending: list[list[Request]], cursor: list[int],
+                  closed_next: list[int]) -> float | None:
+    times = [pending[i][cursor[i]].arrival_s for i, t in enumerate(tenants)
+             if cursor[i] < len(pending[i]) and not t.workload.closed]
+    return min(times) if times else None
+
+
+def _step_time(tenant: Tenant, batch: Batch) -> float:
+    spec = tenant.speculation
+    q = spec.k + 1 if spec else 1
+    shape = step_shape(batch, decode_q=q)
+    dt = tenant.cost.step_time(shape) + tenant.step_overhead_s
+    if spec and batch.decode:
+        draft_shape = step_shape(Batch(decode=batch.decode), decode_q=1)
+        dt += spec.k * spec.draft_cost.step_time(draft_shape)
+    if batch.swap_bytes and tenant.swap_bw_bytes_per_s:
+        dt += batch.swap_bytes / tenant.swap_bw_bytes_per_s
+    return dt
+
+
+def _apply(tenant: Tenant, batch: Batch, t: float, rng: np.random.Generator) -> int:
+    """Advance sequences by the step's results; returns how many finished."""
+    state = tenant.state
+    assert state is not None
+    finished = 0
+    for seq, new in batch.prefill:
+        seq.prefilled += new
+        if not seq.in_prefill:
+            if seq.generated == 0:
+                seq.generated = 1  # the prefill step samples the first token
+            if seq.first_token_s is None:
+                seq.first_token_s = t
+    spec = tenant.speculation
+    if batch.decode and spec:
+        produced = _spec_tokens(rng, spec, len(batch.decode)).tolist()
+        for seq, k in zip(batch.decode, produced, strict=True):
+            seq.prefilled += k  # the KV of every accepted token stays
+            seq.generated += k
+    else:
+        for seq in batch.decode:
+            seq.prefilled += 1
+            seq.generated += 1
+    done = [s for s in state.running if s.done]
+    if done:
+        state.running = [s for s in state.running if not s.done]
+        for seq in done:
+            seq.generated = seq.req.output_len
+            seq.finish_s = t
+            state.free(seq)
+            finished += 1
+    return finished
+

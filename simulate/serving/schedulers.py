@@ -1,0 +1,179 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Batch-forming policies, one function each, registered by name in `SCHEDULERS`.
+
+- ``continuous``: vLLM (v0) continuous batching on a paged KV cache: a step runs either waiting
+  prompts (whole, up to `max_batched_tokens`) or one decode token for every running sequence;
+  when a decode cannot get a block, the most recently admitted sequence is preempted (recompute:
+  its blocks are freed and it re-runs its prefill; swap: its KV goes to host memory).
+- ``chunked_prefill``: Sarathi-Serve / vLLM v1: every step carries all running decodes plus
+  prefill chunks filling a fixed token budget, so decodes never stall behind long prompts.
+- ``static``: classic static batching: a batch of up to `max_num_seqs` requests is prefilled
+  together and decoded until its last member finishes; nothing joins mid-batch.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from analytical.errors import SpecError
+from simulate.serving.kv_cache import BlockPool, blocks_for
+from simulate.serving.state import Batch, Sequence
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerConfig:
+    max_num_seqs: int = 256  # running sequences at most
+    max_batched_tokens: int = 8192  # prefill tokens per step (continuous) / step budget (chunked)
+    block_size: int = 16  # tokens per KV block
+    preemption: str = "recompute"  # recompute | swap
+    decode_q: int = 1  # KV slots a decode step appends per sequence (k+1 with speculation)
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "max_batched_tokens", "block_size", "decode_q"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise SpecError(f"serving.{name}", f"must be a positive int, got {value!r}")
+        if self.preemption not in ("recompute", "swap"):
+            raise SpecError("serving.preemption",
+                            f"unknown {self.preemption!r}; known: recompute, swap")
+
+
+class SchedulerState:
+    """Queues of one serving instance."""
+
+    def __init__(self, pool: BlockPool, config: SchedulerConfig) -> None:
+        self.pool = pool
+        self.config = config
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.static_batch: list[Sequence] = []
+        self.preemptions = 0
+        self.kv_bytes_per_token = 0.0  # set by the loop for swap accounting
+
+    def _blocks_needed(self, seq: Sequence, new_tokens: int) -> int:
+        return blocks_for(seq.prefilled + new_tokens, self.pool.block_size) - seq.blocks
+
+    def grow(self, seq: Sequence, new_tokens: int) -> bool:
+        """Allocate blocks so `seq` can hold `new_tokens` more; False if the pool is short."""
+        need = self._blocks_needed(seq, new_tokens)
+        if need <= 0:
+            return True
+        if not self.pool.can_allocate(need):
+            return False
+        self.pool.allocate(need)
+        seq.blocks += need
+        return True
+
+    def free(self, seq: Sequence) -> None:
+        self.pool.release(seq.blocks)
+        seq.blocks = 0
+
+    def preempt_last(self, batch: Batch) -> Sequence | None:
+        """Evict the most recently admitted running sequence back to the head of the queue."""
+        if not self.running:
+            return None
+        victim = self.running.pop()
+        self.preemptions += 1
+        victim.preemptions += 1
+        if self.config.preemption == "swap":
+            batch.swap_bytes += 2 * victim.prefilled * self.kv_bytes_per_token  # out and back
+            victim.swapped = True
+        else:
+            victim.prefilled = 0  # recompute prompt + generated tokens later (no prefix reuse)
+        self.free(victim)
+        self.waiting.appendleft(victim)
+        return victim
+
+
+def _decode_all(state: SchedulerState, batch: Batch) -> None:
+    """Give every running sequence its next decode slot, preempting from the back if short."""
+    q = state.config.decode_q
+    i = 0
+    while i < len(state.running):
+        seq = state.running[i]
+        if state.grow(seq, q):
+            batch.decode.append(seq)
+            i += 1
+            continue
+        # the victim is the last running sequence, so never one already in this batch
+        if state.preempt_last(batch) is seq:
+            break  # `seq` itself was the last one; it is back in the queue
+
+
+def _admit(state: SchedulerState, batch: Batch, budget: int, *, chunked: bool) -> int:
+    """Move waiting sequences into the batch while budget, slots and KV blocks allow."""
+    cfg = state.config
+    while state.waiting and budget > 0:
+        seq = state.waiting[0]
+        if seq not in state.running and len(state.running) >= cfg.max_num_seqs:
+            break
+        if seq.swapped:  # swapped-out KV comes back whole; no recompute
+            need = blocks_for(seq.prefilled, state.pool.block_size)
+            if not state.pool.can_allocate(need):
+                break
+            state.pool.allocate(need)
+            seq.blocks = need
+            seq.swapped = False
+            state.waiting.popleft()
+            state.running.append(seq)
+            continue
+        chunk = seq.remaining_prefill if not chunked else min(seq.remaining_prefill, budget)
+        if chunk > budget or not state.grow(seq, chunk):
+            break
+        state.waiting.popleft()
+        batch.prefill.append((seq, chunk))
+        budget -= chunk
+        if seq not in state.running:
+            state.running.append(seq)
+    return budget
+
+
+def schedule_continuous(state: SchedulerState) -> Batch:
+    batch = Batch()
+    if state.waiting:
+        _admit(state, batch, state.config.max_batched_tokens, chunked=False)
+        if batch.prefill:
+            return batch
+    _decode_all(state, batch)
+    return batch
+
+
+def schedule_chunked(state: SchedulerState) -> Batch:
+    batch = Batch()
+    running_prefill = [s for s in state.running if s.in_prefill]
+    decoding = [s for s in state.running if not s.in_prefill]
+    # decodes first (they are latency-critical), then continue partial prefills, then admit
+    state.running = decoding
+    _decode_all(state, batch)
+    budget = state.config.max_batched_tokens - len(batch.decode) * state.config.decode_q
+    for seq in running_prefill:
+        state.running.append(seq)
+        if budget <= 0:
+            continue
+        chunk = min(seq.remaining_prefill, budget)
+        if state.grow(seq, chunk):
+            batch.prefill.append((seq, chunk))
+            budget -= chunk
+    _admit(state, batch, budget, chunked=True)
+    return batch
+
+
+def schedule_static(state: SchedulerState) -> Batch:
+    batch = Batch()
+    state.static_batch = [s for s in state.static_batch if not s.done]
+    if not state.static_batch:
+        # a new batch: prompts of up to max_num_seqs waiting requests, all at once
+        _admit(state, batch, 1 << 62, chunked=False)
+        state.static_batch = list(state.running)
+        return batch
+    _decode_all(state, batch)
+    return batch
+
+
+SCHEDULERS: dict[str, Callable[[SchedulerState], Batch]] = {
+    "continuous": schedule_continuous,
+    "chunked_prefill": schedule_chunked,
+    "static": schedule_static,
+}

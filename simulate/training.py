@@ -1,0 +1,290 @@
+# SPDX-License-Identifier: Apache-2.0
+"""One training iteration end to end: memory verdict, graph, engines, pipeline, DP, optimizer.
+
+Rank placement follows Megatron-Core's default order (tp fastest, then cp, then dp/ep, then pp):
+a group's ranks-per-node is how many of its members share a node given that stride. The layers
+of a stage are estimated once per layer kind (dense / MoE) and multiplied.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from analytical.dtypes import DType
+from analytical.hardware import HardwareSpec, get_hardware
+from analytical.memory import TrainingMemory, training_memory
+from analytical.model import load_model
+from analytical.ops import CollectiveKind, CollectiveSpec, MemoryBoundSpec, MemoryOpKind
+from analytical.stage import StageParams, is_moe_layer, stage_params
+from simulate.costs import BlockCost, add_engine_time, block_cost
+from simulate.engines import ENGINE_ORDER, EngineChain
+from simulate.graph import Sharding, embedding_block, head_block, layer_block
+from simulate.layout import validate_layout
+from simulate.lora import frozen_base_block, lora_block_ops, lora_trainable_params
+from simulate.overlap import default_compute_slowdown, share_link
+from simulate.scenario import Scenario, TrainingSpec
+from simulate.schedule import PipelineResult, TaskRecord, simulate_pipeline
+
+GIB = 2**30
+GRAD_COMM_BYTES = 2.0  # gradients reduced in bf16 (Megatron's default grad_reduce_in_fp32=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainingResult:
+    """Prediction for one training scenario; timing fields are None when it does not fit."""
+
+    name: str
+    model: str
+    hardware: str
+    num_gpus: int
+    fits: bool
+    memory: TrainingMemory
+    memory_capacity_bytes: float
+    num_microbatches: int
+    model_flops_per_iteration: float
+    iteration_time_s: float | None = None
+    tokens_per_s: float | None = None
+    tflops_per_gpu: float | None = None
+    mfu: float | None = None
+    bubble_fraction: float | None = None
+    breakdown_s: dict[str, float] | None = None
+    engine_coverage: dict[str, float] = field(default_factory=dict)
+    engines_available: dict[str, bool] = field(default_factory=dict)
+    critical_stage: int | None = None
+    warnings: tuple[str, ...] = ()
+    records: tuple[TaskRecord, ...] = ()
+
+    @property
+    def memory_per_gpu_gib(self) -> float:
+        return self.memory.total_bytes / GIB
+
+
+def _rpn(group: int, stride: int, gpn: int) -> int:
+    """Members of a group with rank ``stride`` that share one node of ``gpn`` GPUs."""
+    if stride >= gpn:
+        return 1
+    return math.gcd(group, max(1, gpn // stride))
+
+
+def _gpn(scenario: Scenario, hw: HardwareSpec) -> int:
+    return scenario.cluster.gpus_per_node or hw.gpus_per_node
+
+
+def _memory(model, t: TrainingSpec) -> TrainingMemory:
+    return training_memory(model, t.parallel, micro_batch=t.micro_batch, seq_len=t.seq_len,
+                           recompute=t.recompute, schedule=t.schedule,
+                           num_microbatches=t.num_microbatches,
+                           dropout=model.norm == "layernorm",
+                           flash_attention=t.attention == "flash",
+                           lora_params=(lora_trainable_params(model, t.lora_rank, t.lora_targets)
+                                        if t.lora_rank else None))
+
+
+def _lora_stage(model, t: TrainingSpec, sp: StageParams) -> StageParams:
+    """Stage parameters that train under LoRA: the adapters of this stage's layers per TP rank
+    (an even split over tp; A or B of each adapter is replicated, so this slightly undercounts)."""
+    adapters = lora_trainable_params(model, t.lora_rank, t.lora_targets)
+    layers = len(sp.layer_is_moe)
+    local = adapters * layers / model.layers / t.parallel.tp
+    return replace(sp, dense=local, expert=0.0)
+
+
+def _collective(kind: CollectiveKind, size: float, group: int, rpn: int) -> CollectiveSpec:
+    return CollectiveSpec(kind=kind, size_bytes=max(1, int(size)), group_size=group,
+                          ranks_per_node=rpn)
+
+
+def run_training(scenario: Scenario, *, chain: EngineChain | None = None,
+                 store_path: str | None = None, use_store: bool = True,
+                 use_predictors: bool = True, tracking_uri: str | None = None,
+                 record: bool = False) -> TrainingResult:
+    """Predict one training iteration of ``scenario`` (which must have a training block)."""
+    t = scenario.training
+    if t is None:
+        raise ValueError("run_training needs a scenario with a training block")
+    model = load_model(scenario.model)
+    hw = chain.hardware if chain is not None else get_hardware(scenario.cluster.gpu)
+    source = None
+    warnings = validate_layout(model, hw, scenario.cluster, t, source=source)
+    memory = _memory(model, t)
+    m, gpus = t.num_microbatches, scenario.cluster.num_gpus
+    flops = model.flops_per_token(t.seq_len, training=True) * t.global_batch * t.seq_len
+    if t.lora_rank:  # frozen base: no weight-gradient GEMMs, so 4N instead of 6N per token
+        flops *= 2.0 / 3.0
+    base = dict(name=scenario.name, model=model.name, hardware=hw.name, num_gpus=gpus,
+                memory=memory, memory_capacity_bytes=hw.memory_bytes, num_microbatches=m,
+                model_flops_per_iteration=flops, warnings=tuple(warnings))
+    if memory.total_bytes > hw.memory_bytes:
+        return TrainingResult(fits=False, **base)
+    if chain is None:
+        chain = EngineChain(hw, store_path=store_path, use_store=use_store,
+                            use_predictors=use_predictors, tracking_uri=tracking_uri)
+    return _simulate(model, hw, scenario, t, chain, base, record)
+
+
+def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chain: EngineChain,
+              base: dict[str, Any], record: bool) -> TrainingResult:
+    par, m = t.parallel, t.num_microbatches
+    gpn = _gpn(scenario, hw)
+    slowdown = t.overlap.compute_slowdown or default_compute_slowdown(hw, t.overlap.comm_sms)
+    fsdp_group = par.dp * par.cp if par.zero_stage >= 3 else 1
+    sh = Sharding(micro_batch=t.micro_batch, seq_len=t.seq_len, tp=par.tp, cp=par.cp, ep=par.ep,
+                  sp=par.sp, tp_rpn=_rpn(par.tp, 1, gpn), cp_rpn=_rpn(par.cp, par.tp, gpn),
+                  ep_rpn=_rpn(par.ep, par.tp, gpn), fsdp_group=fsdp_group,
+                  fsdp_rpn=_rpn(fsdp_group, par.tp, gpn), cp_algorithm=t.cp_algorithm,
+                  gemm_dtype=DType.FP8 if t.precision == DType.FP8 else t.precision,
+                  act_dtype=DType.FP16 if t.precision == DType.FP16 else DType.BF16,
+                  recompute=t.recompute, flash_attention=t.attention == "flash")
+    # Per-layer parameters on this rank, for ZeRO-3/FSDP gathers.
+    one = stage_params(model, tp=par.tp, pp=1, vpp=1, ep=par.ep, stage=0)
+    n_moe = sum(one.layer_is_moe)
+    blocks = {}
+    kinds = {False, True} if model.is_moe else {False}
+    for moe in kinds:
+        if moe and n_moe == 0 or not moe and n_moe == model.layers:
+            continue
+        per_layer = one.largest_layer
+        blocks[moe] = layer_block(model, sh, moe=moe, layer_params_per_rank=per_layer)
+    blocks["embedding"] = embedding_block(model, sh)
+    blocks["head"] = head_block(model, sh)
+    if t.lora_rank:  # frozen base weights: drop their wgrad GEMMs, add the adapters' GEMMs
+        tokens = t.micro_batch * t.seq_len // par.cp
+        adapters = lora_block_ops(model, rank=t.lora_rank, targets=t.lora_targets,
+                                  tokens=tokens, tp=par.tp, dtype=sh.act_dtype)
+        blocks = {k: frozen_base_block(b, *(adapters if k in (False, True) else ((), ())))
+                  for k, b in blocks.items()}
+    ops = [n.op for b in blocks.values() for n in (*b.fwd, *b.bwd)]
+    act_bytes = t.micro_batch * (t.seq_len // par.cp) * model.hidden * sh.act_dtype.bytes
+    act_bytes /= par.tp if par.sp else 1
+    pp_stride = par.tp * par.cp * par.dp
+    p2p = _collective(CollectiveKind.SEND_RECV, act_bytes, 2, 2 if pp_stride * 2 <= gpn else 1)
+    ops.append(p2p)
+    est = dict(zip((o.key for o in ops), chain.estimate_many(ops), strict=True))
+    costs: dict[Any, BlockCost] = {k: block_cost(b, est, tp_overlap=t.overlap.tp_comm,
+                                                 slowdown=slowdown) for k, b in blocks.items()}
+    p2p_s = est[p2p.key].latency_s if par.pp > 1 else 0.0
+
+    # Per stage and chunk: forward/backward time of one micro-batch.
+    n_virtual = par.pp * par.vpp
+    per_chunk = math.ceil(model.layers / n_virtual)  # as analytical.stage.stage_layers
+    fwd = [[0.0] * par.vpp for _ in range(par.pp)]
+    bwd = [[0.0] * par.vpp for _ in range(par.pp)]
+    compute = [0.0] * par.pp
+    engine_s: list[dict[str, float]] = [{} for _ in range(par.pp)]
+    for v in range(n_virtual):
+        stage, chunk = v % par.pp, v // par.pp
+        parts: list[BlockCost] = [costs[is_moe_layer(model, i)]
+                                  for i in range(v * per_chunk,
+                                                 min((v + 1) * per_chunk, model.layers))]
+        if v == 0:
+            parts.append(costs["embedding"])
+        if v == n_virtual - 1:
+            parts.append(costs["head"])
+        for c in parts:
+            fwd[stage][chunk] += c.fwd.elapsed_s
+            bwd[stage][chunk] += c.bwd.elapsed_s
+            compute[stage] += m * (c.fwd.compute_s + c.bwd.compute_s)
+            add_engine_time(engine_s[stage], c.fwd.engine_s, m)
+            add_engine_time(engine_s[stage], c.bwd.engine_s, m)
+    pipe = simulate_pipeline(schedule=t.schedule, pp=par.pp, vpp=par.vpp, num_microbatches=m,
+                             fwd_s=fwd, bwd_s=bwd, p2p_s=p2p_s, record=record)
+    if par.pp > 1:
+        sends = 2 * m * par.vpp  # activations forward and gradients backward per chunk
+        for s in range(par.pp):
+            add_engine_time(engine_s[s], {est[p2p.key].engine: p2p_s}, sends)
+    finish, extra = _after_pipeline(model, hw, t, chain, pipe, fwd, gpn, slowdown, engine_s)
+    ref = max(range(par.pp), key=lambda s: (finish[s], -s))
+    iteration = finish[ref]
+    busy = pipe.stage_busy_s[ref]
+    breakdown = {
+        "compute": compute[ref],
+        "exposed_communication": busy - compute[ref] + extra[ref]["dp_exposed_s"],
+        "pipeline_bubble": pipe.stage_end_s[ref] - busy,
+        "optimizer": extra[ref]["optimizer_s"],
+    }
+    total_engine = sum(engine_s[ref].values())
+    coverage = {e: engine_s[ref].get(e, 0.0) / total_engine for e in ENGINE_ORDER}
+    tokens = t.global_batch * t.seq_len
+    records = pipe.records + tuple(r for s in range(par.pp) for r in extra[s]["records"])
+    return TrainingResult(
+        fits=True, iteration_time_s=iteration, tokens_per_s=tokens / iteration,
+        tflops_per_gpu=base["model_flops_per_iteration"] / iteration / base["num_gpus"] / 1e12,
+        mfu=base["model_flops_per_iteration"] / (iteration * base["num_gpus"]
+                                                 * hw.peak_flops(DType.BF16)),
+        bubble_fraction=pipe.bubble_fraction(ref), breakdown_s=breakdown,
+        engine_coverage=coverage, engines_available=dict(chain.available), critical_stage=ref,
+        records=records if record else (), **base)
+
+
+def _after_pipeline(model, hw: HardwareSpec, t: TrainingSpec, chain: EngineChain,
+                    pipe: PipelineResult, fwd: list[list[float]], gpn: int, slowdown: float,
+                    engine_s: list[dict[str, float]]) -> tuple[list[float], list[dict[str, Any]]]:
+    """DP gradient sync (bucketed, overlapped with the last backward), optimizer step and the
+    ZeRO parameter all-gather, per stage. Returns each stage's finish time and its parts."""
+    par = t.parallel
+    zero = par.zero_stage
+    shard = par.dp * par.cp
+    expert_shard = shard // par.ep
+    bucket_bytes = t.dp_bucket_mb * 1e6
+    finish, extra = [], []
+    for s in range(par.pp):
+        sp = stage_params(model, tp=par.tp, pp=par.pp, vpp=par.vpp, ep=par.ep, stage=s)
+        if t.lora_rank:  # only the adapters train: their share of this stage, split over tp
+            sp = _lora_stage(model, t, sp)
+        syncs = []  # (params, group, rpn)
+        if zero < 3:
+            syncs.append((sp.dense, shard, _rpn(shard, par.tp, gpn)))
+            if sp.expert:
+                syncs.append((sp.expert, expert_shard, _rpn(expert_shard, par.tp * par.ep, gpn)))
+        kind = CollectiveKind.ALL_REDUCE if zero == 0 else CollectiveKind.REDUCE_SCATTER
+        jobs, estimates = [], []
+        end = pipe.stage_end_s[s]
+        start = pipe.last_bwd_start_s[s] if t.overlap.dp_grad else end
+        for queue, (params, group, rpn) in enumerate(syncs):
+            if group == 1 or params <= 0:
+                continue
+            total = params * GRAD_COMM_BYTES
+            n = max(1, math.ceil(total / bucket_bytes))
+            # n-1 full buckets and one remainder: two distinct shapes, estimated once each
+            full, last = chain.estimate_many([
+                _collective(kind, min(bucket_bytes, total), group, rpn),
+                _collective(kind, total - (n - 1) * bucket_bytes, group, rpn)])
+            estimates += [full] * (n - 1) + [last]
+            jobs += [(start + (end - start) * (i + 1) / n, queue) for i in range(n)]
+        comm_s = sum(e.latency_s for e in estimates)
+        for e in estimates:
+            add_engine_time(engine_s[s], {e.engine: e.latency_s}, 1)
+        window = end - start
+        # Backward compute sharing the GPU with gradient buckets runs at 1/slowdown.
+        lost = min(window * slowdown, comm_s) * (1.0 - 1.0 / slowdown) if window > 0 else 0.0
+        compute_end = end + lost
+        sync_end = compute_end
+        records = []
+        if jobs:
+            scale = (compute_end - start) / window if window > 0 else 1.0
+            done = share_link([(start + (r - start) * scale, e.latency_s, q)
+                               for (r, q), e in zip(jobs, estimates, strict=True)])
+            sync_end = max(compute_end, max(done))
+            records.append(TaskRecord(stage=s, stream="dp", name=f"grad_{kind}",
+                                      start_s=start, end_s=sync_end))
+        local = sp.dense / shard + sp.expert / expert_shard if zero >= 1 else sp.total
+        opt = MemoryBoundSpec(kind=MemoryOpKind.OPTIMIZER, rows=1, cols=max(1, int(local)),
+                              dtype=DType.FP32)
+        opt_e = chain.estimate(opt)
+        add_engine_time(engine_s[s], {opt_e.engine: opt_e.latency_s}, 1)
+        gather_s = 0.0
+        if 1 <= zero < 3 and shard > 1:  # distributed optimizer: gather the updated bf16 params
+            ag = chain.estimate(_collective(CollectiveKind.ALL_GATHER, sp.total * 2, shard,
+                                            _rpn(shard, par.tp, gpn)))
+            add_engine_time(engine_s[s], {ag.engine: ag.latency_s}, 1)
+            hide = fwd[s][0] if t.overlap.param_gather else 0.0
+            gather_s = max(0.0, ag.latency_s - hide)
+        opt_start = sync_end
+        records.append(TaskRecord(stage=s, stream="compute", name="optimizer",
+                                  start_s=opt_start, end_s=opt_start + opt_e.latency_s))
+        finish.append(sync_end + opt_e.latency_s + gather_s)
+        extra.append({"dp_exposed_s": sync_end - end + gather_s,
+                      "optimizer_s": opt_e.latency_s, "records": records})
+    return finish, extra

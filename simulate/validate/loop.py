@@ -1,0 +1,264 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The CPU validation pipeline behind ``llmsim validate cpu``.
+
+1. Trace every (model, mode) weights-free (`trace_validation_model`).
+2. Collect the distinct operator specs (deduplicated by key) and profile exactly those on this
+   CPU into the store, in fp32 like the models; keys already stored for this fingerprint
+   (same thread count) are skipped, so a rerun measures nothing new.
+3. Train the CPU predictors (XGBoost per family, `predictors`) or reuse their champions.
+4. Predict each trace through the engine chain (`traced.price_traced`): the sum over the
+   traced calls in order, one device, no overlap. Unknown aten calls are priced by the
+   roofline of their COPY proxy and listed with their share.
+5. Time the real model (`measure_model`: warm-up, median of repeats) and report predicted,
+   measured, error, the time share per engine and the composition error (sum of the stored
+   per-op medians vs the measured model). No per-model correction of any kind.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from analytical.errors import SpecError
+from analytical.hardware import get_hardware
+from analytical.ops import OpSpec
+from analytical.paths import llmsim_home
+from profiler.fingerprint import Fingerprint, current_fingerprint
+from profiler.measurement import point_key
+from profiler.runner import RunSummary, run_sweep
+from profiler.store import Store
+from profiler.sweep import Sweep, SweepEntry, default_backends
+from profiler.timers import Budget
+from simulate.engines import EngineChain
+from simulate.frontend.aten_map import Category
+from simulate.frontend.graph import TracedGraph
+from simulate.frontend.hf import MODES
+from simulate.validate.measure import measure_model
+from simulate.validate.models import (
+    VALIDATION_MODELS,
+    build_validation_model,
+    trace_validation_model,
+    validation_inputs,
+    validation_model,
+)
+from simulate.validate.report import UnknownRow, ValidationReport, ValidationRow
+from simulate.validate.traced import price_traced
+from simulate.validate.training import train_families
+
+__all__ = ["FAST_BUDGET", "LoopConfig", "needed_ops", "needed_sweep",
+           "run_validation", "stored_medians", "validation_db_path"]
+
+# Profiling budget of the fast mode (tests): a handful of repetitions per shape.
+FAST_BUDGET = Budget(warmup_s=0.0, measure_s=0.002, min_reps=3, max_reps=5)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoopConfig:
+    """What `run_validation` runs and where it writes."""
+
+    models: tuple[str, ...] = tuple(VALIDATION_MODELS)
+    modes: tuple[str, ...] = MODES
+    store_path: Path | None = None  # None: `validation_db_path(threads)`
+    tracking_uri: str | None = None  # None: $MLFLOW_TRACKING_URI or sqlite under LLMSIM_HOME
+    hardware: str = "cpu"  # catalog name (a calibrated $LLMSIM_HOME/hardware/cpu.yaml wins)
+    threads: int | None = None  # torch intra-op threads for profiling AND timing (None: current)
+    warmup: int = 3  # untimed model calls
+    repeats: int = 10  # timed model calls (median)
+    budget: Budget = field(default_factory=Budget)  # per profiled shape
+    profile: bool = True  # False: use what the store holds
+    train: bool = True  # False: reuse the registered champions
+    fast_train: bool = False  # a small hyper-parameter search (tests)
+    progress: bool = False  # rich progress bar on stderr while profiling
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise SpecError("models", "needs at least one validation model")
+        for name in self.models:
+            validation_model(name)
+        for mode in self.modes:
+            if mode not in MODES:
+                raise SpecError("modes", f"unknown mode {mode!r}; known: {', '.join(MODES)}")
+        if self.repeats < 1 or self.warmup < 1:
+            raise SpecError("repeats" if self.repeats < 1 else "warmup", "must be at least 1")
+        if self.threads is not None and self.threads < 1:
+            raise SpecError("threads", f"must be at least 1, got {self.threads}")
+
+
+def _costed(traced: TracedGraph) -> list[tuple[OpSpec, bool]]:
+    """(spec, is_unknown) for every costed call, in order."""
+    return [(op.spec, op.category == Category.UNKNOWN) for op in traced.ops
+            if op.spec is not None]
+
+
+def needed_ops(traces: Sequence[TracedGraph]) -> list[OpSpec]:
+    """Distinct specs (by key, first-seen order) of the known calls of ``traces``.
+
+    Unknown calls are left out: they are priced by the roofline and listed, not profiled.
+    """
+    seen: dict[str, OpSpec] = {}
+    for traced in traces:
+        for spec, unknown in _costed(traced):
+            if not unknown and spec.family != "collective":
+                seen.setdefault(spec.key, spec)
+    return list(seen.values())
+
+
+def needed_sweep(ops: Sequence[OpSpec], *, budget: Budget, name: str = "validate-cpu") -> Sweep:
+    """A CPU sweep holding exactly ``ops``, one entry per family, default backends."""
+    by_family: dict[str, list[OpSpec]] = {}
+    for op in ops:
+        by_family.setdefault(op.family, []).append(op)
+    entries = tuple(SweepEntry(family=family, ops=tuple(specs), backends=(), budget=budget)
+                    for family, specs in by_family.items())
+    return Sweep(name=name, device="cpu", entries=entries, source=name)
+
+
+def validation_db_path(threads: int) -> Path:
+    """The loop's own store, one per thread count: ``$LLMSIM_HOME/validate/cpu-t<N>.duckdb``.
+
+    The store engine looks rows up by hardware name only, so rows of another thread count
+    in a shared store would be mixed into the medians; a store per thread count keeps the
+    validation self-contained (``--db`` points it elsewhere).
+    """
+    return llmsim_home() / "validate" / f"cpu-t{threads}.duckdb"
+
+
+def _fingerprint(threads: int) -> Fingerprint:
+    """The fingerprint `run_sweep` records for a CPU run with ``threads`` threads."""
+    return replace(current_fingerprint("cpu"), device_count=threads)
+
+
+def stored_medians(ops: Sequence[OpSpec], store_path: Path | str | None,
+                   fingerprint: Fingerprint) -> dict[str, float]:
+    """Measured median (s) per op key, from the rows profiled here with ``fingerprint``.
+
+    Exact point keys (op, fingerprint, default backend), so rows of another thread count or
+    another machine never enter the composition sum.
+    """
+    path = Path(store_path) if store_path is not None else None
+    wanted: dict[str, dict[str, str]] = {}
+    for op in ops:
+        backend = default_backends(op.family, "cpu", op.dtype)[0]
+        wanted.setdefault(op.family, {})[point_key(op, fingerprint, backend)] = op.key
+    if path is not None and not path.is_file():
+        return {}
+    out: dict[str, float] = {}
+    with Store(path, read_only=True) as store:
+        for family, keys in wanted.items():
+            frame = store.frame(family, hardware=fingerprint.hardware)
+            if frame.empty:
+                continue
+            hits = frame[frame["point_key"].isin(list(keys))]
+            for point, median in zip(hits["point_key"], hits["median_s"], strict=True):
+                out[keys[point]] = float(median)
+    return out
+
+
+def _composition(traced: TracedGraph, medians: dict[str, float]) -> tuple[float | None, int]:
+    specs = [spec for spec, unknown in _costed(traced) if not unknown]
+    missing = sum(1 for spec in specs if spec.key not in medians)
+    return (None if missing else sum(medians[s.key] for s in specs)), missing
+
+
+def _timings(config: LoopConfig, threads: int
+             ) -> dict[tuple[str, str], tuple[float, float, float]]:
+    """(median s, relative p10-p90 spread, min s) of the real model per (model, mode)."""
+    out: dict[tuple[str, str], tuple[float, float, float]] = {}
+    for name in config.models:
+        spec = validation_model(name)
+        model = build_validation_model(spec)
+        model.eval()  # no dropout; train_step still builds the autograd graph
+        for mode in config.modes:
+            timing = measure_model(model, validation_inputs(spec, mode), mode=mode,
+                                   warmup=config.warmup, repeats=config.repeats,
+                                   threads=threads, new_tokens=spec.new_tokens).timing
+            spread = (timing.p90_s - timing.p10_s) / timing.median_s if timing.median_s else 0.0
+            out[(name, mode)] = (timing.median_s, spread, timing.min_s)
+        del model
+        gc.collect()
+    return out
+
+
+def run_validation(config: LoopConfig, *,
+                   on_stage: Callable[[str], None] | None = None) -> ValidationReport:
+    """Trace, profile, train, predict and measure; see the module docstring.
+
+    ``on_stage`` is called with a short label as each stage starts (for a CLI status line).
+    """
+    import torch  # noqa: PLC0415
+
+    def stage(label: str) -> None:
+        if on_stage is not None:
+            on_stage(label)
+
+    threads = config.threads or torch.get_num_threads()
+    store_path = config.store_path or validation_db_path(threads)
+    hw = get_hardware(config.hardware)
+    elapsed: dict[str, float] = {}
+    stages: dict[str, object] = {"store": str(store_path)}
+    started = time.perf_counter()
+
+    stage("trace")
+    traces = {(name, mode): trace_validation_model(validation_model(name), mode)
+              for name in config.models for mode in config.modes}
+    ops = needed_ops(list(traces.values()))
+    elapsed["trace"] = time.perf_counter() - started
+
+    if config.profile:
+        stage(f"profile {len(ops)} shapes")
+        t0 = time.perf_counter()
+        summary: RunSummary = run_sweep(needed_sweep(ops, budget=config.budget),
+                                        store_path, device="cpu", threads=threads,
+                                        progress=config.progress, command="validate cpu")
+        stages["profile"] = {"shapes": len(ops), "skipped": summary.skipped,
+                             "measured": summary.measured, "statuses": summary.statuses}
+        elapsed["profile"] = time.perf_counter() - t0
+
+    families = sorted({op.family for op in ops})
+    if config.train:
+        stage(f"train {', '.join(families)}")
+        t0 = time.perf_counter()
+        stages["train"] = train_families(hw.name, families, store_path=store_path,
+                                         tracking_uri=config.tracking_uri,
+                                         fast=config.fast_train)
+        elapsed["train"] = time.perf_counter() - t0
+
+    stage("predict")
+    t0 = time.perf_counter()
+    medians = stored_medians(ops, store_path, _fingerprint(threads))
+    chain = EngineChain(hw, store_path=store_path, tracking_uri=config.tracking_uri)
+    priced = {key: price_traced(traced, chain, hw) for key, traced in traces.items()}
+    # The same traces without the store: what the predictors alone say (in-sample shapes).
+    no_store = EngineChain(hw, use_store=False, tracking_uri=config.tracking_uri)
+    model_only = {key: price_traced(traced, no_store, hw) for key, traced in traces.items()}
+    elapsed["predict"] = time.perf_counter() - t0
+
+    stage("measure")
+    t0 = time.perf_counter()
+    timings = _timings(config, threads)
+    elapsed["measure"] = time.perf_counter() - t0
+
+    rows: list[ValidationRow] = []
+    unknown_rows: list[UnknownRow] = []
+    for (name, mode), traced in traces.items():
+        pred, alone = priced[(name, mode)], model_only[(name, mode)]
+        composition, missing = _composition(traced, medians)
+        measured, spread, fastest = timings[(name, mode)]
+        rows.append(ValidationRow(
+            model=name, mode=mode, ops=pred.ops, distinct_ops=pred.distinct_ops,
+            predicted_s=pred.serial_s, measured_s=measured, measured_spread=spread,
+            measured_min_s=fastest,
+            engine_share=pred.engine_share, composition_s=composition,
+            composition_missing=missing, predictor_s=alone.serial_s,
+            predictor_xgb_share=alone.engine_share["xgboost"]))
+        unknown_rows.extend(UnknownRow(model=name, mode=mode, aten=u.aten, count=u.count,
+                                       bytes=u.bytes, time_s=u.time_s, share=u.share)
+                            for u in pred.unknown)
+    elapsed["total"] = time.perf_counter() - started
+    stages["loadavg_1m_end"] = os.getloadavg()[0]  # other work on the machine skews timings
+    return ValidationReport(rows=tuple(rows), unknown=tuple(unknown_rows), hardware=hw.name,
+                            threads=threads, stages=stages, elapsed_s=elapsed)

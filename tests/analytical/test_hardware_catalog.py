@@ -1,0 +1,192 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The shipped hardware catalog: every file loads, datasheet values are pinned, bad files are
+rejected with the file and field named, and the ``llmsim hardware`` commands work end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from analytical.dtypes import DType
+from analytical.errors import SpecError, UnknownNameError
+from analytical.hardware import (
+    HARDWARE_DIR,
+    get_hardware,
+    hardware_from_dict,
+    hardware_names,
+    load_hardware_file,
+)
+
+SHIPPED = ("a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-80gb", "h100-sxm", "h100-pcie", "h200",
+           "b200", "gh200", "l4", "l40s", "mi300x", "cpu")
+LLMSIM = Path(sys.executable).parent / "llmsim"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLMSIM_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("LLMSIM_HARDWARE_PATH", raising=False)
+    get_hardware.cache_clear()
+    yield
+    get_hardware.cache_clear()
+
+
+def test_catalog_holds_exactly_the_shipped_files():
+    assert sorted(p.stem for p in HARDWARE_DIR.glob("*.yaml")) == sorted(SHIPPED)
+    assert set(SHIPPED) <= set(hardware_names())
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_file_loads_and_is_consistent(name):
+    hw = load_hardware_file(HARDWARE_DIR / f"{name}.yaml")
+    assert hw.name == name  # file stem = name
+    assert hw.kind == ("cpu" if name == "cpu" else "gpu")
+    assert hw.sources, "every entry cites where its numbers come from"
+    # Tensor-core ordering that holds on every listed part: fp32 <= tf32 <= bf16 <= fp8.
+    assert hw.peak_flops_fp32 <= hw.peak_flops_tf32 <= hw.peak_flops_bf16
+    if hw.supports(DType.FP8):
+        assert hw.peak_flops_fp8 >= hw.peak_flops_bf16
+    for eff in (hw.efficiency.gemm, hw.efficiency.attention, hw.efficiency.memory,
+                hw.efficiency.intra_node, hw.efficiency.inter_node):
+        assert 0 < eff <= 1
+    assert hw.inter_node.bandwidth_bytes_per_s <= hw.intra_node.bandwidth_bytes_per_s or \
+        hw.kind == "cpu"
+
+
+def test_h100_sxm_matches_datasheet():
+    # NVIDIA H100 datasheet (SXM): bf16 1,979 TFLOP/s with sparsity -> 989 dense; 3.35 TB/s HBM3;
+    # 80 GB; NVLink 900 GB/s bidirectional -> 450 GB/s per direction.
+    hw = get_hardware("h100-sxm")
+    assert hw.peak_flops(DType.BF16) == pytest.approx(989e12, rel=1e-3)
+    assert hw.peak_flops(DType.FP8) == pytest.approx(1979e12, rel=1e-3)
+    assert hw.memory_bw_bytes_per_s == pytest.approx(3.35e12)
+    assert hw.memory_bytes == 80 * 2**30
+    assert hw.intra_node.bandwidth_bytes_per_s == pytest.approx(450e9)
+    assert hw.inter_node.bandwidth_bytes_per_s == pytest.approx(50e9)  # 8 x 400 Gb/s / 8
+    assert hw.compute_units == 132
+    assert hw.gpus_per_node == 8
+
+
+def test_a100_matches_datasheet():
+    # NVIDIA A100 datasheet: bf16 312 TFLOP/s dense, no fp8; 80GB SXM 2,039 GB/s; 40GB 1,555 GB/s.
+    a80, a40 = get_hardware("a100-sxm-80gb"), get_hardware("a100-sxm-40gb")
+    assert a80.peak_flops(DType.BF16) == pytest.approx(312e12)
+    assert a80.peak_flops(DType.TF32) == pytest.approx(156e12)
+    assert not a80.supports(DType.FP8)
+    assert a80.memory_bw_bytes_per_s == pytest.approx(2.039e12)
+    assert a40.memory_bw_bytes_per_s == pytest.approx(1.555e12)
+    assert a80.intra_node.bandwidth_bytes_per_s == pytest.approx(300e9)  # NVLink3 600 bidir
+
+
+def test_other_pinned_datasheet_values():
+    assert get_hardware("mi300x").peak_flops(DType.BF16) == pytest.approx(1307.4e12)
+    assert get_hardware("mi300x").memory_bw_bytes_per_s == pytest.approx(5.3e12)
+    assert get_hardware("h200").memory_bw_bytes_per_s == pytest.approx(4.8e12)
+    assert get_hardware("b200").peak_flops(DType.FP4) == pytest.approx(9000e12)
+    assert get_hardware("l4").memory_bw_bytes_per_s == pytest.approx(300e9)
+    # int4 is weight-only in llmsim: it runs at the bf16 rate.
+    assert get_hardware("l40s").peak_flops(DType.INT4) == get_hardware("l40s").peak_flops_bf16
+
+
+def _valid() -> dict:
+    return yaml.safe_load((HARDWARE_DIR / "h100-sxm.yaml").read_text())
+
+
+def _write(tmp_path: Path, data) -> Path:
+    path = tmp_path / "bad.yaml"
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return path
+
+
+def _mutate(change) -> dict:
+    data = _valid()
+    change(data)
+    return data
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    (lambda d: d.update(flops=1), "flops"),
+    (lambda d: d["memory"].update(speed=1), "memory.speed"),
+    (lambda d: d["memory"].pop("bandwidth_gb_per_s"), "memory.bandwidth_gb_per_s"),
+    (lambda d: d["peak_dense_tflops"].pop("bf16"), "peak_dense_tflops.bf16"),
+    (lambda d: d["interconnect"]["intra_node"].update(bandwidth_gb_per_s=-450),
+     "interconnect.intra_node.bandwidth_gb_per_s"),
+    (lambda d: d["efficiency"].update(gemm=1.2), "efficiency.gemm"),
+    (lambda d: d["efficiency"].update(memory="high"), "efficiency.memory"),
+    (lambda d: d.update(kind="tpu"), "kind"),
+], ids=["unknown-top-key", "unknown-nested-key", "missing-bandwidth", "missing-bf16",
+        "negative-bandwidth", "efficiency-above-1", "efficiency-not-number", "bad-kind"])
+def test_bad_file_names_file_and_field(tmp_path, change, field):
+    path = _write(tmp_path, _mutate(change))
+    with pytest.raises(SpecError) as info:
+        load_hardware_file(path)
+    assert info.value.field == field
+    assert info.value.source == str(path)
+    assert str(path) in str(info.value) and field in str(info.value)
+
+
+def test_malformed_yaml_names_the_file(tmp_path):
+    path = _write(tmp_path, "name: [unclosed\n  vendor: x\n")
+    with pytest.raises(SpecError) as info:
+        load_hardware_file(path)
+    assert info.value.field == "(yaml)" and info.value.source == str(path)
+
+
+def test_unknown_gpu_lists_known_names():
+    with pytest.raises(UnknownNameError) as info:
+        get_hardware("h100-sxm5")  # exact lookups only, no substring fallback
+    assert "h100-sxm" in info.value.known and "mi300x" in info.value.known
+
+
+def test_user_file_shadows_the_catalog(tmp_path, monkeypatch):
+    folder = tmp_path / "extra"
+    folder.mkdir()
+    data = _mutate(lambda d: d["efficiency"].update(gemm=0.5))
+    (folder / "h100-sxm.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.setenv("LLMSIM_HARDWARE_PATH", str(folder))
+    get_hardware.cache_clear()
+    assert get_hardware("h100-sxm").efficiency.gemm == 0.5
+
+
+def test_round_trip_through_dict():
+    assert hardware_from_dict(_valid()) == get_hardware("h100-sxm")
+
+
+def _run(*args: str, home: Path) -> subprocess.CompletedProcess:
+    env = {"LLMSIM_HOME": str(home), "PATH": str(LLMSIM.parent)}
+    return subprocess.run([str(LLMSIM), "hardware", *args], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def test_cli_list_json_has_all_names(tmp_path):
+    result = _run("list", "--json", home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert {row["name"] for row in rows} >= set(SHIPPED)
+    h100 = next(row for row in rows if row["name"] == "h100-sxm")
+    assert h100["bf16_tflops"] == pytest.approx(989.4)
+    assert h100["nvlink_gb_per_s"] == pytest.approx(450)
+
+
+def test_cli_show(tmp_path):
+    result = _run("show", "a100-sxm-80gb", "--json", home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert shown["memory_bw_tb_per_s"] == pytest.approx(2.039)
+    assert shown["peak_bf16_tflops"] == pytest.approx(312)
+    assert shown["sources"]
+    table = _run("show", "l4", home=tmp_path)
+    assert table.returncode == 0 and "l4.yaml" in table.stdout.replace("\n", "")
+
+
+def test_cli_show_unknown_name_exits_2_with_one_line(tmp_path):
+    result = _run("show", "no-such-gpu", home=tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no-such-gpu" in lines[0] and "h100-sxm" in lines[0]
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,113 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Training determinism, save/load, the committed fixture model and schema checks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analytical.errors import LlmsimError
+from analytical.hardware import get_hardware
+from predictors.dataset import training_data
+from predictors.loader import load_predictor_dir
+from predictors.model import LatencyModel
+from predictors.train import train_predictor
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "predictors"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def trained(gemm_frame, fast_config):
+    data = training_data(gemm_frame, hardware="h100-sxm", family="gemm")
+    return data, train_predictor(data, get_hardware("h100-sxm"), fast_config)
+
+
+def test_training_is_deterministic(trained, fast_config):
+    data, first = trained
+    again = train_predictor(data, get_hardware("h100-sxm"), fast_config)
+    assert first.model.model_bytes() == again.model.model_bytes()
+    assert first.target == again.target and first.params == again.params
+    for name, split in first.splits.items():
+        assert split.metrics == again.splits[name].metrics
+
+
+def test_protocol_covers_every_split_and_model(trained):
+    _, result = trained
+    assert set(result.splits) == {"random", "heldout_large", "heldout_shape"}
+    for split in result.splits.values():
+        assert set(split.metrics) == {"xgb", "interp", "rf"}
+        assert split.metrics["xgb"].n == len(split.split.test) > 0
+    # the synthetic law is max(compute, memory) + 6 us with a 3% wiggle: learnable
+    assert result.splits["random"].metrics["xgb"].mape < 10.0
+    assert result.target.value in result.target_reason
+    assert len(result.search) == 2 * 2  # 2 configs x 2 targets
+
+
+def test_save_load_roundtrip_and_fresh_process(trained, tmp_path):
+    data, result = trained
+    folder = result.model.save(tmp_path / "m")
+    loaded = LatencyModel.load(folder)
+    hw = get_hardware("h100-sxm")
+    ops = list(data.ops[:50])
+    here = loaded.predict(ops, hw)
+    assert np.array_equal(here, result.model.predict(ops, hw))
+    script = (
+        "import sys, json\n"
+        "from analytical.hardware import get_hardware\n"
+        "from analytical.ops import op_from_dict\n"
+        "from predictors.model import LatencyModel\n"
+        "m = LatencyModel.load(sys.argv[1])\n"
+        "ops = [op_from_dict('gemm', d) for d in json.loads(sys.argv[2])]\n"
+        "print(json.dumps([v.hex() for v in m.predict(ops, get_hardware('h100-sxm')).tolist()]))\n"
+    )
+    from analytical.ops import op_to_dict
+
+    out = subprocess.run([sys.executable, "-c", script, str(folder),
+                          json.dumps([op_to_dict(op) for op in ops])],
+                         capture_output=True, text=True, check=True, cwd=ROOT, timeout=120)
+    fresh = np.array([float.fromhex(v) for v in json.loads(out.stdout)])
+    assert np.array_equal(fresh, here)
+
+
+def test_committed_fixture_keeps_loading():
+    expected = json.loads((FIXTURE / "expected.json").read_text())
+    model = LatencyModel.load(FIXTURE / "gemm-h100-sxm")
+    x = np.array([[float.fromhex(v) for v in row] for row in expected["features"]])
+    want = np.array([float.fromhex(v) for v in expected["predicted_s"]])
+    assert np.array_equal(model.predict_features(x), want)
+    predictor = load_predictor_dir(FIXTURE / "gemm-h100-sxm")
+    assert predictor.family == "gemm" and predictor.hardware == "h100-sxm"
+
+
+def _copy_fixture(tmp_path: Path) -> Path:
+    target = tmp_path / "model"
+    target.mkdir()
+    for name in ("model.ubj", "schema.json"):
+        (target / name).write_bytes((FIXTURE / "gemm-h100-sxm" / name).read_bytes())
+    return target
+
+
+def test_schema_version_mismatch_is_a_clear_error(tmp_path):
+    folder = _copy_fixture(tmp_path)
+    doc = json.loads((folder / "schema.json").read_text())
+    doc["schema_version"] = 0
+    (folder / "schema.json").write_text(json.dumps(doc))
+    with pytest.raises(LlmsimError, match=r"schema version 0 .* version 1; retrain"):
+        LatencyModel.load(folder)
+
+
+def test_schema_names_mismatch_and_missing_files(tmp_path):
+    folder = _copy_fixture(tmp_path)
+    doc = json.loads((folder / "schema.json").read_text())
+    doc["features"][0]["name"] = "rows"
+    (folder / "schema.json").write_text(json.dumps(doc))
+    with pytest.raises(LlmsimError, match="feature names differ"):
+        LatencyModel.load(folder)
+    with pytest.raises(LlmsimError, match="schema.json: missing"):
+        LatencyModel.load(tmp_path / "nowhere")

@@ -1,0 +1,100 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Splits (disjoint, deterministic, the promised regions), metrics and baselines."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analytical.errors import LlmsimError
+from analytical.ops import AttentionSpec, GemmSpec
+from predictors.baselines import InterpolationBaseline
+from predictors.dataset import fingerprint, pick_provenance, training_data
+from predictors.evaluate import error_metrics, plot_predicted_vs_measured
+from predictors.splits import evaluation_splits, largest_split, random_split, shape_region_split
+
+
+def _gemms():
+    return [GemmSpec(m=m, n=n, k=k) for m in (16, 256, 4096) for n in (512, 1024, 2048, 4096)
+            for k in (512, 1024, 2048, 8192, 16384)]
+
+
+def test_random_split_is_seeded_and_disjoint():
+    a, b = random_split(100, seed=3), random_split(100, seed=3)
+    assert np.array_equal(a.test, b.test) and len(a.test) == 20 and len(a.train) == 80
+    assert not set(a.test) & set(a.train)
+    assert not np.array_equal(a.test, random_split(100, seed=4).test)
+
+
+def test_largest_split_holds_out_the_top_flops():
+    ops = _gemms()
+    split = largest_split(ops)
+    flops = np.array([op.flops for op in ops])
+    assert len(split.test) == round(0.2 * len(ops))
+    assert flops[split.test].min() >= flops[split.train].max()
+
+
+def test_gemm_shape_split_has_unseen_nk_pairs():
+    ops = _gemms()
+    split = shape_region_split(ops, seed=0)
+    pairs = lambda idx: {(ops[i].n, ops[i].k) for i in idx}  # noqa: E731
+    assert pairs(split.test) and not pairs(split.test) & pairs(split.train)
+    assert len(pairs(split.test)) == 4  # 20% of the 20 distinct pairs
+
+
+def test_attention_shape_split_is_interior_kv_len():
+    ops = [AttentionSpec(batch=1, q_len=1, kv_len=t, heads=8, kv_heads=8, head_dim=128)
+           for t in (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)]
+    split = shape_region_split(ops, seed=1)
+    held = {ops[i].kv_len for i in split.test}
+    assert held and 128 not in held and 65536 not in held
+    assert [s.name for s in evaluation_splits(ops, seed=1)] == ["random", "heldout_large",
+                                                                "heldout_shape"]
+
+
+def test_error_metrics_closed_form():
+    m = error_metrics(np.array([1.0, 2.0, 4.0]), np.array([1.1, 2.0, 3.0]))
+    assert m.n == 3
+    assert m.mape == pytest.approx((10 + 0 + 25) / 3)
+    assert m.median_ape == pytest.approx(10.0)
+    assert m.p90_ape == pytest.approx(22.0)  # numpy linear interpolation between 10 and 25
+    assert m.max_ape == pytest.approx(25.0)
+    with pytest.raises(LlmsimError, match="positive"):
+        error_metrics(np.array([0.0]), np.array([1.0]))
+
+
+def test_interpolation_baseline_exact_and_between():
+    ops = [GemmSpec(m=256, n=1024, k=k) for k in (1024, 4096)]
+    base = InterpolationBaseline(k=2).fit(ops, np.array([1e-5, 4e-5]))
+    assert base.predict(ops[:1])[0] == pytest.approx(1e-5)
+    # k = 2048 sits half-way in log2 space: geometric mean of the neighbours
+    mid = base.predict([GemmSpec(m=256, n=1024, k=2048)])[0]
+    assert mid == pytest.approx(2e-5)
+
+
+def test_fingerprint_and_dataset(gemm_frame):
+    data = training_data(gemm_frame, hardware="h100-sxm", family="gemm")
+    assert data.fingerprint.rows == len(gemm_frame) == len(data)
+    shuffled = training_data(gemm_frame.sample(frac=1.0, random_state=1), hardware="h100-sxm",
+                             family="gemm")
+    assert shuffled.fingerprint == data.fingerprint  # order-independent
+    changed = data.latency_s.copy()
+    changed[0] *= 1.0000001
+    assert fingerprint([op.key for op in data.ops], changed) != data.fingerprint
+    doubled = gemm_frame.iloc[[0, 0]].assign(median_s=[1e-5, 3e-5])
+    folded = training_data(doubled, hardware="h100-sxm", family="gemm")
+    assert len(folded) == 1 and folded.duplicates_folded == 1
+    assert folded.latency_s[0] == pytest.approx(2e-5)
+
+
+def test_provenance_choice(gemm_frame):
+    two = gemm_frame.assign(provenance=["a"] * 100 + ["b"] * (len(gemm_frame) - 100))
+    assert pick_provenance(two) == "b"
+    with pytest.raises(LlmsimError, match="available: b"):
+        pick_provenance(two, "c")
+
+
+def test_plot_writes_png(tmp_path):
+    y = np.array([1e-5, 2e-5, 3e-5])
+    path = plot_predicted_vs_measured(tmp_path / "p.png", {"random": (y, y * 1.1)}, title="t")
+    assert path.read_bytes()[:4] == b"\x89PNG"

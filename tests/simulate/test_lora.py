@@ -1,0 +1,100 @@
+# SPDX-License-Identifier: Apache-2.0
+"""LoRA: trainable parameters and optimizer memory against the closed form (PEFT numbers)."""
+
+from __future__ import annotations
+
+import pytest
+
+from analytical.errors import SpecError
+from analytical.memory import training_memory
+from analytical.model import load_model
+from analytical.parallel import ParallelConfig, Recompute, Schedule
+from simulate.graph import Sharding, layer_block
+from simulate.lora import (
+    frozen_base_block,
+    lora_block_ops,
+    lora_state_bytes,
+    lora_trainable_params,
+    lora_training_memory,
+)
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLMSIM_HOME", str(tmp_path))
+
+
+def test_llama2_7b_qv_rank8_is_the_peft_number():
+    # PEFT's print_trainable_parameters for Llama-2-7B, r=8, target_modules=[q_proj, v_proj]:
+    # "trainable params: 4,194,304" = 32 layers * 2 targets * 8 * (4096 + 4096).
+    assert lora_trainable_params(load_model("llama-2-7b"), 8, ["q", "v"]) == 4_194_304
+
+
+def test_gqa_and_mlp_targets_closed_form():
+    m = load_model("llama-3-8b")  # h 4096, 8 kv heads x 128, ffn 14336, 32 layers
+    per_layer = 16 * ((4096 + 4096) + (4096 + 1024) * 2 + (4096 + 4096)
+                      + 2 * (4096 + 14336) + (14336 + 4096))
+    assert lora_trainable_params(m, 16, ["q", "k", "v", "o", "gate", "up", "down"]) \
+        == 32 * per_layer
+
+
+def test_memory_frozen_base_matches_closed_form():
+    m = load_model("llama-2-7b")
+    p = 4_194_304
+    par = ParallelConfig()
+    mem = lora_training_memory(m, par, rank=8, targets=["q", "v"], micro_batch=1, seq_len=2048,
+                               num_microbatches=1)
+    closed = lora_state_bytes(p)
+    assert mem.gradients_bytes == pytest.approx(closed["gradients_bytes"])  # 2 B/param
+    assert mem.optimizer_bytes == pytest.approx(closed["optimizer_bytes"])  # 12 B/param
+    assert mem.weights_bytes == pytest.approx(2.0 * m.params_total + 2.0 * p)
+    full = training_memory(m, par, micro_batch=1, seq_len=2048, recompute=Recompute.NONE,
+                           schedule=Schedule.ONE_F_ONE_B, num_microbatches=1)
+    assert mem.activations_bytes == pytest.approx(full.activations_bytes)  # still stored
+
+
+def test_adapter_gemms_and_frozen_block():
+    m = load_model("llama-2-7b")
+    fwd, bwd = lora_block_ops(m, rank=8, targets=["q", "o"], tokens=4096, tp=2)
+    assert sum(g.flops for g in fwd) == pytest.approx(
+        2 * 4096 * 8 * ((4096 + 4096 // 2) + (4096 // 2 + 4096)))
+    assert sum(g.flops for g in bwd) == pytest.approx(2 * sum(g.flops for g in fwd))
+    sh = Sharding(micro_batch=1, seq_len=4096, tp=1, cp=1, ep=1, sp=False, tp_rpn=1, cp_rpn=1,
+                  ep_rpn=1)
+    base = layer_block(m, sh, moe=False)
+    frozen = frozen_base_block(base, fwd, bwd)
+    assert not any(n.name.endswith(".wgrad") for n in frozen.bwd)
+    assert len(frozen.fwd) == len(base.fwd) + len(fwd)
+
+
+def test_bad_lora_config_names_field():
+    with pytest.raises(SpecError, match="training.lora.targets"):
+        lora_trainable_params(load_model("llama-2-7b"), 8, ["qkv"])
+    with pytest.raises(SpecError, match="training.lora.rank"):
+        lora_trainable_params(load_model("llama-2-7b"), 0, ["q"])
+
+
+def test_lora_scenario_through_simulate() -> None:
+    """`training.lora` in a scenario: frozen base (no wgrad GEMMs, no base optimizer state)."""
+    from pathlib import Path
+
+    from analytical.model import load_model
+    from simulate.api import run
+    from simulate.lora import lora_trainable_params
+
+    path = Path(__file__).resolve().parents[2] / "datasets" / "scenarios" / "llama2-7b-lora-a100.yaml"
+    import yaml
+
+    lora = run(path, use_store=False, use_predictors=False).data
+    doc = yaml.safe_load(path.read_text())
+    del doc["training"]["lora"]
+    doc["training"]["parallel"]["zero"] = 1  # full fine-tuning only fits with sharded states
+    full = run(doc, use_store=False, use_predictors=False).data
+    # no base weight-gradient GEMMs: backward is ~half as long, so the step is ~2/3 or less
+    assert lora["iteration_time_s"] < 0.8 * full["iteration_time_s"]
+    assert lora["memory"]["optimizer_gib"] < 0.05 * full["memory"]["optimizer_gib"]
+    adapters = lora_trainable_params(load_model("llama-2-7b"), 16, ("q", "k", "v", "o"))
+    assert adapters == 32 * 4 * 16 * (4096 + 4096)
+    # optimizer: fp32 master + 2 moments = 12 B per adapter parameter, none for the base
+    assert lora["memory"]["optimizer_gib"] * 2**30 == pytest.approx(12 * adapters, rel=1e-9)
+    assert lora["fits"] and lora["iteration_time_s"] > 0
