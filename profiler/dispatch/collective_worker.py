@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import replace
 
 from profiler.benchmarks.collective import measure_collective
+from profiler.dispatch.group_exit import leave_process_group
 from profiler.fingerprint import current_fingerprint
 from profiler.measurement import Measurement
 from profiler.runner import pending_points, resolve_device
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     backend = "nccl" if device.startswith("cuda") else "gloo"
     dist.init_process_group(backend=backend)
     started = time.perf_counter()
+    clean = False
     try:
         points = _points(args.sweep, device.split(":")[0], world, local_world, backend)
         store = None
@@ -80,8 +82,9 @@ def main(argv: list[str] | None = None) -> int:
                               "measured": len(todo), "statuses": dict(statuses),
                               "hardware": fingerprint.hardware,
                               "elapsed_s": round(time.perf_counter() - started, 3)}))
+        clean = True
     finally:
-        dist.destroy_process_group()
+        leave_process_group(dist, clean=clean)
     return 0
 
 

@@ -129,24 +129,28 @@ def _profile_collectives(specs: list[CollectiveSpec], config: DdpConfig) -> dict
                                   timeout_s=config.timeout_s)
 
 
-def _measure(config: DdpConfig) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "ddp.json"
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc-per-node={DP}", "-m", "simulate.validate.ddp", "--out", str(out),
-               "--width", str(config.width), "--depth", str(config.depth),
-               "--batch", str(config.batch), "--warmup", str(config.warmup),
-               "--repeats", str(config.repeats)]
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False,
-                                  timeout=config.timeout_s)
-        except subprocess.TimeoutExpired:
-            raise LlmsimError(f"ddp: torchrun did not finish in {config.timeout_s} s") from None
-        if done.returncode != 0 or not out.is_file():
+def _measure(config: DdpConfig, attempts: int = 2) -> dict[str, Any]:
+    """Run the measured step under torchrun; a crashed launch is retried once, then reported."""
+    failures: list[str] = []
+    for _ in range(attempts):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "ddp.json"
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   f"--nproc-per-node={DP}", "-m", "simulate.validate.ddp", "--out", str(out),
+                   "--width", str(config.width), "--depth", str(config.depth),
+                   "--batch", str(config.batch), "--warmup", str(config.warmup),
+                   "--repeats", str(config.repeats)]
+            env = {**os.environ, "OMP_NUM_THREADS": "1"}
+            try:
+                done = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                                      check=False, timeout=config.timeout_s)
+            except subprocess.TimeoutExpired:
+                raise LlmsimError(f"ddp: torchrun did not finish in {config.timeout_s} s") from None
+            if done.returncode == 0 and out.is_file():
+                return json.loads(out.read_text(encoding="utf-8"))
             tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-10:])
-            raise LlmsimError(f"ddp: torchrun exited with {done.returncode}:\n{tail}")
-        return json.loads(out.read_text(encoding="utf-8"))
+            failures.append(f"torchrun exited with {done.returncode}:\n{tail}")
+    raise LlmsimError(f"ddp: {len(failures)} launches failed; last: {failures[-1]}")
 
 
 def run_ddp_check(config: DdpConfig) -> DdpCheck:
@@ -196,10 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist  # noqa: PLC0415
     from torch.nn.parallel import DistributedDataParallel  # noqa: PLC0415
 
+    from profiler.dispatch.group_exit import leave_process_group  # noqa: PLC0415
     from profiler.timing import summarize  # noqa: PLC0415
 
     torch.set_num_threads(1)
     dist.init_process_group(backend="gloo")
+    clean = False
     try:
         rank = dist.get_rank()
         torch.manual_seed(0)
@@ -218,15 +224,15 @@ def main(argv: list[str] | None = None) -> int:
                 samples.append(float(elapsed.item()))
         if rank == 0:
             timing = summarize(samples)
-            Path(args.out).write_text(json.dumps({
+            partial = Path(args.out).with_suffix(".partial")
+            partial.write_text(json.dumps({
                 "median_s": timing.median_s,
                 "spread": (timing.p90_s - timing.p10_s) / timing.median_s,
                 "samples_s": samples}), encoding="utf-8")
-        # NOTE: without this barrier a rank can tear gloo down while its peer is still in the
-        # last all_reduce, and the peer aborts (SIGABRT) on the closed connection.
-        dist.barrier()
+            partial.replace(args.out)  # the parent never reads a half-written file
+        clean = True
     finally:
-        dist.destroy_process_group()
+        leave_process_group(dist, clean=clean)
     return 0
 
 
