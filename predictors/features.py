@@ -3,13 +3,19 @@
 
 A feature row is built from an operator spec and the hardware spec only, so the simulator can ask
 for any shape. `FEATURE_SCHEMA` lists, per family, the ordered (name, dtype) pairs and
-`SCHEMA_VERSION` is bumped whenever a name, its order or its meaning changes; both are saved
-beside every model (``schema.json``) and checked on load.
+`SCHEMA_VERSIONS` holds one version per family, bumped whenever a name, its order or its meaning
+changes in that family; both are saved beside every model (``schema.json``) and checked on load.
+Per family, so a change to attention features does not invalidate saved GEMM models.
+
+History: attention v2 adds the work-item counts of decode/prefill kernels (batch x heads,
+batch x kv_heads, KV tiles of 64 and 128 tokens and the CTAs they make, query tokens x heads,
+heads x head_dim): latency of a small-KV decode grows with batch x kv_heads, not with FLOPs, and
+without these a tree cannot place an unseen head configuration. Every other family is v1.
 
 The roofline feature (and the normaliser of the ``log_roofline_ratio`` target) is the plain
 vendor-peak roofline computed here, not `analytical.roofline.roofline_time`: that one carries
 tunable efficiency factors, and a tweak to them must not silently change what a saved model
-predicts. The formula below is fixed for a given `SCHEMA_VERSION`; only the hardware file's
+predicts. The formula below is fixed for a given schema version; only the hardware file's
 peaks, bandwidths and SM count enter.
 """
 
@@ -37,7 +43,8 @@ from analytical.ops import (
     Phase,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSIONS: dict[str, int] = {"gemm": 1, "attention": 2, "collective": 1, "memory": 1,
+                                   "moe": 1}
 
 # GEMM kernels on NVIDIA GPUs tile the output in CTA tiles; the two most common are listed
 # (CUTLASS default 128x128 and the wide 128x256 Hopper tile). One tile runs on one SM, so
@@ -47,6 +54,9 @@ _GEMM_TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256))
 _ATTN_Q_BLOCK = 128
 # Split-KV decode kernels (FlashDecoding) cut the KV sequence into blocks of this size.
 _ATTN_KV_BLOCK = 256
+# Paged/XQA decode kernels walk the KV cache in tiles of 64 or 128 tokens (the page sizes of
+# TensorRT-LLM and vLLM): latency steps where the tile count changes.
+_ATTN_SMALL_KV_BLOCKS = (64, 128)
 
 _DTYPES = tuple(DType)
 
@@ -142,6 +152,13 @@ def attention_features(op: AttentionSpec, hw: HardwareSpec) -> list[float]:
     row += _common(op, hw)
     row += _waves(op.batch * op.heads * math.ceil(op.q_len / _ATTN_Q_BLOCK), hw)
     row += _waves(op.batch * op.kv_heads * math.ceil(op.kv_len / _ATTN_KV_BLOCK), hw)
+    row += [_log2(op.batch * op.heads), _log2(op.batch * op.kv_heads)]
+    for block in _ATTN_SMALL_KV_BLOCKS:
+        tiles = math.ceil(op.kv_len / block)
+        row += [float(tiles), _log2(op.batch * op.kv_heads * tiles),
+                _log2(op.batch * op.heads * tiles)]
+    row += [_log2(op.batch * op.heads * op.q_len), _log2(op.heads * op.head_dim),
+            _log2(op.kv_heads * op.head_dim)]
     return row + _dtype_onehot(op.dtype)
 
 
@@ -185,7 +202,16 @@ FEATURE_SCHEMA: dict[str, tuple[Feature, ...]] = {
            Feature(name="decode", dtype="bool"), Feature(name="backward", dtype="bool"),
            Feature(name="log2_score_pairs", dtype="float"),
            Feature(name="log2_kv_tokens", dtype="float")]
-        + _COMMON + _wave_features("qblock") + _wave_features("kvblock") + _DTYPE_FEATURES),
+        + _COMMON + _wave_features("qblock") + _wave_features("kvblock")
+        + [Feature(name="log2_batch_heads", dtype="float"),
+           Feature(name="log2_batch_kv_heads", dtype="float")]
+        + [Feature(name=f"kv{block}_{what}", dtype=kind) for block in _ATTN_SMALL_KV_BLOCKS
+           for what, kind in (("tiles", "int"), ("log2_kv_head_ctas", "float"),
+                              ("log2_head_ctas", "float"))]
+        + [Feature(name="log2_query_rows", dtype="float"),
+           Feature(name="log2_q_width", dtype="float"),
+           Feature(name="log2_kv_width", dtype="float")]
+        + _DTYPE_FEATURES),
     "collective": tuple(
         [Feature(name="size_bytes", dtype="int"), Feature(name="log2_size_bytes", dtype="float"),
          Feature(name="log2_chunk_bytes", dtype="float"), Feature(name="group_size", dtype="int"),
@@ -208,6 +234,12 @@ _FEATURE_FUNCTIONS: dict[str, tuple[type, Callable[..., list[float]]]] = {
     "memory": (MemoryBoundSpec, memory_features),
     "moe": (MoESpec, moe_features),
 }
+
+
+def schema_version(family: str) -> int:
+    """The feature schema version of one family (see the module doc's history)."""
+    schema_for(family)  # unknown family: a clear error
+    return SCHEMA_VERSIONS[family]
 
 
 def feature_names(family: str) -> list[str]:
@@ -241,5 +273,5 @@ def roofline_seconds(family: str, features: np.ndarray) -> np.ndarray:
 
 def schema_document(family: str) -> dict[str, object]:
     """What ``schema.json`` holds: version, family and the ordered (name, dtype) list."""
-    return {"schema_version": SCHEMA_VERSION, "family": family,
+    return {"schema_version": schema_version(family), "family": family,
             "features": [{"name": f.name, "dtype": f.dtype} for f in schema_for(family)]}

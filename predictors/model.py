@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """One XGBoost latency model: fit, predict (seconds), save and load in XGBoost's own UBJ format.
 
-A saved model is a folder: ``model.ubj`` (``Booster.save_model``, never pickle) and
-``schema.json`` (feature schema version and ordered names, the target and the hardware/family
-the model is for). Loading checks the schema against `predictors.features` and raises a clear
-`LlmsimError` on a mismatch. Training strategy (search, splits) lives in `predictors.train`.
+A saved model is a folder: ``model.ubj`` (``Booster.save_model``, never pickle),
+``extrapolator.ubj`` for the gated target, and ``schema.json`` (feature schema version and
+ordered names, the target, the gate and the hardware/family the model is for). Loading checks
+the schema against `predictors.features` and raises a clear `LlmsimError` on a mismatch.
+Training strategy (search, splits) lives in `predictors.train`.
 """
 
 from __future__ import annotations
@@ -21,15 +22,20 @@ from analytical.errors import LlmsimError
 from analytical.hardware import HardwareSpec
 from analytical.ops import OpSpec
 from predictors.features import (
-    SCHEMA_VERSION,
+    FEATURE_SCHEMA,
     feature_matrix,
     feature_names,
     roofline_seconds,
     schema_document,
 )
+from predictors.features import schema_version as family_schema_version
 
 MODEL_FILE = "model.ubj"
+EXTRAPOLATOR_FILE = "extrapolator.ubj"  # the gated target's roofline-ratio booster
 SCHEMA_FILE = "schema.json"
+# The size measure of the gate, per family: the feature `predictors.splits.size_of` ranks by.
+SIZE_FEATURE = {"gemm": "log2_flops", "attention": "log2_flops", "collective": "log2_bus_bytes",
+                "memory": "log2_bytes", "moe": "log2_bytes"}
 
 
 class Target(StrEnum):
@@ -37,12 +43,30 @@ class Target(StrEnum):
 
     LOG_LATENCY = "log_latency"  # ln(latency_s)
     LOG_ROOFLINE_RATIO = "log_roofline_ratio"  # ln(latency_s / roofline_s)
+    # log_latency up to the largest size seen in training, log_roofline_ratio beyond it. Trees
+    # are piecewise constant: on log-latency they interpolate well but predict the largest
+    # training latency for any bigger op; on the roofline ratio they carry the last efficiency
+    # forward, which extrapolates, but the ratio spans 1000x at launch-bound sizes, where it
+    # interpolates worse. The gate takes each where it is good.
+    GATED = "gated"
+
+
+def base_targets() -> tuple[Target, Target]:
+    """The targets a booster is fitted on (`Target.GATED` combines the two)."""
+    return (Target.LOG_LATENCY, Target.LOG_ROOFLINE_RATIO)
+
+
+def size_column(family: str, features: np.ndarray) -> np.ndarray:
+    """The log2 size measure of each row (FLOPs, or bytes for data-movement families)."""
+    return features[:, feature_names(family).index(SIZE_FEATURE[family])]
 
 
 def normaliser_seconds(target: Target, family: str, features: np.ndarray) -> np.ndarray:
     """What the target divides the latency by before the log (ones for log_latency)."""
     if target == Target.LOG_LATENCY:
         return np.ones(features.shape[0])
+    if target == Target.GATED:
+        raise LlmsimError("the gated target has two normalisers; use LatencyModel")
     return roofline_seconds(family, features)
 
 
@@ -55,9 +79,12 @@ class HyperParams:
     colsample_bytree: float = 0.8
     reg_lambda: float = 1.0
     max_rounds: int = 2000
+    # squared error fits the mean log error; absolute error its median, which resists the
+    # outliers of integer-microsecond or noisy small-message measurements
+    objective: str = "squarederror"
 
     def xgb_params(self, *, seed: int, nthread: int) -> dict[str, object]:
-        return {"objective": "reg:squarederror", "tree_method": "hist", "seed": seed,
+        return {"objective": f"reg:{self.objective}", "tree_method": "hist", "seed": seed,
                 "nthread": nthread, "max_depth": self.max_depth, "eta": self.learning_rate,
                 "min_child_weight": self.min_child_weight, "subsample": self.subsample,
                 "colsample_bytree": self.colsample_bytree, "lambda": self.reg_lambda,
@@ -94,20 +121,39 @@ def fit_booster(features: np.ndarray, target_values: np.ndarray, params: HyperPa
 
 
 class LatencyModel:
-    """A fitted booster plus what it needs to turn op specs into seconds."""
+    """A fitted booster plus what it needs to turn op specs into seconds.
+
+    With `Target.GATED`, ``booster`` is the log-latency booster, ``extrapolator`` the
+    roofline-ratio one and ``gate_log2_size`` the largest training size: rows above it are
+    priced by the extrapolator.
+    """
 
     def __init__(self, *, booster, family: str, hardware: str, target: Target,
-                 params: HyperParams, schema_version: int = SCHEMA_VERSION) -> None:
+                 params: HyperParams, schema_version: int | None = None,
+                 extrapolator=None, gate_log2_size: float | None = None) -> None:
         self.booster = booster
         self.family = family
         self.hardware = hardware
         self.target = Target(target)
         self.params = params
-        self.schema_version = schema_version
+        self.schema_version = (family_schema_version(family) if schema_version is None
+                               else schema_version)
+        self.extrapolator = extrapolator
+        self.gate_log2_size = gate_log2_size
+        if (self.target == Target.GATED) != (extrapolator is not None
+                                              and gate_log2_size is not None):
+            raise LlmsimError("a gated model needs an extrapolator and a gate, and only it")
 
     @property
     def n_trees(self) -> int:
         return int(self.booster.num_boosted_rounds())
+
+    @property
+    def tree_counts(self) -> tuple[int, ...]:
+        """Trees per booster (primary, then extrapolator): what a refit on all rows reuses."""
+        if self.extrapolator is None:
+            return (self.n_trees,)
+        return (self.n_trees, int(self.extrapolator.num_boosted_rounds()))
 
     def predict_features(self, features: np.ndarray) -> np.ndarray:
         """Seconds for a feature matrix built by `predictors.features.feature_matrix`."""
@@ -115,8 +161,16 @@ class LatencyModel:
 
         if features.shape[0] == 0:
             return np.empty(0)
-        raw = self.booster.predict(xgb.DMatrix(features, nthread=1))
-        return decode_target(raw.astype(np.float64), self.normaliser_s(features))
+        matrix = xgb.DMatrix(features, nthread=1)
+        raw = self.booster.predict(matrix).astype(np.float64)
+        if self.target != Target.GATED:
+            return decode_target(raw, self.normaliser_s(features))
+        out = decode_target(raw, np.ones(features.shape[0]))
+        beyond = size_column(self.family, features) > self.gate_log2_size
+        if beyond.any():
+            ratio = self.extrapolator.predict(matrix).astype(np.float64)[beyond]
+            out[beyond] = decode_target(ratio, roofline_seconds(self.family, features[beyond]))
+        return out
 
     def normaliser_s(self, features: np.ndarray) -> np.ndarray:
         return normaliser_seconds(self.target, self.family, features)
@@ -126,7 +180,10 @@ class LatencyModel:
         return self.predict_features(feature_matrix(self.family, ops, hw))
 
     def model_bytes(self) -> bytes:
-        return bytes(self.booster.save_raw(raw_format="ubj"))
+        raw = bytes(self.booster.save_raw(raw_format="ubj"))
+        if self.extrapolator is not None:
+            raw += bytes(self.extrapolator.save_raw(raw_format="ubj"))
+        return raw
 
     def save(self, folder: str | Path) -> Path:
         """Write ``model.ubj`` and ``schema.json`` into ``folder`` (created)."""
@@ -136,6 +193,11 @@ class LatencyModel:
         doc = {**schema_document(self.family), "hardware": self.hardware,
                "target": self.target.value, "params": asdict(self.params),
                "n_trees": self.n_trees}
+        if self.extrapolator is not None:
+            self.extrapolator.save_model(str(folder / EXTRAPOLATOR_FILE))
+            # float.hex: the gate survives the JSON round trip bit for bit
+            doc |= {"gate_log2_size": float(self.gate_log2_size).hex(),
+                    "n_trees_extrapolator": self.tree_counts[1]}
         (folder / SCHEMA_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         return folder
 
@@ -159,24 +221,41 @@ class LatencyModel:
         if not model_path.exists():
             raise LlmsimError(f"{model_path}: missing")
         booster.load_model(str(model_path))
+        extrapolator, gate = None, None
+        if doc["target"] == Target.GATED:
+            extrapolator_path = folder / EXTRAPOLATOR_FILE
+            if not extrapolator_path.exists():
+                raise LlmsimError(f"{extrapolator_path}: missing (a gated model has two boosters)")
+            if "gate_log2_size" not in doc:
+                raise LlmsimError(f"{schema_path}: gate_log2_size: missing for a gated model")
+            extrapolator = xgb.Booster()
+            extrapolator.load_model(str(extrapolator_path))
+            gate = float.fromhex(doc["gate_log2_size"])
         return cls(booster=booster, family=doc["family"], hardware=doc["hardware"],
                    target=Target(doc["target"]), params=HyperParams(**doc["params"]),
-                   schema_version=doc["schema_version"])
+                   schema_version=doc["schema_version"], extrapolator=extrapolator,
+                   gate_log2_size=gate)
 
 
 def check_schema(doc: dict, *, source: str) -> None:
     """Raise a clear error unless ``doc`` (a schema.json) matches the current feature schema."""
     version = doc.get("schema_version")
     family = doc.get("family")
-    if version != SCHEMA_VERSION:
-        raise LlmsimError(f"{source}: feature schema version {version} but this llmsim uses "
-                          f"version {SCHEMA_VERSION}; retrain with `llmsim train run --hardware "
-                          f"{doc.get('hardware', 'H')} --op {family or 'FAMILY'}`")
+    if family not in FEATURE_SCHEMA:
+        raise LlmsimError(f"{source}: family: {family!r} is not one of {sorted(FEATURE_SCHEMA)}")
+    expected = family_schema_version(family)
+    if version != expected:
+        raise LlmsimError(f"{source}: {family} feature schema version {version} but this llmsim "
+                          f"uses version {expected}; retrain with `llmsim train run --hardware "
+                          f"{doc.get('hardware', 'H')} --op {family}`")
     names = [f.get("name") for f in doc.get("features", [])]
-    if family is None or names != feature_names(family):
-        raise LlmsimError(f"{source}: feature names differ from schema version {SCHEMA_VERSION} "
+    if names != feature_names(family):
+        raise LlmsimError(f"{source}: feature names differ from schema version {expected} "
                           f"for family {family!r}; the file was edited or written by another "
                           "build; retrain the model")
     for key in ("hardware", "target", "params"):
         if key not in doc:
             raise LlmsimError(f"{source}: {key}: missing")
+    if doc["target"] not in {t.value for t in Target}:
+        raise LlmsimError(f"{source}: target: {doc['target']!r} is not one of "
+                          f"{[t.value for t in Target]}")

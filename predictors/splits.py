@@ -4,9 +4,14 @@
 - ``random``: 80/20, seeded.
 - ``heldout_large``: the largest 20% by FLOPs (by bytes for collectives and memory-bound ops):
   extrapolation to bigger shapes than any seen in training.
-- ``heldout_shape``: a shape region never seen in training, inside the measured range: unseen
-  (n, k) pairs for GEMM, unseen kv_len values for attention, unseen message sizes for collectives, unseen cols for
-  memory-bound ops, unseen hidden sizes for MoE.
+- ``heldout_shape``: a shape region never seen in training: unseen (n, k) pairs for GEMM (a new
+  model's weight shapes), unseen (heads, kv_heads, head_dim) configurations for attention (a new
+  model's attention), unseen message sizes for collectives, unseen cols for memory-bound ops,
+  unseen hidden sizes for MoE.
+- ``heldout_seq`` (attention only): unseen kv_len values inside the measured range. The
+  measured kv_len grid steps by 2x, so this asks a model to interpolate over a doubling of the
+  sequence, across the kernels' own switch points (split-KV, multi-block decode): the hardest
+  split, reported beside the others.
 Rule-based splits depend only on the data and the seed, so the same data always gives the same
 split.
 """
@@ -24,7 +29,8 @@ from analytical.ops import OpSpec
 RANDOM = "random"
 HELDOUT_LARGE = "heldout_large"
 HELDOUT_SHAPE = "heldout_shape"
-SPLIT_NAMES = (RANDOM, HELDOUT_LARGE, HELDOUT_SHAPE)
+HELDOUT_SEQ = "heldout_seq"
+SPLIT_NAMES = (RANDOM, HELDOUT_LARGE, HELDOUT_SHAPE, HELDOUT_SEQ)
 PRIMARY_SPLIT = HELDOUT_SHAPE  # what `promote` compares and the README leads with
 TEST_FRACTION = 0.2
 
@@ -60,7 +66,7 @@ def largest_split(ops: Sequence[OpSpec], *, test_fraction: float = TEST_FRACTION
 
 
 def _region(ops: Sequence[OpSpec], key: Callable[[OpSpec], tuple], what: str, *, seed: int,
-            interior: bool, test_fraction: float) -> Split:
+            interior: bool, test_fraction: float, name: str = HELDOUT_SHAPE) -> Split:
     """Hold out a seeded ``test_fraction`` of the distinct values of ``key`` (excluding the
     smallest and largest when ``interior``, so the region is inside the measured range)."""
     keys = [key(op) for op in ops]
@@ -75,7 +81,7 @@ def _region(ops: Sequence[OpSpec], key: Callable[[OpSpec], tuple], what: str, *,
     mask = np.array([k in picked for k in keys])
     shown = ", ".join(str(p if len(p) > 1 else p[0]) for p in sorted(picked)[:6])
     more = "" if len(picked) <= 6 else f" (+{len(picked) - 6} more)"
-    return Split(name=HELDOUT_SHAPE, train=np.flatnonzero(~mask), test=np.flatnonzero(mask),
+    return Split(name=name, train=np.flatnonzero(~mask), test=np.flatnonzero(mask),
                  description=f"unseen {what}: {shown}{more}")
 
 
@@ -86,7 +92,8 @@ def shape_region_split(ops: Sequence[OpSpec], *, seed: int,
     if family == "gemm":
         return _region(ops, lambda op: (op.n, op.k), "(n, k) pairs", interior=False, **kw)
     if family == "attention":
-        return _region(ops, lambda op: (op.kv_len,), "kv_len values", interior=True, **kw)
+        return _region(ops, lambda op: (op.heads, op.kv_heads, op.head_dim),
+                       "(heads, kv_heads, head_dim)", interior=False, **kw)
     if family == "collective":
         # NOTE: holding out a whole group size (e.g. 4 of {2, 4, 8}) leaves two points along
         # that axis; every model then extrapolates the bus algorithm change, so the region is
@@ -99,7 +106,17 @@ def shape_region_split(ops: Sequence[OpSpec], *, seed: int,
     raise LlmsimError(f"no held-out shape rule for family {family!r}")
 
 
+def sequence_split(ops: Sequence[OpSpec], *, seed: int,
+                   test_fraction: float = TEST_FRACTION) -> Split:
+    """Attention: unseen kv_len values, inside the measured range."""
+    return _region(ops, lambda op: (op.kv_len,), "kv_len values", interior=True, seed=seed,
+                   test_fraction=test_fraction, name=HELDOUT_SEQ)
+
+
 def evaluation_splits(ops: Sequence[OpSpec], *, seed: int) -> list[Split]:
-    """The three splits of the protocol, in `SPLIT_NAMES` order."""
-    return [random_split(len(ops), seed=seed), largest_split(ops),
-            shape_region_split(ops, seed=seed)]
+    """The splits of the protocol for this family, in `SPLIT_NAMES` order."""
+    splits = [random_split(len(ops), seed=seed), largest_split(ops),
+              shape_region_split(ops, seed=seed)]
+    if ops and ops[0].family == "attention":
+        splits.append(sequence_split(ops, seed=seed))
+    return splits

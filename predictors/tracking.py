@@ -23,7 +23,7 @@ from analytical.errors import LlmsimError
 from analytical.ops import op_to_dict
 from analytical.paths import default_artifact_root, default_tracking_uri
 from predictors.evaluate import plot_predicted_vs_measured
-from predictors.features import SCHEMA_VERSION
+from predictors.features import schema_version
 from predictors.model import LatencyModel
 from predictors.splits import PRIMARY_SPLIT
 from predictors.train import XGB, TrainingResult
@@ -91,7 +91,7 @@ def _tags(result: TrainingResult) -> dict[str, str]:
     tags = {"hardware": data.hardware, "family": data.family, "provenance": data.provenance,
             "data_fingerprint": str(data.fingerprint), "data_rows": str(data.fingerprint.rows),
             "data_sha256": data.fingerprint.sha256, "duplicates_folded":
-            str(data.duplicates_folded), "schema_version": str(SCHEMA_VERSION),
+            str(data.duplicates_folded), "schema_version": str(schema_version(data.family)),
             "target": result.target.value, "target_reason": result.target_reason,
             "seed": str(result.config.seed), "nthread": str(result.config.nthread),
             "primary_split": PRIMARY_SPLIT}

@@ -32,9 +32,11 @@ from predictors.model import (
     HyperParams,
     LatencyModel,
     Target,
+    base_targets,
     encode_target,
     fit_booster,
     normaliser_seconds,
+    size_column,
 )
 from predictors.splits import PRIMARY_SPLIT, RANDOM, Split, evaluation_splits
 from predictors.splits import size_of as _size_of
@@ -44,12 +46,13 @@ MODEL_NAMES = (XGB, InterpolationBaseline.name, RandomForestBaseline.name)
 
 # The search space: each draw picks one value per axis (seeded).
 SEARCH_SPACE: dict[str, tuple] = {
-    "max_depth": (6, 8, 10, 12),
+    "max_depth": (6, 8, 10, 12, 14),
     "learning_rate": (0.03, 0.05, 0.1),
     "min_child_weight": (1.0, 3.0, 10.0),
     "subsample": (0.7, 0.85, 1.0),
     "colsample_bytree": (0.6, 0.8, 1.0),
     "reg_lambda": (0.1, 1.0, 10.0),
+    "objective": ("squarederror", "absoluteerror"),
 }
 
 
@@ -57,13 +60,14 @@ SEARCH_SPACE: dict[str, tuple] = {
 class TrainConfig:
     seed: int = 0
     nthread: int = 2  # fixed: XGBoost hist is deterministic for a given thread count
-    n_configs: int = 8
+    n_configs: int = 10
     search_rows: int = 20_000  # inner-train rows used by the search (subsampled, seeded)
-    max_train_rows: int = 30_000  # training rows per protocol/final fit (subsampled, seeded)
-    max_rounds: int = 1000
+    max_train_rows: int = 80_000  # training rows per protocol/final fit (subsampled, seeded)
+    max_rounds: int = 3000
     early_stopping_rounds: int = 30
     rf_trees: int = 50
     baselines: bool = True
+    target: Target | None = None  # None: picked by the search; else forced (params still searched)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,14 +121,24 @@ def _inner_split(indices: np.ndarray, fraction: float, seed: int) -> tuple[np.nd
 
 def _fit(x: np.ndarray, latency: np.ndarray, family: str, hardware: str, train: np.ndarray,
          valid: np.ndarray | None, target: Target, params: HyperParams, config: TrainConfig,
-         rounds: int | None = None) -> LatencyModel:
-    """Fit on ``train`` rows, early-stopping on ``valid`` rows."""
-    y = encode_target(latency, normaliser_seconds(target, family, x))
-    booster = fit_booster(x[train], y[train], params, seed=config.seed, nthread=config.nthread,
-                          rounds=rounds, valid=None if valid is None else (x[valid], y[valid]),
-                          early_stopping_rounds=config.early_stopping_rounds)
-    return LatencyModel(booster=booster, family=family, hardware=hardware, target=target,
-                        params=params)
+         rounds: tuple[int, ...] | None = None) -> LatencyModel:
+    """Fit on ``train`` rows, early-stopping on ``valid`` rows (or ``rounds`` trees per
+    booster: one, or two for the gated target)."""
+    targets = base_targets() if target == Target.GATED else (target,)
+    boosters = []
+    for i, base in enumerate(targets):
+        y = encode_target(latency, normaliser_seconds(base, family, x))
+        boosters.append(fit_booster(
+            x[train], y[train], params, seed=config.seed, nthread=config.nthread,
+            rounds=None if rounds is None else rounds[i],
+            valid=None if valid is None else (x[valid], y[valid]),
+            early_stopping_rounds=config.early_stopping_rounds))
+    if target != Target.GATED:
+        return LatencyModel(booster=boosters[0], family=family, hardware=hardware,
+                            target=target, params=params)
+    return LatencyModel(booster=boosters[0], extrapolator=boosters[1], family=family,
+                        hardware=hardware, target=target, params=params,
+                        gate_log2_size=float(size_column(family, x[train]).max()))
 
 
 def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
@@ -147,22 +161,32 @@ def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
         rng = np.random.default_rng(config.seed + 2)
         inner_train = np.sort(rng.choice(inner_train, size=config.search_rows, replace=False))
     table: list[dict[str, object]] = []
+    beyond = size_column(family, x[inner_valid]) > size_column(family, x[inner_train]).max()
     for i, params in enumerate(search_configs(config.n_configs, config.seed)):
         params = _with_rounds(params, config.max_rounds)
-        for target in Target:
+        predicted: dict[Target, np.ndarray] = {}
+        trees: dict[Target, object] = {}
+        for target in base_targets():
             model = _fit(x, latency, family, hardware, inner_train, inner_valid, target, params,
                          config)
-            mape = error_metrics(latency[inner_valid],
-                                 model.predict_features(x[inner_valid])).mape
+            predicted[target] = model.predict_features(x[inner_valid])
+            trees[target] = model.n_trees
+        # the gated model is the two fits above joined at the largest inner-train size
+        predicted[Target.GATED] = np.where(beyond, predicted[Target.LOG_ROOFLINE_RATIO],
+                                           predicted[Target.LOG_LATENCY])
+        trees[Target.GATED] = "+".join(str(trees[t]) for t in base_targets())
+        for target in Target:
+            mape = error_metrics(latency[inner_valid], predicted[target]).mape
             table.append({"config": i, "target": target.value, "valid_mape": mape,
-                          "trees": model.n_trees, **_params_dict(params)})
+                          "trees": trees[target], **_params_dict(params)})
     targets = tuple(Target)
     best = {t: min((r for r in table if r["target"] == t.value), key=lambda r: r["valid_mape"])
             for t in targets}
-    target = min(targets, key=lambda t: (best[t]["valid_mape"], t.value))
+    target = config.target or min(targets, key=lambda t: (best[t]["valid_mape"], t.value))
     others = ", ".join(f"{t.value} {best[t]['valid_mape']:.3f}%" for t in targets if t != target)
-    reason = (f"{target.value}: inner-validation MAPE {best[target]['valid_mape']:.3f}% vs "
-              f"{others} (best of {config.n_configs} configs each)")
+    how = "forced by --target; " if config.target else ""
+    reason = (f"{target.value}: {how}inner-validation MAPE {best[target]['valid_mape']:.3f}% "
+              f"vs {others} (best of {config.n_configs} configs each)")
     chosen = search_configs(config.n_configs, config.seed)[int(best[target]["config"])]
     return target, _with_rounds(chosen, config.max_rounds), reason, table
 
@@ -233,7 +257,7 @@ def train_predictor(data: TrainingData, hw: HardwareSpec,
                                                                   params, config)
     everything = _cap(np.arange(len(data)), config.max_train_rows, config.seed + 4)
     final = _fit(x, data.latency_s, data.family, data.hardware, everything, None, target, params,
-                 config, rounds=models[RANDOM].n_trees)
+                 config, rounds=models[RANDOM].tree_counts)
     return TrainingResult(data=data, config=config, target=target, target_reason=reason,
                           params=params, search=table, splits=results, model=final,
                           heldout_model=models[PRIMARY_SPLIT])

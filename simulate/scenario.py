@@ -19,6 +19,7 @@ import yaml
 from analytical.dtypes import DType, parse_dtype
 from analytical.errors import SpecError
 from analytical.parallel import ParallelConfig, Recompute, Schedule
+from simulate.fields import check_keys, int_field
 
 TOP_KEYS = {"name", "description", "model", "hardware", "training", "inference", "serving",
             "colocate"}
@@ -92,24 +93,12 @@ class Scenario:
 
 
 def _check_keys(block: Any, path: str, allowed: set[str], source: str | None) -> Mapping[str, Any]:
-    if not isinstance(block, Mapping):
-        raise SpecError(path, f"expected a mapping, got {type(block).__name__}", source=source)
-    unknown = sorted(set(block) - allowed)
-    if unknown:
-        raise SpecError(f"{path}.{unknown[0]}" if path else unknown[0],
-                        f"unknown key; allowed: {', '.join(sorted(allowed))}", source=source)
-    return block
+    return check_keys(block, path, allowed, source=source)
 
 
 def _int(block: Mapping[str, Any], key: str, path: str, source: str | None,
          default: int | None = None, minimum: int = 1) -> int:
-    value = block.get(key, default)
-    if value is None:
-        raise SpecError(f"{path}.{key}", "missing", source=source)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise SpecError(f"{path}.{key}", f"must be an integer >= {minimum}, got {value!r}",
-                        source=source)
-    return value
+    return int_field(block, key, path, source=source, default=default, minimum=minimum)
 
 
 def _bool(block: Mapping[str, Any], key: str, path: str, source: str | None,

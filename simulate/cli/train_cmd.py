@@ -11,8 +11,10 @@ from pathlib import Path
 
 import click
 
+from predictors.train import TrainConfig
 from simulate.cli.output import print_json, print_table
 
+_DEFAULTS = TrainConfig()
 _FAMILIES = ["gemm", "attention", "collective", "memory", "moe"]
 
 
@@ -24,9 +26,11 @@ def _common(func):
                      help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or SQLite under "
                      "$LLMSIM_HOME)."),
         click.option("--seed", type=int, default=0, show_default=True),
-        click.option("--configs", "n_configs", type=int, default=8, show_default=True,
-                     help="Hyper-parameter draws per target in the search."),
-        click.option("--max-train-rows", type=int, default=30_000, show_default=True,
+        click.option("--configs", "n_configs", type=int, default=_DEFAULTS.n_configs,
+                     show_default=True, help="Hyper-parameter draws in the search (each fits "
+                     "both targets; the gated target joins the two)."),
+        click.option("--max-train-rows", type=int, default=_DEFAULTS.max_train_rows,
+                     show_default=True,
                      help="Training rows per fit (larger sets are subsampled, seeded)."),
         click.option("--no-promote", is_flag=True,
                      help="Register the version but do not try to move the champion alias."),
@@ -69,11 +73,11 @@ def _print_outcome(outcome) -> None:
 
 
 def _run(hardware: str, op: str, db, tracking_uri, seed, n_configs, max_train_rows, no_promote,
-         as_json, provenance, dtype) -> None:
+         as_json, provenance, dtype, target=None) -> None:
     from predictors.pipeline import train_and_log
 
     outcome = train_and_log(hardware, op, db=db, provenance=provenance, dtype=dtype,
-                            config=_config(seed, n_configs, max_train_rows),
+                            config=_config(seed, n_configs, max_train_rows, target),
                             tracking_uri=tracking_uri, auto_promote=not no_promote)
     if as_json:
         print_json(_outcome_dict(outcome))
@@ -81,11 +85,12 @@ def _run(hardware: str, op: str, db, tracking_uri, seed, n_configs, max_train_ro
         _print_outcome(outcome)
 
 
-def _config(seed: int, n_configs: int, max_train_rows: int):
-    from predictors.train import TrainConfig
+def _config(seed: int, n_configs: int, max_train_rows: int, target: str | None = None):
+    from predictors.model import Target
 
     return TrainConfig(seed=seed, n_configs=n_configs, max_train_rows=max_train_rows,
-                       search_rows=min(20_000, max_train_rows))
+                       search_rows=min(20_000, max_train_rows),
+                       target=None if target in (None, "auto") else Target(target))
 
 
 _HW = click.option("--hardware", help="Catalog hardware name (the store's hardware column).")
@@ -93,6 +98,9 @@ _OP = click.option("--op", type=click.Choice(_FAMILIES), help="Operator family."
 _PROV = click.option("--provenance", default=None,
                      help="Provenance group to train on (default: the largest).")
 _DTYPE = click.option("--dtype", default=None, help="Only rows of this dtype.")
+_TARGET = click.option("--target", default="auto", show_default=True,
+                       type=click.Choice(["auto", "log_latency", "log_roofline_ratio", "gated"]),
+                       help="What the trees learn; auto: picked by inner validation.")
 
 
 @click.group(invoke_without_command=True)
@@ -100,10 +108,11 @@ _DTYPE = click.option("--dtype", default=None, help="Only rows of this dtype.")
 @_OP
 @_PROV
 @_DTYPE
+@_TARGET
 @_common
 @click.pass_context
-def group(ctx: click.Context, hardware, op, provenance, dtype, db, tracking_uri, seed, n_configs,
-          max_train_rows, no_promote, as_json) -> None:
+def group(ctx: click.Context, hardware, op, provenance, dtype, target, db, tracking_uri, seed,
+          n_configs, max_train_rows, no_promote, as_json) -> None:
     """Train, report and promote latency predictors (``llmsim train --hardware H --op F``)."""
     if ctx.invoked_subcommand is not None:
         return
@@ -111,7 +120,7 @@ def group(ctx: click.Context, hardware, op, provenance, dtype, db, tracking_uri,
         raise click.UsageError("give --hardware and --op, or a sub-command (run, all, report, "
                                "promote)")
     _run(hardware, op, db, tracking_uri, seed, n_configs, max_train_rows, no_promote, as_json,
-         provenance, dtype)
+         provenance, dtype, target)
 
 
 @group.command("run")
@@ -119,12 +128,13 @@ def group(ctx: click.Context, hardware, op, provenance, dtype, db, tracking_uri,
 @click.option("--op", required=True, type=click.Choice(_FAMILIES), help="Operator family.")
 @_PROV
 @_DTYPE
+@_TARGET
 @_common
-def run_cmd(hardware, op, provenance, dtype, db, tracking_uri, seed, n_configs, max_train_rows,
-            no_promote, as_json) -> None:
+def run_cmd(hardware, op, provenance, dtype, target, db, tracking_uri, seed, n_configs,
+            max_train_rows, no_promote, as_json) -> None:
     """Train one (hardware, family) predictor, log it to MLflow and try to promote it."""
     _run(hardware, op, db, tracking_uri, seed, n_configs, max_train_rows, no_promote, as_json,
-         provenance, dtype)
+         provenance, dtype, target)
 
 
 @group.command("all")
@@ -159,10 +169,11 @@ def all_cmd(min_rows, db, tracking_uri, seed, n_configs, max_train_rows, no_prom
 def report_cmd(tracking_uri, all_splits, markdown, write_readme, as_json) -> None:
     """Every champion's held-out error (XGBoost and both baselines), with n."""
     from predictors.report import COLUMNS, champion_rows, markdown_table, write_readme_section
-    from predictors.splits import HELDOUT_LARGE, HELDOUT_SHAPE, RANDOM
+    from predictors.splits import HELDOUT_LARGE, HELDOUT_SEQ, HELDOUT_SHAPE, RANDOM
 
-    splits = (HELDOUT_SHAPE, HELDOUT_LARGE, RANDOM) if all_splits else (HELDOUT_SHAPE,
-                                                                        HELDOUT_LARGE)
+    splits = (HELDOUT_SHAPE, HELDOUT_SEQ, HELDOUT_LARGE)
+    if all_splits:
+        splits += (RANDOM,)
     rows = champion_rows(tracking_uri, splits=splits)
     if write_readme is not None:
         write_readme_section(write_readme, markdown_table(rows))

@@ -13,28 +13,13 @@ from typing import Any
 
 from analytical.dtypes import DType, parse_dtype
 from analytical.errors import SpecError
+from simulate.fields import check_keys, int_field
 
 PRECISIONS = (DType.BF16, DType.FP16, DType.FP8, DType.FP4, DType.INT8, DType.INT4)
 
 
-def check_keys(block: Any, path: str, allowed: set[str], required: set[str] = frozenset()
-               ) -> Mapping[str, Any]:
-    if not isinstance(block, Mapping):
-        raise SpecError(path, f"expected a mapping, got {type(block).__name__}")
-    unknown = sorted(set(block) - allowed)
-    if unknown:
-        raise SpecError(f"{path}.{unknown[0]}", f"unknown key; allowed: {', '.join(sorted(allowed))}")
-    missing = sorted(required - set(block))
-    if missing:
-        raise SpecError(f"{path}.{missing[0]}", "missing")
-    return block
-
-
 def pos_int(block: Mapping[str, Any], key: str, path: str, default: int | None = None) -> int:
-    value = block.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise SpecError(f"{path}.{key}", f"must be a positive integer, got {value!r}")
-    return value
+    return int_field(block, key, path, default=default)
 
 
 def fraction(block: Mapping[str, Any], key: str, path: str, default: float, *,

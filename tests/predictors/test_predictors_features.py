@@ -23,7 +23,7 @@ from analytical.ops import (
 )
 from predictors.features import (
     FEATURE_SCHEMA,
-    SCHEMA_VERSION,
+    SCHEMA_VERSIONS,
     feature_matrix,
     feature_names,
     ideal_time_s,
@@ -58,13 +58,29 @@ def test_row_matches_schema(family):
 
 
 def test_schema_contract():
-    # Changing these names means a new SCHEMA_VERSION (saved models would mis-read features).
-    assert SCHEMA_VERSION == 1
+    # Changing a family's names means a new version for it (saved models would mis-read them).
+    assert SCHEMA_VERSIONS == {"gemm": 1, "attention": 2, "collective": 1, "memory": 1, "moe": 1}
     assert feature_names("gemm")[:8] == ["m", "n", "k", "batch", "log2_m", "log2_n", "log2_k",
                                           "log2_batch"]
     assert len(feature_names("gemm")) == 32
-    assert len(feature_names("attention")) == 40
+    assert len(feature_names("attention")) == 51
     assert len(feature_names("collective")) == 24
+
+
+def test_attention_work_item_counts():
+    # decode, batch 2, 32 heads over 8 KV heads, 4096 cached tokens
+    row = _row(EXAMPLES["attention"])
+    assert row["log2_batch_heads"] == 6.0 and row["log2_batch_kv_heads"] == 4.0
+    assert row["kv64_tiles"] == 64 and row["kv128_tiles"] == 32
+    assert row["kv64_log2_kv_head_ctas"] == math.log2(2 * 8 * 64)
+    assert row["kv128_log2_head_ctas"] == math.log2(2 * 32 * 32)
+    assert row["log2_query_rows"] == math.log2(2 * 32 * 1)
+    assert row["log2_q_width"] == math.log2(32 * 128)
+    assert row["log2_kv_width"] == math.log2(8 * 128)
+    # a partial tile counts whole: 65 tokens need two 64-token tiles
+    op = AttentionSpec(batch=1, q_len=1, kv_len=65, heads=8, kv_heads=8, head_dim=64,
+                       phase=Phase.DECODE)
+    assert _row(op)["kv64_tiles"] == 2 and _row(op)["kv128_tiles"] == 1
 
 
 def test_gemm_closed_forms():

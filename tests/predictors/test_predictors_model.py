@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from analytical.errors import LlmsimError
 from analytical.hardware import get_hardware
 from predictors.dataset import training_data
+from predictors.features import feature_matrix
 from predictors.loader import load_predictor_dir
 from predictors.model import LatencyModel
 from predictors.train import train_predictor
@@ -46,7 +48,7 @@ def test_protocol_covers_every_split_and_model(trained):
     # the synthetic law is max(compute, memory) + 6 us with a 3% wiggle: learnable
     assert result.splits["random"].metrics["xgb"].mape < 10.0
     assert result.target.value in result.target_reason
-    assert len(result.search) == 2 * 2  # 2 configs x 2 targets
+    assert len(result.search) == 2 * 3  # 2 configs x (2 fitted targets + their gated join)
 
 
 def test_save_load_roundtrip_and_fresh_process(trained, tmp_path):
@@ -102,6 +104,21 @@ def test_schema_version_mismatch_is_a_clear_error(tmp_path):
         LatencyModel.load(folder)
 
 
+def test_old_attention_schema_is_refused_by_family(tmp_path):
+    # attention went to v2 (work-item counts); a v1 attention model must say so and name
+    # the command that retrains it, while GEMM v1 models (the fixture) keep loading.
+    from predictors.model import check_schema
+
+    doc = {"schema_version": 1, "family": "attention", "hardware": "a100-sxm-80gb",
+           "target": "log_latency", "params": {}, "features": []}
+    with pytest.raises(LlmsimError, match=r"attention feature schema version 1 but this llmsim "
+                                          r"uses version 2; retrain with `llmsim train run "
+                                          r"--hardware a100-sxm-80gb --op attention`"):
+        check_schema(doc, source="schema.json")
+    with pytest.raises(LlmsimError, match=r"family: 'conv'"):
+        check_schema({**doc, "family": "conv"}, source="schema.json")
+
+
 def test_schema_names_mismatch_and_missing_files(tmp_path):
     folder = _copy_fixture(tmp_path)
     doc = json.loads((folder / "schema.json").read_text())
@@ -111,3 +128,50 @@ def test_schema_names_mismatch_and_missing_files(tmp_path):
         LatencyModel.load(folder)
     with pytest.raises(LlmsimError, match="schema.json: missing"):
         LatencyModel.load(tmp_path / "nowhere")
+
+
+def test_gated_model_extrapolates_with_the_ratio_booster(gemm_frame, fast_config, tmp_path):
+    from analytical.ops import GemmSpec
+    from predictors.model import Target
+    from predictors.train import HyperParams, _fit
+
+    hw = get_hardware("h100-sxm")
+    data = training_data(gemm_frame, hardware="h100-sxm", family="gemm")
+    x = feature_matrix("gemm", data.ops, hw)
+    rows = np.arange(len(data))
+    params = HyperParams(max_rounds=150)
+    fits = {t: _fit(x, data.latency_s, "gemm", "h100-sxm", rows, None, t, params, fast_config,
+                    rounds=(150, 150) if t == Target.GATED else (150,))
+            for t in Target}
+    gated = fits[Target.GATED]
+    assert gated.gate_log2_size == max(math.log2(op.flops) for op in data.ops)
+    # 4x the largest m and n of the training grid: 16x the FLOPs, far past the gate
+    big = GemmSpec(m=16384, n=57344, k=2048)
+    law = big.flops / (0.7 * hw.peak_flops(big.dtype)) + 6e-6
+    (g,), (ratio,), (logl,) = (fits[t].predict([big], hw) for t in
+                               (Target.GATED, Target.LOG_ROOFLINE_RATIO, Target.LOG_LATENCY))
+    assert g == ratio and abs(g / law - 1) < 0.1  # carried efficiency: right within the wiggle
+    assert logl < 0.2 * law  # the log-latency trees repeat the largest training latency
+    # inside the range it is the log-latency booster
+    inside = list(data.ops[:20])
+    assert np.array_equal(gated.predict(inside, hw), fits[Target.LOG_LATENCY].predict(inside, hw))
+    folder = gated.save(tmp_path / "gated")
+    loaded = LatencyModel.load(folder)
+    both = [big, *inside]
+    assert np.array_equal(loaded.predict(both, hw), gated.predict(both, hw))
+    (folder / "extrapolator.ubj").unlink()
+    with pytest.raises(LlmsimError, match="extrapolator.ubj: missing"):
+        LatencyModel.load(folder)
+
+
+def test_forced_target_is_kept_and_said(gemm_frame, fast_config):
+    from dataclasses import replace
+
+    from predictors.model import Target
+
+    data = training_data(gemm_frame, hardware="h100-sxm", family="gemm")
+    result = train_predictor(data, get_hardware("h100-sxm"),
+                             replace(fast_config, target=Target.LOG_ROOFLINE_RATIO))
+    assert result.target == Target.LOG_ROOFLINE_RATIO
+    assert result.target_reason.startswith("log_roofline_ratio: forced by --target")
+    assert result.model.extrapolator is None

@@ -42,14 +42,22 @@ def test_gemm_shape_split_has_unseen_nk_pairs():
     assert len(pairs(split.test)) == 4  # 20% of the 20 distinct pairs
 
 
-def test_attention_shape_split_is_interior_kv_len():
-    ops = [AttentionSpec(batch=1, q_len=1, kv_len=t, heads=8, kv_heads=8, head_dim=128)
-           for t in (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)]
-    split = shape_region_split(ops, seed=1)
-    held = {ops[i].kv_len for i in split.test}
+def test_attention_splits_hold_out_head_configs_and_interior_kv_len():
+    configs = [(8, 8, 128), (32, 8, 128), (32, 4, 128), (16, 16, 64), (64, 8, 128)]
+    lengths = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+    ops = [AttentionSpec(batch=1, q_len=1, kv_len=t, heads=h, kv_heads=kv, head_dim=d)
+           for h, kv, d in configs for t in lengths]
+    splits = {s.name: s for s in evaluation_splits(ops, seed=1)}
+    assert list(splits) == ["random", "heldout_large", "heldout_shape", "heldout_seq"]
+    config = lambda idx: {(ops[i].heads, ops[i].kv_heads, ops[i].head_dim) for i in idx}  # noqa: E731
+    shape = splits["heldout_shape"]
+    assert len(config(shape.test)) == 1  # 20% of 5 configurations, every length of it
+    assert not config(shape.test) & config(shape.train) and len(shape.test) == len(lengths)
+    seq = splits["heldout_seq"]
+    held = {ops[i].kv_len for i in seq.test}
     assert held and 128 not in held and 65536 not in held
-    assert [s.name for s in evaluation_splits(ops, seed=1)] == ["random", "heldout_large",
-                                                                "heldout_shape"]
+    assert not held & {ops[i].kv_len for i in seq.train}
+    assert len(held) == 2 and len(seq.test) == 2 * len(configs)
 
 
 def test_error_metrics_closed_form():

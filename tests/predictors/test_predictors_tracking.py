@@ -41,7 +41,8 @@ def test_run_registry_and_champion(tracked, llmsim_home):
     assert {"model", "heldout_model", "predicted_vs_measured.png", "metrics.json",
             "heldout_test.parquet"} <= artifacts
     model_files = {a.path for a in client.list_artifacts(run.info.run_id, "model")}
-    assert model_files == {"model/model.ubj", "model/schema.json"}
+    gated = {"model/extrapolator.ubj"} if tags["target"] == "gated" else set()
+    assert model_files == {"model/model.ubj", "model/schema.json"} | gated
     assert str(llmsim_home / "mlartifacts") in run.info.artifact_uri
     assert tracked.promotion.promoted and tracked.promotion.reason == "no champion yet"
 
