@@ -130,7 +130,8 @@ class LatencyModel:
 
     def __init__(self, *, booster, family: str, hardware: str, target: Target,
                  params: HyperParams, schema_version: int | None = None,
-                 extrapolator=None, gate_log2_size: float | None = None) -> None:
+                 extrapolator=None, gate_log2_size: float | None = None,
+                 extrapolator_params: HyperParams | None = None) -> None:
         self.booster = booster
         self.family = family
         self.hardware = hardware
@@ -140,6 +141,7 @@ class LatencyModel:
                                else schema_version)
         self.extrapolator = extrapolator
         self.gate_log2_size = gate_log2_size
+        self.extrapolator_params = extrapolator_params or (params if extrapolator else None)
         if (self.target == Target.GATED) != (extrapolator is not None
                                               and gate_log2_size is not None):
             raise LlmsimError("a gated model needs an extrapolator and a gate, and only it")
@@ -197,7 +199,8 @@ class LatencyModel:
             self.extrapolator.save_model(str(folder / EXTRAPOLATOR_FILE))
             # float.hex: the gate survives the JSON round trip bit for bit
             doc |= {"gate_log2_size": float(self.gate_log2_size).hex(),
-                    "n_trees_extrapolator": self.tree_counts[1]}
+                    "n_trees_extrapolator": self.tree_counts[1],
+                    "extrapolator_params": asdict(self.extrapolator_params)}
         (folder / SCHEMA_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         return folder
 
@@ -221,7 +224,7 @@ class LatencyModel:
         if not model_path.exists():
             raise LlmsimError(f"{model_path}: missing")
         booster.load_model(str(model_path))
-        extrapolator, gate = None, None
+        extrapolator, gate, extrapolator_params = None, None, None
         if doc["target"] == Target.GATED:
             extrapolator_path = folder / EXTRAPOLATOR_FILE
             if not extrapolator_path.exists():
@@ -231,10 +234,11 @@ class LatencyModel:
             extrapolator = xgb.Booster()
             extrapolator.load_model(str(extrapolator_path))
             gate = float.fromhex(doc["gate_log2_size"])
+            extrapolator_params = HyperParams(**doc.get("extrapolator_params", doc["params"]))
         return cls(booster=booster, family=doc["family"], hardware=doc["hardware"],
                    target=Target(doc["target"]), params=HyperParams(**doc["params"]),
                    schema_version=doc["schema_version"], extrapolator=extrapolator,
-                   gate_log2_size=gate)
+                   gate_log2_size=gate, extrapolator_params=extrapolator_params)
 
 
 def check_schema(doc: dict, *, source: str) -> None:

@@ -119,6 +119,10 @@ def log_training(result: TrainingResult, *, tracking_uri: str | None = None) -> 
               "n_trees": str(result.model.n_trees), "n_configs": str(result.config.n_configs),
               "search_rows": str(result.config.search_rows), "rf_trees":
               str(result.config.rf_trees)}
+    if result.extrapolator_params is not None:
+        params |= {f"extrapolator.{k}": str(v)
+                   for k, v in vars_of(result.extrapolator_params).items()}
+        params["extrapolator.n_trees"] = str(result.model.tree_counts[1])
     with mlflow.start_run(experiment_id=experiment_id,
                           run_name=f"{data.hardware}-{data.family}") as run:
         mlflow.log_params(params)

@@ -86,6 +86,7 @@ class TrainingResult:
     target: Target
     target_reason: str
     params: HyperParams
+    extrapolator_params: HyperParams | None  # the gated target's ratio booster, else None
     search: list[dict[str, object]]
     splits: dict[str, SplitResult]
     model: LatencyModel  # fitted on all rows: what is served
@@ -121,15 +122,18 @@ def _inner_split(indices: np.ndarray, fraction: float, seed: int) -> tuple[np.nd
 
 def _fit(x: np.ndarray, latency: np.ndarray, family: str, hardware: str, train: np.ndarray,
          valid: np.ndarray | None, target: Target, params: HyperParams, config: TrainConfig,
-         rounds: tuple[int, ...] | None = None) -> LatencyModel:
+         rounds: tuple[int, ...] | None = None,
+         extrapolator_params: HyperParams | None = None) -> LatencyModel:
     """Fit on ``train`` rows, early-stopping on ``valid`` rows (or ``rounds`` trees per
-    booster: one, or two for the gated target)."""
+    booster: one, or two for the gated target, whose extrapolator may have its own params)."""
     targets = base_targets() if target == Target.GATED else (target,)
+    extrapolator_params = extrapolator_params or params
     boosters = []
     for i, base in enumerate(targets):
         y = encode_target(latency, normaliser_seconds(base, family, x))
         boosters.append(fit_booster(
-            x[train], y[train], params, seed=config.seed, nthread=config.nthread,
+            x[train], y[train], params if i == 0 else extrapolator_params, seed=config.seed,
+            nthread=config.nthread,
             rounds=None if rounds is None else rounds[i],
             valid=None if valid is None else (x[valid], y[valid]),
             early_stopping_rounds=config.early_stopping_rounds))
@@ -138,18 +142,22 @@ def _fit(x: np.ndarray, latency: np.ndarray, family: str, hardware: str, train: 
                             target=target, params=params)
     return LatencyModel(booster=boosters[0], extrapolator=boosters[1], family=family,
                         hardware=hardware, target=target, params=params,
+                        extrapolator_params=extrapolator_params,
                         gate_log2_size=float(size_column(family, x[train]).max()))
 
 
 def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
            family: str, hardware: str, config: TrainConfig
-           ) -> tuple[Target, HyperParams, str, list[dict[str, object]]]:
-    """Pick (target, params) by inner-validation MAPE; returns them, the reason and the table.
+           ) -> tuple[Target, HyperParams, HyperParams | None, str, list[dict[str, object]]]:
+    """Pick (target, params) by inner-validation MAPE; returns the target, its params, the
+    extrapolator's params (gated target only), the reason and the table.
 
     The inner validation rows are the largest 10% (by the split's size measure) of
     ``train_rows`` plus a seeded random 10% of the rest, so the choice rewards extrapolation
     to bigger shapes as well as interpolation (a random-only validation favours log_latency,
-    which cannot extrapolate).
+    which cannot extrapolate). The largest 10% lie beyond every inner-train size, so the gated
+    model prices them with its extrapolator and the random 10% with its log-latency booster;
+    each booster's params are the best draw on its own part (one criterion, two parts).
     """
     sizes = np.array([_size_of(ops[i]) for i in train_rows])
     order = train_rows[np.argsort(sizes, kind="stable")]
@@ -160,35 +168,49 @@ def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
     if len(inner_train) > config.search_rows:
         rng = np.random.default_rng(config.seed + 2)
         inner_train = np.sort(rng.choice(inner_train, size=config.search_rows, replace=False))
-    table: list[dict[str, object]] = []
+    measured = latency[inner_valid]
     beyond = size_column(family, x[inner_valid]) > size_column(family, x[inner_train]).max()
-    for i, params in enumerate(search_configs(config.n_configs, config.seed)):
-        params = _with_rounds(params, config.max_rounds)
-        predicted: dict[Target, np.ndarray] = {}
-        trees: dict[Target, object] = {}
+
+    def mape(predicted: np.ndarray, mask: np.ndarray | None = None) -> float:
+        if mask is None:
+            return error_metrics(measured, predicted).mape
+        return error_metrics(measured[mask], predicted[mask]).mape if mask.any() else 0.0
+
+    configs = [_with_rounds(p, config.max_rounds)
+               for p in search_configs(config.n_configs, config.seed)]
+    table: list[dict[str, object]] = []
+    predicted: dict[tuple[Target, int], np.ndarray] = {}
+    for i, params in enumerate(configs):
         for target in base_targets():
             model = _fit(x, latency, family, hardware, inner_train, inner_valid, target, params,
                          config)
-            predicted[target] = model.predict_features(x[inner_valid])
-            trees[target] = model.n_trees
-        # the gated model is the two fits above joined at the largest inner-train size
-        predicted[Target.GATED] = np.where(beyond, predicted[Target.LOG_ROOFLINE_RATIO],
-                                           predicted[Target.LOG_LATENCY])
-        trees[Target.GATED] = "+".join(str(trees[t]) for t in base_targets())
-        for target in Target:
-            mape = error_metrics(latency[inner_valid], predicted[target]).mape
-            table.append({"config": i, "target": target.value, "valid_mape": mape,
-                          "trees": trees[target], **_params_dict(params)})
+            p = predicted[target, i] = model.predict_features(x[inner_valid])
+            table.append({"config": i, "target": target.value, "valid_mape": mape(p),
+                          "valid_mape_inside": mape(p, ~beyond),
+                          "valid_mape_beyond": mape(p, beyond), "trees": model.n_trees,
+                          **_params_dict(params)})
+    best = {t: min(range(len(configs)), key=lambda i, t=t: (mape(predicted[t, i]), i))
+            for t in base_targets()}
+    inside = min(range(len(configs)),
+                 key=lambda i: (mape(predicted[Target.LOG_LATENCY, i], ~beyond), i))
+    outside = min(range(len(configs)),
+                  key=lambda i: (mape(predicted[Target.LOG_ROOFLINE_RATIO, i], beyond), i))
+    gated = np.where(beyond, predicted[Target.LOG_ROOFLINE_RATIO, outside],
+                     predicted[Target.LOG_LATENCY, inside])
+    table.append({"config": f"{inside}+{outside}", "target": Target.GATED.value,
+                  "valid_mape": mape(gated), "valid_mape_inside": mape(gated, ~beyond),
+                  "valid_mape_beyond": mape(gated, beyond)})
+    scores = {**{t: mape(predicted[t, best[t]]) for t in base_targets()},
+              Target.GATED: mape(gated)}
     targets = tuple(Target)
-    best = {t: min((r for r in table if r["target"] == t.value), key=lambda r: r["valid_mape"])
-            for t in targets}
-    target = config.target or min(targets, key=lambda t: (best[t]["valid_mape"], t.value))
-    others = ", ".join(f"{t.value} {best[t]['valid_mape']:.3f}%" for t in targets if t != target)
+    target = config.target or min(targets, key=lambda t: (scores[t], t.value))
+    others = ", ".join(f"{t.value} {scores[t]:.3f}%" for t in targets if t != target)
     how = "forced by --target; " if config.target else ""
-    reason = (f"{target.value}: {how}inner-validation MAPE {best[target]['valid_mape']:.3f}% "
-              f"vs {others} (best of {config.n_configs} configs each)")
-    chosen = search_configs(config.n_configs, config.seed)[int(best[target]["config"])]
-    return target, _with_rounds(chosen, config.max_rounds), reason, table
+    reason = (f"{target.value}: {how}inner-validation MAPE {scores[target]:.3f}% vs {others} "
+              f"(best of {config.n_configs} configs each)")
+    if target == Target.GATED:
+        return target, configs[inside], configs[outside], reason, table
+    return target, configs[best[target]], None, reason, table
 
 
 def _params_dict(params: HyperParams) -> dict[str, object]:
@@ -210,12 +232,14 @@ def _group_of(op: OpSpec) -> str | None:
 
 
 def _evaluate_split(split: Split, data: TrainingData, x: np.ndarray, target: Target,
-                    params: HyperParams, config: TrainConfig) -> tuple[SplitResult, LatencyModel]:
+                    params: HyperParams, config: TrainConfig,
+                    extrapolator_params: HyperParams | None = None
+                    ) -> tuple[SplitResult, LatencyModel]:
     latency = data.latency_s
     train_rows = _cap(split.train, config.max_train_rows, config.seed + 4)
     inner_train, inner_valid = _inner_split(train_rows, 0.1, config.seed + 3)
     model = _fit(x, latency, data.family, data.hardware, inner_train, inner_valid, target, params,
-                 config)
+                 config, extrapolator_params=extrapolator_params)
     predicted = {XGB: model.predict_features(x[split.test])}
     if config.baselines:
         train_ops = [data.ops[i] for i in train_rows]
@@ -248,16 +272,17 @@ def train_predictor(data: TrainingData, hw: HardwareSpec,
     x = feature_matrix(data.family, data.ops, hw)
     splits = evaluation_splits(data.ops, seed=config.seed)
     random_rows = next(s for s in splits if s.name == RANDOM).train
-    target, params, reason, table = search(data.ops, x, data.latency_s, random_rows, data.family,
-                                           data.hardware, config)
+    target, params, extrapolator_params, reason, table = search(
+        data.ops, x, data.latency_s, random_rows, data.family, data.hardware, config)
     results: dict[str, SplitResult] = {}
     models: dict[str, LatencyModel] = {}
     for split in splits:
-        results[split.name], models[split.name] = _evaluate_split(split, data, x, target,
-                                                                  params, config)
+        results[split.name], models[split.name] = _evaluate_split(
+            split, data, x, target, params, config, extrapolator_params)
     everything = _cap(np.arange(len(data)), config.max_train_rows, config.seed + 4)
     final = _fit(x, data.latency_s, data.family, data.hardware, everything, None, target, params,
-                 config, rounds=models[RANDOM].tree_counts)
+                 config, rounds=models[RANDOM].tree_counts,
+                 extrapolator_params=extrapolator_params)
     return TrainingResult(data=data, config=config, target=target, target_reason=reason,
-                          params=params, search=table, splits=results, model=final,
+                          params=params, extrapolator_params=extrapolator_params, search=table, splits=results, model=final,
                           heldout_model=models[PRIMARY_SPLIT])

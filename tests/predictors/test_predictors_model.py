@@ -48,7 +48,8 @@ def test_protocol_covers_every_split_and_model(trained):
     # the synthetic law is max(compute, memory) + 6 us with a 3% wiggle: learnable
     assert result.splits["random"].metrics["xgb"].mape < 10.0
     assert result.target.value in result.target_reason
-    assert len(result.search) == 2 * 3  # 2 configs x (2 fitted targets + their gated join)
+    assert len(result.search) == 2 * 2 + 1  # 2 configs x 2 fitted targets + the gated join
+    assert (result.extrapolator_params is not None) == (result.target.value == "gated")
 
 
 def test_save_load_roundtrip_and_fresh_process(trained, tmp_path):
