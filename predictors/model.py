@@ -29,13 +29,16 @@ from predictors.features import (
     schema_document,
 )
 from predictors.features import schema_version as family_schema_version
+from predictors.splits import BYTES_SIZED_FAMILIES
 
 MODEL_FILE = "model.ubj"
 EXTRAPOLATOR_FILE = "extrapolator.ubj"  # the gated target's roofline-ratio booster
 SCHEMA_FILE = "schema.json"
-# The size measure of the gate, per family: the feature `predictors.splits.size_of` ranks by.
-SIZE_FEATURE = {"gemm": "log2_flops", "attention": "log2_flops", "collective": "log2_bus_bytes",
-                "memory": "log2_bytes", "moe": "log2_bytes"}
+# The size measure of the gate: `predictors.splits.size_of` as a log2 feature column (a
+# collective's bytes are its bus bytes).
+SIZE_FEATURE = {family: ("log2_flops" if family not in BYTES_SIZED_FAMILIES else
+                         "log2_bus_bytes" if family == "collective" else "log2_bytes")
+                for family in FEATURE_SCHEMA}
 
 
 class Target(StrEnum):

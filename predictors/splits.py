@@ -50,9 +50,13 @@ def random_split(n: int, *, seed: int, test_fraction: float = TEST_FRACTION) -> 
                  description=f"random {1 - test_fraction:.0%}/{test_fraction:.0%}, seed {seed}")
 
 
+# Families whose size is the bytes they move; every other family is sized by its FLOPs.
+BYTES_SIZED_FAMILIES = frozenset({"collective", "memory", "moe"})
+
+
 def size_of(op: OpSpec) -> float:
     """The size measure of `largest_split`: FLOPs, or bytes for data-movement families."""
-    return op.bytes if op.family in ("collective", "memory", "moe") else op.flops
+    return op.bytes if op.family in BYTES_SIZED_FAMILIES else op.flops
 
 
 def largest_split(ops: Sequence[OpSpec], *, test_fraction: float = TEST_FRACTION) -> Split:
@@ -60,7 +64,7 @@ def largest_split(ops: Sequence[OpSpec], *, test_fraction: float = TEST_FRACTION
     sizes = np.array([size_of(op) for op in ops])
     order = np.argsort(sizes, kind="stable")
     n_test = max(1, int(round(len(ops) * test_fraction)))
-    measure = "bytes" if ops and ops[0].family in ("collective", "memory", "moe") else "FLOPs"
+    measure = "bytes" if ops and ops[0].family in BYTES_SIZED_FAMILIES else "FLOPs"
     return Split(name=HELDOUT_LARGE, train=np.sort(order[:-n_test]), test=np.sort(order[-n_test:]),
                  description=f"largest {test_fraction:.0%} by {measure}")
 

@@ -39,7 +39,6 @@ from predictors.model import (
     size_column,
 )
 from predictors.splits import PRIMARY_SPLIT, RANDOM, Split, evaluation_splits
-from predictors.splits import size_of as _size_of
 
 XGB = "xgb"
 MODEL_NAMES = (XGB, InterpolationBaseline.name, RandomForestBaseline.name)
@@ -159,7 +158,7 @@ def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
     model prices them with its extrapolator and the random 10% with its log-latency booster;
     each booster's params are the best draw on its own part (one criterion, two parts).
     """
-    sizes = np.array([_size_of(ops[i]) for i in train_rows])
+    sizes = size_column(family, x[train_rows])
     order = train_rows[np.argsort(sizes, kind="stable")]
     n_large = max(1, len(order) // 10)
     large, rest = order[-n_large:], order[:-n_large]
@@ -170,38 +169,42 @@ def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
         inner_train = np.sort(rng.choice(inner_train, size=config.search_rows, replace=False))
     measured = latency[inner_valid]
     beyond = size_column(family, x[inner_valid]) > size_column(family, x[inner_train]).max()
+    parts = {"all": np.ones(len(inner_valid), dtype=bool), "inside": ~beyond, "beyond": beyond}
 
-    def mape(predicted: np.ndarray, mask: np.ndarray | None = None) -> float:
-        if mask is None:
-            return error_metrics(measured, predicted).mape
-        return error_metrics(measured[mask], predicted[mask]).mape if mask.any() else 0.0
+    def mape(predicted: np.ndarray) -> dict[str, float]:
+        """MAPE on all inner-validation rows and on each side of the gate (0 when empty)."""
+        return {part: error_metrics(measured[mask], predicted[mask]).mape if mask.any() else 0.0
+                for part, mask in parts.items()}
 
     configs = [_with_rounds(p, config.max_rounds)
                for p in search_configs(config.n_configs, config.seed)]
     table: list[dict[str, object]] = []
     predicted: dict[tuple[Target, int], np.ndarray] = {}
+    scored: dict[tuple[Target, int], dict[str, float]] = {}
     for i, params in enumerate(configs):
         for target in base_targets():
             model = _fit(x, latency, family, hardware, inner_train, inner_valid, target, params,
                          config)
-            p = predicted[target, i] = model.predict_features(x[inner_valid])
-            table.append({"config": i, "target": target.value, "valid_mape": mape(p),
-                          "valid_mape_inside": mape(p, ~beyond),
-                          "valid_mape_beyond": mape(p, beyond), "trees": model.n_trees,
+            predicted[target, i] = model.predict_features(x[inner_valid])
+            score = scored[target, i] = mape(predicted[target, i])
+            table.append({"config": i, "target": target.value, "valid_mape": score["all"],
+                          "valid_mape_inside": score["inside"],
+                          "valid_mape_beyond": score["beyond"], "trees": model.n_trees,
                           **_params_dict(params)})
-    best = {t: min(range(len(configs)), key=lambda i, t=t: (mape(predicted[t, i]), i))
-            for t in base_targets()}
-    inside = min(range(len(configs)),
-                 key=lambda i: (mape(predicted[Target.LOG_LATENCY, i], ~beyond), i))
-    outside = min(range(len(configs)),
-                  key=lambda i: (mape(predicted[Target.LOG_ROOFLINE_RATIO, i], beyond), i))
-    gated = np.where(beyond, predicted[Target.LOG_ROOFLINE_RATIO, outside],
-                     predicted[Target.LOG_LATENCY, inside])
+
+    def best_config(target: Target, part: str) -> int:
+        return min(range(len(configs)), key=lambda i: (scored[target, i][part], i))
+
+    best = {t: best_config(t, "all") for t in base_targets()}
+    inside = best_config(Target.LOG_LATENCY, "inside")
+    outside = best_config(Target.LOG_ROOFLINE_RATIO, "beyond")
+    gated = mape(np.where(beyond, predicted[Target.LOG_ROOFLINE_RATIO, outside],
+                          predicted[Target.LOG_LATENCY, inside]))
     table.append({"config": f"{inside}+{outside}", "target": Target.GATED.value,
-                  "valid_mape": mape(gated), "valid_mape_inside": mape(gated, ~beyond),
-                  "valid_mape_beyond": mape(gated, beyond)})
-    scores = {**{t: mape(predicted[t, best[t]]) for t in base_targets()},
-              Target.GATED: mape(gated)}
+                  "valid_mape": gated["all"], "valid_mape_inside": gated["inside"],
+                  "valid_mape_beyond": gated["beyond"]})
+    scores = {**{t: scored[t, best[t]]["all"] for t in base_targets()},
+              Target.GATED: gated["all"]}
     targets = tuple(Target)
     target = config.target or min(targets, key=lambda t: (scores[t], t.value))
     others = ", ".join(f"{t.value} {scores[t]:.3f}%" for t in targets if t != target)
@@ -284,5 +287,6 @@ def train_predictor(data: TrainingData, hw: HardwareSpec,
                  config, rounds=models[RANDOM].tree_counts,
                  extrapolator_params=extrapolator_params)
     return TrainingResult(data=data, config=config, target=target, target_reason=reason,
-                          params=params, extrapolator_params=extrapolator_params, search=table, splits=results, model=final,
+                          params=params, extrapolator_params=extrapolator_params, search=table,
+                          splits=results, model=final,
                           heldout_model=models[PRIMARY_SPLIT])
