@@ -4,6 +4,10 @@
 - `InterpolationBaseline`: what per-op lookup tables do. Distance-weighted k-nearest-neighbour
   interpolation of log-latency in log2-shape space, only among rows with the same categorical
   fields (dtype, phase, kind, causal, backward).
+- `TableBaseline` (families measured as 1-D curves, `predictors.anchor`): what a per-op table
+  keyed on the exact configuration does (nccl-tests tables for collectives): linear
+  interpolation of log-latency over log2(size) between the two measured neighbours; rows on
+  no measured curve (unseen configuration, size beyond the range) take the k-NN value.
 - `RandomForestBaseline`: what Vidur does (a scikit-learn random forest per operator). It gets
   the same feature matrix as XGBoost and predicts log-latency.
 Both are fitted in memory only; nothing here is saved (and never pickled).
@@ -18,6 +22,7 @@ from enum import Enum
 import numpy as np
 
 from analytical.ops import OpSpec, op_to_dict
+from predictors.anchor import AnchorTable
 
 
 def _split_fields(op: OpSpec) -> tuple[tuple, list[float]]:
@@ -78,6 +83,24 @@ class InterpolationBaseline:
             blended = (weights * values[nearest]).sum(axis=1) / weights.sum(axis=1)
             out[rows] = np.where(exact, values[nearest[:, 0]], blended)
         return np.exp(out)
+
+
+class TableBaseline:
+    """Log-log interpolation along each measured curve; k-NN values where there is none."""
+
+    name = "table"
+
+    def __init__(self, family: str) -> None:
+        self.family = family
+        self._table: AnchorTable | None = None
+
+    def fit(self, features: np.ndarray, latency_s: np.ndarray) -> TableBaseline:
+        self._table = AnchorTable.build(self.family, features, latency_s)
+        return self
+
+    def predict(self, features: np.ndarray, fallback_s: np.ndarray) -> np.ndarray:
+        log_anchor = self._table.log_anchor(features)
+        return np.where(np.isnan(log_anchor), fallback_s, np.exp(log_anchor))
 
 
 class RandomForestBaseline:

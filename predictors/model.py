@@ -2,8 +2,9 @@
 """One XGBoost latency model: fit, predict (seconds), save and load in XGBoost's own UBJ format.
 
 A saved model is a folder: ``model.ubj`` (``Booster.save_model``, never pickle),
-``extrapolator.ubj`` for the gated target, and ``schema.json`` (feature schema version and
-ordered names, the target, the gate and the hardware/family the model is for). Loading checks
+``extrapolator.ubj`` for the gated and anchored targets, ``anchor.json`` (the measured curves)
+for the anchored one, and ``schema.json`` (feature schema version and ordered names, the
+target, the gate and the hardware/family the model is for). Loading checks
 the schema against `predictors.features` and raises a clear `LlmsimError` on a mismatch.
 Training strategy (search, splits) lives in `predictors.train`.
 """
@@ -21,6 +22,7 @@ import numpy as np
 from analytical.errors import LlmsimError
 from analytical.hardware import HardwareSpec
 from analytical.ops import OpSpec
+from predictors.anchor import ANCHOR_FEATURE, ANCHOR_FILE, AnchorTable, has_anchor
 from predictors.features import (
     FEATURE_SCHEMA,
     feature_matrix,
@@ -32,7 +34,7 @@ from predictors.features import schema_version as family_schema_version
 from predictors.splits import BYTES_SIZED_FAMILIES
 
 MODEL_FILE = "model.ubj"
-EXTRAPOLATOR_FILE = "extrapolator.ubj"  # the gated target's roofline-ratio booster
+EXTRAPOLATOR_FILE = "extrapolator.ubj"  # gated/anchored: the roofline-ratio booster
 SCHEMA_FILE = "schema.json"
 # The size measure of the gate: `predictors.splits.size_of` as a log2 feature column (a
 # collective's bytes are its bus bytes).
@@ -52,6 +54,16 @@ class Target(StrEnum):
     # forward, which extrapolates, but the ratio spans 1000x at launch-bound sizes, where it
     # interpolates worse. The gate takes each where it is good.
     GATED = "gated"
+    # Families measured as 1-D curves (`predictors.anchor`): trees learn ln(latency / table
+    # interpolated along the curve) where a row lies on a measured curve, the roofline-ratio
+    # booster prices the rest (unseen configurations, sizes beyond the measured range).
+    ANCHORED = "anchored"
+
+
+def candidate_targets(family: str) -> tuple[Target, ...]:
+    """The targets the search compares for ``family`` (anchored only where curves exist)."""
+    plain = (Target.LOG_LATENCY, Target.LOG_ROOFLINE_RATIO, Target.GATED)
+    return (*plain, Target.ANCHORED) if has_anchor(family) else plain
 
 
 def base_targets() -> tuple[Target, Target]:
@@ -68,8 +80,8 @@ def normaliser_seconds(target: Target, family: str, features: np.ndarray) -> np.
     """What the target divides the latency by before the log (ones for log_latency)."""
     if target == Target.LOG_LATENCY:
         return np.ones(features.shape[0])
-    if target == Target.GATED:
-        raise LlmsimError("the gated target has two normalisers; use LatencyModel")
+    if target in (Target.GATED, Target.ANCHORED):
+        raise LlmsimError(f"the {target.value} target has two normalisers; use LatencyModel")
     return roofline_seconds(family, features)
 
 
@@ -128,13 +140,16 @@ class LatencyModel:
 
     With `Target.GATED`, ``booster`` is the log-latency booster, ``extrapolator`` the
     roofline-ratio one and ``gate_log2_size`` the largest training size: rows above it are
-    priced by the extrapolator.
+    priced by the extrapolator. With `Target.ANCHORED`, ``booster`` learns ln(latency /
+    anchor) on rows that lie on a curve of ``anchor`` (the training table) and the
+    roofline-ratio ``extrapolator`` prices the others.
     """
 
     def __init__(self, *, booster, family: str, hardware: str, target: Target,
                  params: HyperParams, schema_version: int | None = None,
                  extrapolator=None, gate_log2_size: float | None = None,
-                 extrapolator_params: HyperParams | None = None) -> None:
+                 extrapolator_params: HyperParams | None = None,
+                 anchor: AnchorTable | None = None) -> None:
         self.booster = booster
         self.family = family
         self.hardware = hardware
@@ -144,10 +159,13 @@ class LatencyModel:
                                else schema_version)
         self.extrapolator = extrapolator
         self.gate_log2_size = gate_log2_size
+        self.anchor = anchor
         self.extrapolator_params = extrapolator_params or (params if extrapolator else None)
-        if (self.target == Target.GATED) != (extrapolator is not None
-                                              and gate_log2_size is not None):
-            raise LlmsimError("a gated model needs an extrapolator and a gate, and only it")
+        gated, anchored = self.target == Target.GATED, self.target == Target.ANCHORED
+        if gated != (gate_log2_size is not None) or anchored != (anchor is not None) \
+                or (gated or anchored) != (extrapolator is not None):
+            raise LlmsimError("a gated model needs an extrapolator and a gate, an anchored one "
+                              "an extrapolator and an anchor table; other targets neither")
 
     @property
     def n_trees(self) -> int:
@@ -166,6 +184,8 @@ class LatencyModel:
 
         if features.shape[0] == 0:
             return np.empty(0)
+        if self.target == Target.ANCHORED:
+            return self._predict_anchored(features)
         matrix = xgb.DMatrix(features, nthread=1)
         raw = self.booster.predict(matrix).astype(np.float64)
         if self.target != Target.GATED:
@@ -175,6 +195,23 @@ class LatencyModel:
         if beyond.any():
             ratio = self.extrapolator.predict(matrix).astype(np.float64)[beyond]
             out[beyond] = decode_target(ratio, roofline_seconds(self.family, features[beyond]))
+        return out
+
+    def _predict_anchored(self, features: np.ndarray) -> np.ndarray:
+        import xgboost as xgb
+
+        log_anchor = self.anchor.log_anchor(features)
+        on_curve = ~np.isnan(log_anchor)
+        out = np.empty(features.shape[0])
+        if on_curve.any():
+            matrix = xgb.DMatrix(self.anchor.anchor_feature(features[on_curve],
+                                                            log_anchor[on_curve]), nthread=1)
+            raw = self.booster.predict(matrix).astype(np.float64)
+            out[on_curve] = np.exp(raw + log_anchor[on_curve])
+        if (~on_curve).any():
+            rest = features[~on_curve]
+            ratio = self.extrapolator.predict(xgb.DMatrix(rest, nthread=1)).astype(np.float64)
+            out[~on_curve] = decode_target(ratio, roofline_seconds(self.family, rest))
         return out
 
     def normaliser_s(self, features: np.ndarray) -> np.ndarray:
@@ -188,6 +225,8 @@ class LatencyModel:
         raw = bytes(self.booster.save_raw(raw_format="ubj"))
         if self.extrapolator is not None:
             raw += bytes(self.extrapolator.save_raw(raw_format="ubj"))
+        if self.anchor is not None:
+            raw += self.anchor.to_json().encode()
         return raw
 
     def save(self, folder: str | Path) -> Path:
@@ -200,10 +239,14 @@ class LatencyModel:
                "n_trees": self.n_trees}
         if self.extrapolator is not None:
             self.extrapolator.save_model(str(folder / EXTRAPOLATOR_FILE))
-            # float.hex: the gate survives the JSON round trip bit for bit
-            doc |= {"gate_log2_size": float(self.gate_log2_size).hex(),
-                    "n_trees_extrapolator": self.tree_counts[1],
+            doc |= {"n_trees_extrapolator": self.tree_counts[1],
                     "extrapolator_params": asdict(self.extrapolator_params)}
+        if self.gate_log2_size is not None:
+            # float.hex: the gate survives the JSON round trip bit for bit
+            doc["gate_log2_size"] = float(self.gate_log2_size).hex()
+        if self.anchor is not None:
+            self.anchor.save(folder)
+            doc |= {"anchor_file": ANCHOR_FILE, "anchor_feature": ANCHOR_FEATURE}
         (folder / SCHEMA_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         return folder
 
@@ -227,21 +270,28 @@ class LatencyModel:
         if not model_path.exists():
             raise LlmsimError(f"{model_path}: missing")
         booster.load_model(str(model_path))
-        extrapolator, gate, extrapolator_params = None, None, None
-        if doc["target"] == Target.GATED:
+        extrapolator, gate, extrapolator_params, anchor = None, None, None, None
+        if doc["target"] in (Target.GATED, Target.ANCHORED):
             extrapolator_path = folder / EXTRAPOLATOR_FILE
             if not extrapolator_path.exists():
-                raise LlmsimError(f"{extrapolator_path}: missing (a gated model has two boosters)")
-            if "gate_log2_size" not in doc:
-                raise LlmsimError(f"{schema_path}: gate_log2_size: missing for a gated model")
+                raise LlmsimError(f"{extrapolator_path}: missing (a {doc['target']} model has "
+                                  "two boosters)")
             extrapolator = xgb.Booster()
             extrapolator.load_model(str(extrapolator_path))
-            gate = float.fromhex(doc["gate_log2_size"])
             extrapolator_params = HyperParams(**doc.get("extrapolator_params", doc["params"]))
+        if doc["target"] == Target.GATED:
+            if "gate_log2_size" not in doc:
+                raise LlmsimError(f"{schema_path}: gate_log2_size: missing for a gated model")
+            gate = float.fromhex(doc["gate_log2_size"])
+        if doc["target"] == Target.ANCHORED:
+            if doc.get("anchor_feature") != ANCHOR_FEATURE:
+                raise LlmsimError(f"{schema_path}: anchor_feature: {doc.get('anchor_feature')!r}"
+                                  f", this llmsim's anchored booster uses {ANCHOR_FEATURE!r}")
+            anchor = AnchorTable.load(folder, doc["family"])
         return cls(booster=booster, family=doc["family"], hardware=doc["hardware"],
                    target=Target(doc["target"]), params=HyperParams(**doc["params"]),
                    schema_version=doc["schema_version"], extrapolator=extrapolator,
-                   gate_log2_size=gate, extrapolator_params=extrapolator_params)
+                   gate_log2_size=gate, extrapolator_params=extrapolator_params, anchor=anchor)
 
 
 def check_schema(doc: dict, *, source: str) -> None:

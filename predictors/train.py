@@ -1,18 +1,20 @@
 # SPDX-License-Identifier: Apache-2.0
 """The training recipe: seeded search over (target, hyper-parameters), the evaluation protocol
-on every split for XGBoost and both baselines, and the final model fitted on all rows.
+on every split for XGBoost and the baselines, and the final model fitted on all rows.
 
 1. Search: the random split's training rows are cut into inner train and validation (the
    largest 10% plus a random 10%, see `search`);
-   each of ``n_configs`` seeded hyper-parameter draws is fitted for both targets with early
-   stopping, scored by MAPE in seconds on the inner validation rows. The lower best MAPE picks
-   the target; the reason is recorded.
+   each of ``n_configs`` seeded hyper-parameter draws is fitted for both plain targets (and,
+   for families measured as curves, the anchored one) with early stopping, scored by MAPE in
+   seconds on the inner validation rows. The lowest best MAPE picks the target; the reason is
+   recorded.
 2. Protocol (`predictors.splits`): for each split, XGBoost (chosen target and parameters, early
-   stopping on 10% of the split's training rows), the interpolation baseline and the random
-   forest are fitted on the training rows and scored on the test rows.
+   stopping on 10% of the split's training rows), the interpolation baseline, the table
+   baseline (curve families) and the random forest are fitted on the training rows and scored
+   on the test rows.
 3. The final model is fitted on all rows with the tree count found on the random split.
 Large sets are subsampled (seeded) to `TrainConfig.max_train_rows` training rows per fit, the
-same for XGBoost and both baselines; test rows are never subsampled.
+same for XGBoost and the baselines; test rows are never subsampled.
 Tracking lives in `predictors.tracking`; nothing here touches MLflow or the store.
 """
 
@@ -22,9 +24,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from analytical.errors import LlmsimError
 from analytical.hardware import HardwareSpec
 from analytical.ops import OpSpec
-from predictors.baselines import InterpolationBaseline, RandomForestBaseline
+from predictors.anchor import AnchorTable, has_anchor
+from predictors.baselines import InterpolationBaseline, RandomForestBaseline, TableBaseline
 from predictors.dataset import TrainingData
 from predictors.evaluate import ErrorMetrics, error_metrics
 from predictors.features import feature_matrix
@@ -33,6 +37,7 @@ from predictors.model import (
     LatencyModel,
     Target,
     base_targets,
+    candidate_targets,
     encode_target,
     fit_booster,
     normaliser_seconds,
@@ -41,7 +46,9 @@ from predictors.model import (
 from predictors.splits import PRIMARY_SPLIT, RANDOM, Split, evaluation_splits
 
 XGB = "xgb"
-MODEL_NAMES = (XGB, InterpolationBaseline.name, RandomForestBaseline.name)
+MODEL_NAMES = (XGB, InterpolationBaseline.name, RandomForestBaseline.name, TableBaseline.name)
+# An anchored booster needs this many training rows that lie inside a measured curve.
+MIN_ANCHORED_ROWS = 20
 
 # The search space: each draw picks one value per axis (seeded).
 SEARCH_SPACE: dict[str, tuple] = {
@@ -122,9 +129,15 @@ def _inner_split(indices: np.ndarray, fraction: float, seed: int) -> tuple[np.nd
 def _fit(x: np.ndarray, latency: np.ndarray, family: str, hardware: str, train: np.ndarray,
          valid: np.ndarray | None, target: Target, params: HyperParams, config: TrainConfig,
          rounds: tuple[int, ...] | None = None,
-         extrapolator_params: HyperParams | None = None) -> LatencyModel:
+         extrapolator_params: HyperParams | None = None,
+         anchor_rows: np.ndarray | None = None) -> LatencyModel:
     """Fit on ``train`` rows, early-stopping on ``valid`` rows (or ``rounds`` trees per
-    booster: one, or two for the gated target, whose extrapolator may have its own params)."""
+    booster: one, or two for the gated and anchored targets, whose extrapolator may have its
+    own params). ``anchor_rows`` (anchored only, default ``train``): the rows of the table."""
+    if target == Target.ANCHORED:
+        return _fit_anchored(x, latency, family, hardware, train, valid, params, config, rounds,
+                             extrapolator_params or params,
+                             train if anchor_rows is None else anchor_rows)
     targets = base_targets() if target == Target.GATED else (target,)
     extrapolator_params = extrapolator_params or params
     boosters = []
@@ -145,11 +158,57 @@ def _fit(x: np.ndarray, latency: np.ndarray, family: str, hardware: str, train: 
                         gate_log2_size=float(size_column(family, x[train]).max()))
 
 
+def _fit_anchored(x: np.ndarray, latency: np.ndarray, family: str, hardware: str,
+                  train: np.ndarray, valid: np.ndarray | None, params: HyperParams,
+                  config: TrainConfig, rounds: tuple[int, ...] | None,
+                  extrapolator_params: HyperParams, anchor_rows: np.ndarray) -> LatencyModel:
+    """The anchored booster on training rows inside a measured curve, each anchored
+    leave-one-out (so it learns the error of interpolating a size the table lacks); the
+    roofline-ratio extrapolator on every training row."""
+    table = AnchorTable.build(family, x[anchor_rows], latency[anchor_rows])
+    in_table = set(anchor_rows.tolist())
+
+    def anchored(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(features + anchor, target) of the rows that lie on a curve."""
+        loo = np.array([r in in_table for r in rows.tolist()], dtype=bool)
+        log_anchor = np.full(len(rows), np.nan)
+        if loo.any():
+            log_anchor[loo] = table.log_anchor(x[rows[loo]], leave_one_out=True)
+        if (~loo).any():
+            log_anchor[~loo] = table.log_anchor(x[rows[~loo]])
+        on = ~np.isnan(log_anchor)
+        return (table.anchor_feature(x[rows[on]], log_anchor[on]),
+                np.log(latency[rows[on]]) - log_anchor[on])
+
+    features, target = anchored(train)
+    if len(target) < MIN_ANCHORED_ROWS:
+        raise LlmsimError(f"{hardware}/{family}: {len(target)} training rows lie inside a "
+                          f"measured curve; the anchored target needs {MIN_ANCHORED_ROWS}")
+    anchored_valid = None
+    if valid is not None:
+        anchored_valid = anchored(valid)
+        if len(anchored_valid[1]) == 0:
+            raise LlmsimError(f"{hardware}/{family}: no validation row lies inside a measured "
+                              "curve; cannot early-stop the anchored booster")
+    booster = fit_booster(features, target, params, seed=config.seed, nthread=config.nthread,
+                          rounds=None if rounds is None else rounds[0], valid=anchored_valid,
+                          early_stopping_rounds=config.early_stopping_rounds)
+    ratio = encode_target(latency, normaliser_seconds(Target.LOG_ROOFLINE_RATIO, family, x))
+    extrapolator = fit_booster(
+        x[train], ratio[train], extrapolator_params, seed=config.seed, nthread=config.nthread,
+        rounds=None if rounds is None else rounds[1],
+        valid=None if valid is None else (x[valid], ratio[valid]),
+        early_stopping_rounds=config.early_stopping_rounds)
+    return LatencyModel(booster=booster, extrapolator=extrapolator, family=family,
+                        hardware=hardware, target=Target.ANCHORED, params=params,
+                        extrapolator_params=extrapolator_params, anchor=table)
+
+
 def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
            family: str, hardware: str, config: TrainConfig
            ) -> tuple[Target, HyperParams, HyperParams | None, str, list[dict[str, object]]]:
     """Pick (target, params) by inner-validation MAPE; returns the target, its params, the
-    extrapolator's params (gated target only), the reason and the table.
+    extrapolator's params (gated and anchored targets only), the reason and the table.
 
     The inner validation rows are the largest 10% (by the split's size measure) of
     ``train_rows`` plus a seeded random 10% of the rest, so the choice rewards extrapolation
@@ -205,15 +264,62 @@ def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
                   "valid_mape_beyond": gated["beyond"]})
     scores = {**{t: scored[t, best[t]]["all"] for t in base_targets()},
               Target.GATED: gated["all"]}
-    targets = tuple(Target)
+    picks = {Target.GATED: (inside, outside)}
+    if has_anchor(family):
+        found = _search_anchored(x, latency, family, hardware, inner_train, inner_valid, configs,
+                                 {i: predicted[Target.LOG_ROOFLINE_RATIO, i]
+                                  for i in range(len(configs))}, config)
+        if found is not None:
+            (on, off), score, row = found
+            scores[Target.ANCHORED], picks[Target.ANCHORED] = score, (on, off)
+            table.append(row)
+    targets = tuple(t for t in candidate_targets(family) if t in scores)
+    if config.target is not None and config.target not in scores:
+        raise LlmsimError(f"{hardware}/{family}: target {config.target.value} cannot be fitted "
+                          f"here; possible: {', '.join(t.value for t in targets)}")
     target = config.target or min(targets, key=lambda t: (scores[t], t.value))
     others = ", ".join(f"{t.value} {scores[t]:.3f}%" for t in targets if t != target)
     how = "forced by --target; " if config.target else ""
     reason = (f"{target.value}: {how}inner-validation MAPE {scores[target]:.3f}% vs {others} "
               f"(best of {config.n_configs} configs each)")
-    if target == Target.GATED:
-        return target, configs[inside], configs[outside], reason, table
+    if target in picks:
+        first, second = picks[target]
+        return target, configs[first], configs[second], reason, table
     return target, configs[best[target]], None, reason, table
+
+
+def _search_anchored(x: np.ndarray, latency: np.ndarray, family: str, hardware: str,
+                     inner_train: np.ndarray, inner_valid: np.ndarray,
+                     configs: list[HyperParams], ratio_predicted: dict[int, np.ndarray],
+                     config: TrainConfig
+                     ) -> tuple[tuple[int, int], float, dict[str, object]] | None:
+    """Score the anchored target like the gated one: the anchored booster's params are the
+    best draw on the inner-validation rows inside a measured curve (of the inner-train table),
+    the extrapolator's the best roofline-ratio draw on the rows outside. None when the data
+    has too few rows on curves to fit it."""
+    curves = AnchorTable.build(family, x[inner_train], latency[inner_train])
+    on_curve = ~np.isnan(curves.log_anchor(x[inner_valid]))
+    measured = latency[inner_valid]
+
+    def part_mape(predicted: np.ndarray, mask: np.ndarray) -> float:
+        return error_metrics(measured[mask], predicted[mask]).mape if mask.any() else 0.0
+
+    anchored: dict[int, np.ndarray] = {}
+    for i, params in enumerate(configs):
+        try:
+            model = _fit(x, latency, family, hardware, inner_train, inner_valid,
+                         Target.ANCHORED, params, config)
+        except LlmsimError:
+            return None
+        anchored[i] = model.predict_features(x[inner_valid])
+    on = min(anchored, key=lambda i: (part_mape(anchored[i], on_curve), i))
+    off = min(ratio_predicted, key=lambda i: (part_mape(ratio_predicted[i], ~on_curve), i))
+    combined = np.where(on_curve, anchored[on], ratio_predicted[off])
+    score = error_metrics(measured, combined).mape
+    row = {"config": f"{on}+{off}", "target": Target.ANCHORED.value, "valid_mape": score,
+           "valid_mape_on_curve": part_mape(combined, on_curve),
+           "valid_mape_off_curve": part_mape(combined, ~on_curve)}
+    return (on, off), score, row
 
 
 def _params_dict(params: HyperParams) -> dict[str, object]:
@@ -242,13 +348,17 @@ def _evaluate_split(split: Split, data: TrainingData, x: np.ndarray, target: Tar
     train_rows = _cap(split.train, config.max_train_rows, config.seed + 4)
     inner_train, inner_valid = _inner_split(train_rows, 0.1, config.seed + 3)
     model = _fit(x, latency, data.family, data.hardware, inner_train, inner_valid, target, params,
-                 config, extrapolator_params=extrapolator_params)
+                 config, extrapolator_params=extrapolator_params, anchor_rows=train_rows)
     predicted = {XGB: model.predict_features(x[split.test])}
     if config.baselines:
         train_ops = [data.ops[i] for i in train_rows]
         test_ops = [data.ops[i] for i in split.test]
         interp = InterpolationBaseline().fit(train_ops, latency[train_rows])
         predicted[InterpolationBaseline.name] = interp.predict(test_ops)
+        if has_anchor(data.family):
+            predicted[TableBaseline.name] = TableBaseline(data.family).fit(
+                x[train_rows], latency[train_rows]).predict(
+                    x[split.test], predicted[InterpolationBaseline.name])
         forest = RandomForestBaseline(seed=config.seed, nthread=config.nthread,
                                       n_estimators=config.rf_trees)
         predicted[RandomForestBaseline.name] = forest.fit(x[train_rows],

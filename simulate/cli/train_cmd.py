@@ -99,7 +99,8 @@ _PROV = click.option("--provenance", default=None,
                      help="Provenance group to train on (default: the largest).")
 _DTYPE = click.option("--dtype", default=None, help="Only rows of this dtype.")
 _TARGET = click.option("--target", default="auto", show_default=True,
-                       type=click.Choice(["auto", "log_latency", "log_roofline_ratio", "gated"]),
+                       type=click.Choice(["auto", "log_latency", "log_roofline_ratio", "gated",
+                                                 "anchored"]),
                        help="What the trees learn; auto: picked by inner validation.")
 
 
@@ -162,19 +163,22 @@ def all_cmd(min_rows, db, tracking_uri, seed, n_configs, max_train_rows, no_prom
 @group.command("report")
 @click.option("--tracking-uri", default=None, help="MLflow tracking URI.")
 @click.option("--all-splits", is_flag=True, help="Also the random split.")
+@click.option("--per-provenance", is_flag=True,
+              help="The newest version per (model, provenance) instead of the champions; the "
+              "champion's version is marked with *.")
 @click.option("--markdown", is_flag=True, help="Print a Markdown table.")
 @click.option("--write-readme", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Replace the accuracy-table section of this README.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def report_cmd(tracking_uri, all_splits, markdown, write_readme, as_json) -> None:
-    """Every champion's held-out error (XGBoost and both baselines), with n."""
+def report_cmd(tracking_uri, all_splits, per_provenance, markdown, write_readme, as_json) -> None:
+    """Every champion's held-out error (XGBoost and the baselines), with n."""
     from predictors.report import COLUMNS, champion_rows, markdown_table, write_readme_section
     from predictors.splits import HELDOUT_LARGE, HELDOUT_SEQ, HELDOUT_SHAPE, RANDOM
 
     splits = (HELDOUT_SHAPE, HELDOUT_SEQ, HELDOUT_LARGE)
     if all_splits:
         splits += (RANDOM,)
-    rows = champion_rows(tracking_uri, splits=splits)
+    rows = champion_rows(tracking_uri, splits=splits, per_provenance=per_provenance)
     if write_readme is not None:
         write_readme_section(write_readme, markdown_table(rows))
     if as_json:

@@ -53,3 +53,27 @@ def llmsim_home(tmp_path, monkeypatch):
     monkeypatch.setenv("LLMSIM_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     return tmp_path / "home"
+
+
+def synthetic_collective_frame() -> pd.DataFrame:
+    """all_reduce and all_gather on 2, 4 and 8 ranks of one node, 1 KiB to 256 MiB in
+    sqrt(2) steps (nccl-tests style); latency = alpha(ranks) + bus bytes / bandwidth, where the
+    bandwidth ramps with size (300 GB/s x S / (S + 1 MiB)): a curve that log-log interpolation
+    between grid points gets slightly wrong, in a way a model can learn."""
+    from analytical.ops import CollectiveKind, CollectiveSpec
+
+    rows = []
+    sizes = sorted({int(round(2 ** (10 + i / 2))) // 16 * 16 for i in range(37)})
+    for kind, ranks, size in itertools.product(
+            (CollectiveKind.ALL_REDUCE, CollectiveKind.ALL_GATHER), (2, 4, 8), sizes):
+        op = CollectiveSpec(kind=kind, size_bytes=size, group_size=ranks, ranks_per_node=ranks)
+        bandwidth = 300e9 * size / (size + 2**20)
+        latency = 8e-6 * (1 + 0.1 * np.log2(ranks)) + op.bytes / bandwidth
+        rows.append({**op_to_dict(op), "op_key": op.key, "hardware": HARDWARE,
+                     "provenance": PROVENANCE, "backend": "synthetic", "median_s": latency})
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="session")
+def collective_frame() -> pd.DataFrame:
+    return synthetic_collective_frame()

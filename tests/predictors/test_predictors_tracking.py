@@ -78,7 +78,7 @@ def test_report_and_cli(tracked, capsys, tmp_path):
     assert {r["split"] for r in rows} == {"heldout_shape", "heldout_large", "random"}
     shape = next(r for r in rows if r["split"] == "heldout_shape" and r["group"] == "all")
     assert shape["n"] == tracked.result.splits["heldout_shape"].metrics["xgb"].n
-    assert "| h100-sxm | gemm | all | heldout_shape |" in markdown_table(rows)
+    assert "| h100-sxm | gemm | synthetic | all | heldout_shape |" in markdown_table(rows)
 
     assert main(["train", "report", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
@@ -94,3 +94,16 @@ def test_report_and_cli(tracked, capsys, tmp_path):
     assert main(["train", "run", "--hardware", "h100-sxm", "--op", "gemm", "--db",
                  str(tmp_path / "none.duckdb")]) == 2
     assert "no measurement store" in capsys.readouterr().err
+
+
+def test_report_per_provenance_shows_each_data_source(tracked, gemm_frame, fast_config):
+    other = gemm_frame.assign(provenance="imported:aiconfigurator-0.12.0/nccl-2.27.3")
+    second = train_frame(other, hardware="h100-sxm", family="gemm", config=fast_config,
+                         auto_promote=False)
+    assert second.logged.version == "2"
+    champions = champion_rows(splits=("heldout_shape",))
+    assert {(r["provenance"], r["version"]) for r in champions} == {("synthetic", "1")}
+    rows = champion_rows(splits=("heldout_shape",), per_provenance=True)
+    assert {(r["provenance"], r["version"]) for r in rows} == {
+        ("synthetic", "1*"), ("aiconfigurator/nccl-2.27.3", "2")}
+    assert all(r["table_mape"] is None for r in rows)  # GEMM has no measured-curve baseline
