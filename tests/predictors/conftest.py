@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -77,3 +81,31 @@ def synthetic_collective_frame() -> pd.DataFrame:
 @pytest.fixture(scope="session")
 def collective_frame() -> pd.DataFrame:
     return synthetic_collective_frame()
+
+
+_FRESH_PREDICT = (
+    "import sys, json\n"
+    "from analytical.hardware import get_hardware\n"
+    "from analytical.ops import op_from_dict\n"
+    "from predictors.model import LatencyModel\n"
+    "m = LatencyModel.load(sys.argv[1])\n"
+    "ops = [op_from_dict(m.family, d) for d in json.loads(sys.argv[2])]\n"
+    "print(json.dumps([v.hex() for v in m.predict(ops, get_hardware(sys.argv[3])).tolist()]))\n"
+)
+
+
+@pytest.fixture(scope="session")
+def predict_in_fresh_process():
+    """Load a saved model folder in a new Python process and return its predictions, exact
+    (floats travel as hex), to prove a reload is bit-identical."""
+    from analytical.ops import op_to_dict
+
+    root = Path(__file__).resolve().parents[2]
+
+    def run(folder, ops, hardware: str = HARDWARE) -> np.ndarray:
+        out = subprocess.run([sys.executable, "-c", _FRESH_PREDICT, str(folder),
+                              json.dumps([op_to_dict(op) for op in ops]), hardware],
+                             capture_output=True, text=True, check=True, cwd=root, timeout=120)
+        return np.array([float.fromhex(v) for v in json.loads(out.stdout)])
+
+    return run

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +14,7 @@ import xgboost as xgb
 
 from analytical.errors import LlmsimError
 from analytical.hardware import get_hardware
-from analytical.ops import CollectiveKind, CollectiveSpec, op_to_dict
+from analytical.ops import CollectiveKind, CollectiveSpec
 from predictors.anchor import ANCHOR_FILE, AnchorTable
 from predictors.baselines import TableBaseline
 from predictors.dataset import training_data
@@ -26,7 +23,6 @@ from predictors.model import LatencyModel, Target
 from predictors.train import train_predictor
 
 HW = get_hardware("h100-sxm")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _ops(sizes, ranks=4, kind=CollectiveKind.ALL_REDUCE):
@@ -117,26 +113,15 @@ def test_anchored_model_beats_the_table_it_starts_from(anchored):
     assert model.predict(past, HW)[0] == np.exp(ratio[0]) * roofline_seconds("collective", xp)[0]
 
 
-def test_anchored_model_reloads_bit_identical_in_a_fresh_process(anchored, tmp_path):
+def test_anchored_model_reloads_bit_identical_in_a_fresh_process(anchored, tmp_path,
+                                                                predict_in_fresh_process):
     data, result, _ = anchored
     folder = result.model.save(tmp_path / "m")
     assert (folder / ANCHOR_FILE).exists()
     ops = [*data.ops[::7], *_ops([3000, 2**30], ranks=8)]
     here = LatencyModel.load(folder).predict(ops, HW)
     assert np.array_equal(here, result.model.predict(ops, HW))
-    script = (
-        "import sys, json\n"
-        "from analytical.hardware import get_hardware\n"
-        "from analytical.ops import op_from_dict\n"
-        "from predictors.model import LatencyModel\n"
-        "m = LatencyModel.load(sys.argv[1])\n"
-        "ops = [op_from_dict('collective', d) for d in json.loads(sys.argv[2])]\n"
-        "print(json.dumps([v.hex() for v in m.predict(ops, get_hardware('h100-sxm')).tolist()]))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", script, str(folder),
-                          json.dumps([op_to_dict(op) for op in ops])],
-                         capture_output=True, text=True, check=True, cwd=ROOT, timeout=120)
-    assert np.array_equal(np.array([float.fromhex(v) for v in json.loads(out.stdout)]), here)
+    assert np.array_equal(predict_in_fresh_process(folder, ops), here)
     (folder / ANCHOR_FILE).unlink()
     with pytest.raises(LlmsimError, match="anchor.json: missing"):
         LatencyModel.load(folder)

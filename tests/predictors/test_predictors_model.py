@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +19,6 @@ from predictors.model import LatencyModel
 from predictors.train import train_predictor
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "predictors"
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +49,7 @@ def test_protocol_covers_every_split_and_model(trained):
     assert (result.extrapolator_params is not None) == (result.target.value == "gated")
 
 
-def test_save_load_roundtrip_and_fresh_process(trained, tmp_path):
+def test_save_load_roundtrip_and_fresh_process(trained, tmp_path, predict_in_fresh_process):
     data, result = trained
     folder = result.model.save(tmp_path / "m")
     loaded = LatencyModel.load(folder)
@@ -60,21 +57,7 @@ def test_save_load_roundtrip_and_fresh_process(trained, tmp_path):
     ops = list(data.ops[:50])
     here = loaded.predict(ops, hw)
     assert np.array_equal(here, result.model.predict(ops, hw))
-    script = (
-        "import sys, json\n"
-        "from analytical.hardware import get_hardware\n"
-        "from analytical.ops import op_from_dict\n"
-        "from predictors.model import LatencyModel\n"
-        "m = LatencyModel.load(sys.argv[1])\n"
-        "ops = [op_from_dict('gemm', d) for d in json.loads(sys.argv[2])]\n"
-        "print(json.dumps([v.hex() for v in m.predict(ops, get_hardware('h100-sxm')).tolist()]))\n"
-    )
-    from analytical.ops import op_to_dict
-
-    out = subprocess.run([sys.executable, "-c", script, str(folder),
-                          json.dumps([op_to_dict(op) for op in ops])],
-                         capture_output=True, text=True, check=True, cwd=ROOT, timeout=120)
-    fresh = np.array([float.fromhex(v) for v in json.loads(out.stdout)])
+    fresh = predict_in_fresh_process(folder, ops)
     assert np.array_equal(fresh, here)
 
 
