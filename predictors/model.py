@@ -22,7 +22,7 @@ import numpy as np
 from analytical.errors import LlmsimError
 from analytical.hardware import HardwareSpec
 from analytical.ops import OpSpec
-from predictors.anchor import ANCHOR_FEATURE, ANCHOR_FILE, AnchorTable, has_anchor
+from predictors.anchor import ANCHOR_FEATURE, ANCHOR_FILE, AnchorTable
 from predictors.features import (
     FEATURE_SCHEMA,
     feature_matrix,
@@ -58,12 +58,6 @@ class Target(StrEnum):
     # interpolated along the curve) where a row lies on a measured curve, the roofline-ratio
     # booster prices the rest (unseen configurations, sizes beyond the measured range).
     ANCHORED = "anchored"
-
-
-def candidate_targets(family: str) -> tuple[Target, ...]:
-    """The targets the search compares for ``family`` (anchored only where curves exist)."""
-    plain = (Target.LOG_LATENCY, Target.LOG_ROOFLINE_RATIO, Target.GATED)
-    return (*plain, Target.ANCHORED) if has_anchor(family) else plain
 
 
 def base_targets() -> tuple[Target, Target]:
@@ -135,6 +129,15 @@ def fit_booster(features: np.ndarray, target_values: np.ndarray, params: HyperPa
     return booster
 
 
+def predict_on_curve(booster, anchor: AnchorTable, features: np.ndarray,
+                     log_anchor: np.ndarray) -> np.ndarray:
+    """Seconds from an anchored booster for rows on a measured curve (ln anchor given)."""
+    import xgboost as xgb
+
+    matrix = xgb.DMatrix(anchor.anchor_feature(features, log_anchor), nthread=1)
+    return np.exp(booster.predict(matrix).astype(np.float64) + log_anchor)
+
+
 class LatencyModel:
     """A fitted booster plus what it needs to turn op specs into seconds.
 
@@ -204,10 +207,8 @@ class LatencyModel:
         on_curve = ~np.isnan(log_anchor)
         out = np.empty(features.shape[0])
         if on_curve.any():
-            matrix = xgb.DMatrix(self.anchor.anchor_feature(features[on_curve],
-                                                            log_anchor[on_curve]), nthread=1)
-            raw = self.booster.predict(matrix).astype(np.float64)
-            out[on_curve] = np.exp(raw + log_anchor[on_curve])
+            out[on_curve] = predict_on_curve(self.booster, self.anchor, features[on_curve],
+                                             log_anchor[on_curve])
         if (~on_curve).any():
             rest = features[~on_curve]
             ratio = self.extrapolator.predict(xgb.DMatrix(rest, nthread=1)).astype(np.float64)

@@ -93,9 +93,11 @@ def _short(provenance: str | None) -> str | None:
     """``imported:aiconfigurator-0.12.0/nccl-2.27.3`` -> ``aiconfigurator/nccl-2.27.3``."""
     if not provenance:
         return provenance
-    name = provenance.removeprefix("imported:")
-    tool, _, rest = name.partition("/")
-    tool = tool.split("@")[0].rsplit("-", 1)[0] if tool[-1:].isdigit() else tool.split("@")[0]
+    tool, _, rest = provenance.removeprefix("imported:").partition("/")
+    tool = tool.split("@")[0]  # the commit of a git checkout
+    name, _, version = tool.rpartition("-")
+    if name and version[:1].isdigit():  # a release version
+        tool = name
     return f"{tool}/{rest}" if rest else tool
 
 

@@ -37,10 +37,10 @@ from predictors.model import (
     LatencyModel,
     Target,
     base_targets,
-    candidate_targets,
     encode_target,
     fit_booster,
     normaliser_seconds,
+    predict_on_curve,
     size_column,
 )
 from predictors.splits import PRIMARY_SPLIT, RANDOM, Split, evaluation_splits
@@ -162,11 +162,30 @@ def _fit_anchored(x: np.ndarray, latency: np.ndarray, family: str, hardware: str
                   train: np.ndarray, valid: np.ndarray | None, params: HyperParams,
                   config: TrainConfig, rounds: tuple[int, ...] | None,
                   extrapolator_params: HyperParams, anchor_rows: np.ndarray) -> LatencyModel:
-    """The anchored booster on training rows inside a measured curve, each anchored
-    leave-one-out (so it learns the error of interpolating a size the table lacks); the
+    """The anchored booster (`_fit_anchored_booster`) on the table of ``anchor_rows``; the
     roofline-ratio extrapolator on every training row."""
     table = AnchorTable.build(family, x[anchor_rows], latency[anchor_rows])
-    in_table = set(anchor_rows.tolist())
+    booster = _fit_anchored_booster(table, set(anchor_rows.tolist()), x, latency, train, valid,
+                                    params, config, None if rounds is None else rounds[0],
+                                    where=f"{hardware}/{family}")
+    ratio = encode_target(latency, normaliser_seconds(Target.LOG_ROOFLINE_RATIO, family, x))
+    extrapolator = fit_booster(
+        x[train], ratio[train], extrapolator_params, seed=config.seed, nthread=config.nthread,
+        rounds=None if rounds is None else rounds[1],
+        valid=None if valid is None else (x[valid], ratio[valid]),
+        early_stopping_rounds=config.early_stopping_rounds)
+    return LatencyModel(booster=booster, extrapolator=extrapolator, family=family,
+                        hardware=hardware, target=Target.ANCHORED, params=params,
+                        extrapolator_params=extrapolator_params, anchor=table)
+
+
+def _fit_anchored_booster(table: AnchorTable, in_table: set[int], x: np.ndarray,
+                          latency: np.ndarray, train: np.ndarray, valid: np.ndarray | None,
+                          params: HyperParams, config: TrainConfig, rounds: int | None, *,
+                          where: str):
+    """Trees on ln(latency / anchor) for the training rows inside a measured curve. Rows of
+    the table (``in_table``) are anchored leave-one-out, so the trees learn the error of
+    interpolating a size the table lacks; early stopping on the ``valid`` rows on a curve."""
 
     def anchored(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(features + anchor, target) of the rows that lie on a curve."""
@@ -182,26 +201,17 @@ def _fit_anchored(x: np.ndarray, latency: np.ndarray, family: str, hardware: str
 
     features, target = anchored(train)
     if len(target) < MIN_ANCHORED_ROWS:
-        raise LlmsimError(f"{hardware}/{family}: {len(target)} training rows lie inside a "
-                          f"measured curve; the anchored target needs {MIN_ANCHORED_ROWS}")
+        raise LlmsimError(f"{where}: {len(target)} training rows lie inside a measured curve; "
+                          f"the anchored target needs {MIN_ANCHORED_ROWS}")
     anchored_valid = None
     if valid is not None:
         anchored_valid = anchored(valid)
         if len(anchored_valid[1]) == 0:
-            raise LlmsimError(f"{hardware}/{family}: no validation row lies inside a measured "
-                              "curve; cannot early-stop the anchored booster")
-    booster = fit_booster(features, target, params, seed=config.seed, nthread=config.nthread,
-                          rounds=None if rounds is None else rounds[0], valid=anchored_valid,
-                          early_stopping_rounds=config.early_stopping_rounds)
-    ratio = encode_target(latency, normaliser_seconds(Target.LOG_ROOFLINE_RATIO, family, x))
-    extrapolator = fit_booster(
-        x[train], ratio[train], extrapolator_params, seed=config.seed, nthread=config.nthread,
-        rounds=None if rounds is None else rounds[1],
-        valid=None if valid is None else (x[valid], ratio[valid]),
-        early_stopping_rounds=config.early_stopping_rounds)
-    return LatencyModel(booster=booster, extrapolator=extrapolator, family=family,
-                        hardware=hardware, target=Target.ANCHORED, params=params,
-                        extrapolator_params=extrapolator_params, anchor=table)
+            raise LlmsimError(f"{where}: no validation row lies inside a measured curve; "
+                              "cannot early-stop the anchored booster")
+    return fit_booster(features, target, params, seed=config.seed, nthread=config.nthread,
+                       rounds=rounds, valid=anchored_valid,
+                       early_stopping_rounds=config.early_stopping_rounds)
 
 
 def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
@@ -273,7 +283,7 @@ def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
             (on, off), score, row = found
             scores[Target.ANCHORED], picks[Target.ANCHORED] = score, (on, off)
             table.append(row)
-    targets = tuple(t for t in candidate_targets(family) if t in scores)
+    targets = tuple(scores)  # the order of `Target`; anchored only where it could be fitted
     if config.target is not None and config.target not in scores:
         raise LlmsimError(f"{hardware}/{family}: target {config.target.value} cannot be fitted "
                           f"here; possible: {', '.join(t.value for t in targets)}")
@@ -295,10 +305,13 @@ def _search_anchored(x: np.ndarray, latency: np.ndarray, family: str, hardware: 
                      ) -> tuple[tuple[int, int], float, dict[str, object]] | None:
     """Score the anchored target like the gated one: the anchored booster's params are the
     best draw on the inner-validation rows inside a measured curve (of the inner-train table),
-    the extrapolator's the best roofline-ratio draw on the rows outside. None when the data
-    has too few rows on curves to fit it."""
+    the extrapolator's the best roofline-ratio draw on the rows outside (the search's own
+    ratio fits: an anchored model's extrapolator is that booster). None when the data has too
+    few rows on curves to fit it."""
     curves = AnchorTable.build(family, x[inner_train], latency[inner_train])
-    on_curve = ~np.isnan(curves.log_anchor(x[inner_valid]))
+    in_table = set(inner_train.tolist())
+    log_anchor = curves.log_anchor(x[inner_valid])
+    on_curve = ~np.isnan(log_anchor)
     measured = latency[inner_valid]
 
     def part_mape(predicted: np.ndarray, mask: np.ndarray) -> float:
@@ -307,11 +320,14 @@ def _search_anchored(x: np.ndarray, latency: np.ndarray, family: str, hardware: 
     anchored: dict[int, np.ndarray] = {}
     for i, params in enumerate(configs):
         try:
-            model = _fit(x, latency, family, hardware, inner_train, inner_valid,
-                         Target.ANCHORED, params, config)
+            booster = _fit_anchored_booster(curves, in_table, x, latency, inner_train,
+                                            inner_valid, params, config, None,
+                                            where=f"{hardware}/{family}")
         except LlmsimError:
             return None
-        anchored[i] = model.predict_features(x[inner_valid])
+        anchored[i] = np.full(len(inner_valid), np.nan)  # off-curve rows: the ratio booster
+        anchored[i][on_curve] = predict_on_curve(booster, curves, x[inner_valid][on_curve],
+                                                 log_anchor[on_curve])
     on = min(anchored, key=lambda i: (part_mape(anchored[i], on_curve), i))
     off = min(ratio_predicted, key=lambda i: (part_mape(ratio_predicted[i], ~on_curve), i))
     combined = np.where(on_curve, anchored[on], ratio_predicted[off])

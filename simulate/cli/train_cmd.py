@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from predictors.model import Target
 from predictors.train import TrainConfig
 from simulate.cli.output import print_json, print_table
 
@@ -28,7 +29,7 @@ def _common(func):
         click.option("--seed", type=int, default=0, show_default=True),
         click.option("--configs", "n_configs", type=int, default=_DEFAULTS.n_configs,
                      show_default=True, help="Hyper-parameter draws in the search (each fits "
-                     "both targets; the gated target joins the two)."),
+                     "every target: gated and anchored join two boosters)."),
         click.option("--max-train-rows", type=int, default=_DEFAULTS.max_train_rows,
                      show_default=True,
                      help="Training rows per fit (larger sets are subsampled, seeded)."),
@@ -86,8 +87,6 @@ def _run(hardware: str, op: str, db, tracking_uri, seed, n_configs, max_train_ro
 
 
 def _config(seed: int, n_configs: int, max_train_rows: int, target: str | None = None):
-    from predictors.model import Target
-
     return TrainConfig(seed=seed, n_configs=n_configs, max_train_rows=max_train_rows,
                        search_rows=min(20_000, max_train_rows),
                        target=None if target in (None, "auto") else Target(target))
@@ -99,8 +98,7 @@ _PROV = click.option("--provenance", default=None,
                      help="Provenance group to train on (default: the largest).")
 _DTYPE = click.option("--dtype", default=None, help="Only rows of this dtype.")
 _TARGET = click.option("--target", default="auto", show_default=True,
-                       type=click.Choice(["auto", "log_latency", "log_roofline_ratio", "gated",
-                                                 "anchored"]),
+                       type=click.Choice(["auto", *(t.value for t in Target)]),
                        help="What the trees learn; auto: picked by inner validation.")
 
 
