@@ -17,23 +17,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from enum import Enum
 
 import numpy as np
 
 from analytical.ops import OpSpec, op_to_dict
 from predictors.anchor import AnchorTable
+from predictors.domain import categorical_fields
 
 
 def _split_fields(op: OpSpec) -> tuple[tuple, list[float]]:
     """(categorical key, log2 numeric coordinates) of a spec."""
-    cats, coords = [], []
-    for name, value in op_to_dict(op).items():
-        if isinstance(value, (bool, str, Enum)):
-            cats.append((name, value))
-        else:
-            coords.append(math.log2(value))
-    return tuple(cats), coords
+    cats = categorical_fields(op)
+    coords = [math.log2(value) for name, value in op_to_dict(op).items() if name not in cats]
+    return tuple(cats.items()), coords
 
 
 class InterpolationBaseline:

@@ -78,13 +78,32 @@ def provenance_counts(frame: pd.DataFrame) -> dict[str, int]:
     return dict(sorted(by_name, key=lambda kv: -int(kv[1])))
 
 
-def pick_provenance(frame: pd.DataFrame, provenance: str | None = None) -> str:
-    """The asked-for provenance (must exist) or the largest group."""
+def provenance_coverage(frame: pd.DataFrame, family: str) -> dict[str, int]:
+    """Distinct categorical configurations (collective kind x dtype, attention phase x causal,
+    GEMM dtype, ...) per provenance: how much of what simulate asks a model trained on that
+    group can answer (`predictors.domain`: it declines the rest)."""
+    columns = [c for c in op_fields(family) if c in frame.columns and (
+        pd.api.types.is_bool_dtype(frame[c]) or not pd.api.types.is_numeric_dtype(frame[c]))]
+    if not columns or frame.empty:
+        return {p: 1 for p in frame["provenance"].unique()} if not frame.empty else {}
+    distinct = frame.drop_duplicates(["provenance", *columns])
+    return {str(k): int(v) for k, v in distinct.groupby("provenance").size().items()}
+
+
+def pick_provenance(frame: pd.DataFrame, provenance: str | None = None, *,
+                    family: str | None = None) -> str:
+    """The asked-for provenance (must exist), or the group that covers the most categorical
+    configurations of ``family`` (the most rows when ``family`` is None, and among equals;
+    then the later name, i.e. the newer version). Coverage first: a collective model trained
+    on 2 kinds must decline the other 3, however many sizes it has seen."""
     counts = provenance_counts(frame)
     if not counts:
         raise LlmsimError("no rows with status ok for this hardware and family")
     if provenance is None:
-        return next(iter(counts))
+        if family is None:
+            return next(iter(counts))
+        coverage = provenance_coverage(frame, family)
+        return max(counts, key=lambda p: (coverage.get(p, 0), counts[p], p))
     if provenance not in counts:
         known = ", ".join(f"{p} ({n} rows)" for p, n in counts.items())
         raise SpecError("provenance", f"no rows from {provenance!r}; available: {known}")
@@ -94,7 +113,7 @@ def pick_provenance(frame: pd.DataFrame, provenance: str | None = None) -> str:
 def training_data(frame: pd.DataFrame, *, hardware: str, family: str,
                   provenance: str | None = None) -> TrainingData:
     """Fold one provenance group of a store frame into ops + median latencies."""
-    chosen = pick_provenance(frame, provenance)
+    chosen = pick_provenance(frame, provenance, family=family)
     group = frame[frame["provenance"] == chosen]
     fields = list(op_fields(family))
     missing = [c for c in [*fields, "op_key", TARGET_COLUMN] if c not in group.columns]

@@ -47,6 +47,40 @@ def error_metrics(measured_s: np.ndarray, predicted_s: np.ndarray) -> ErrorMetri
                         p90_ape=float(np.percentile(ape, 90)), max_ape=float(ape.max()))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MapeGap:
+    """MAPE of a model minus MAPE of a baseline on the same rows (percentage points; negative:
+    the model is better), with a 95% paired bootstrap interval over ``clusters`` groups."""
+
+    gap: float
+    low: float
+    high: float
+    clusters: int
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def mape_gap(measured_s: np.ndarray, predicted_s: np.ndarray, baseline_s: np.ndarray,
+             clusters: np.ndarray, *, seed: int = 0, draws: int = 2000) -> MapeGap:
+    """Is the model below the baseline, or within noise of it? A paired cluster bootstrap:
+    each draw resamples the held-out shapes (``clusters``: one label per row) with
+    replacement and keeps a shape's rows together, because rows of one shape share their
+    errors (a held-out message size is missed on every curve at once); rows are not
+    independent, so resampling rows would make the interval too narrow."""
+    diff = ape_percent(measured_s, predicted_s) - ape_percent(measured_s, baseline_s)
+    labels, of_row = np.unique(np.asarray(clusters), return_inverse=True)
+    if diff.size == 0:
+        return MapeGap(gap=float("nan"), low=float("nan"), high=float("nan"), clusters=0)
+    sums = np.bincount(of_row, weights=diff, minlength=len(labels))
+    counts = np.bincount(of_row, minlength=len(labels)).astype(np.float64)
+    picks = np.random.default_rng(seed).integers(len(labels), size=(draws, len(labels)))
+    boot = sums[picks].sum(axis=1) / counts[picks].sum(axis=1)
+    low, high = np.percentile(boot, [2.5, 97.5])
+    return MapeGap(gap=float(diff.mean()), low=float(low), high=float(high),
+                   clusters=int(len(labels)))
+
+
 def plot_predicted_vs_measured(path: str | Path, series: Mapping[str, tuple[np.ndarray,
                                np.ndarray]], *, title: str) -> Path:
     """Log-log scatter, one panel per split: measured (x) vs predicted (y), with the y = x line.

@@ -50,6 +50,11 @@ class Predictor:
         """Latency in seconds per op, in one batched call."""
         return self.model.predict(ops, self.hw)
 
+    def outside_domain(self, op: OpSpec) -> str | None:
+        """Why the model should not answer ``op`` (a categorical value it never saw in
+        training, e.g. ``"kind=send_recv"``), or None."""
+        return self.model.outside_domain(op)
+
 
 def load_predictor_dir(folder: str | Path, *, hw: HardwareSpec | None = None) -> Predictor:
     """A predictor from a folder written by `LatencyModel.save`."""

@@ -23,6 +23,7 @@ from analytical.errors import LlmsimError
 from analytical.hardware import HardwareSpec
 from analytical.ops import OpSpec
 from predictors.anchor import ANCHOR_FEATURE, ANCHOR_FILE, AnchorTable
+from predictors.domain import Domain, outside_domain
 from predictors.features import (
     FEATURE_SCHEMA,
     feature_matrix,
@@ -130,12 +131,13 @@ def fit_booster(features: np.ndarray, target_values: np.ndarray, params: HyperPa
 
 
 def predict_on_curve(booster, anchor: AnchorTable, features: np.ndarray,
-                     log_anchor: np.ndarray) -> np.ndarray:
-    """Seconds from an anchored booster for rows on a measured curve (ln anchor given)."""
+                     log_anchor: np.ndarray, weight: float = 1.0) -> np.ndarray:
+    """Seconds from an anchored booster for rows on a measured curve (ln anchor given): the
+    anchor times exp(``weight`` x the trees' correction)."""
     import xgboost as xgb
 
     matrix = xgb.DMatrix(anchor.anchor_feature(features, log_anchor), nthread=1)
-    return np.exp(booster.predict(matrix).astype(np.float64) + log_anchor)
+    return np.exp(weight * booster.predict(matrix).astype(np.float64) + log_anchor)
 
 
 class LatencyModel:
@@ -144,16 +146,19 @@ class LatencyModel:
     With `Target.GATED`, ``booster`` is the log-latency booster, ``extrapolator`` the
     roofline-ratio one and ``gate_log2_size`` the largest training size: rows above it are
     priced by the extrapolator. With `Target.ANCHORED`, ``booster`` learns ln(latency /
-    anchor) on rows that lie on a curve of ``anchor`` (the training table) and the
-    roofline-ratio ``extrapolator`` prices the others.
+    anchor) on rows that lie on a curve of ``anchor`` (the training table), applied with
+    ``anchor_weight`` (0: the table as measured, 1: the trees' full correction; chosen by the
+    search), and the roofline-ratio ``extrapolator`` prices the others.
     """
 
     def __init__(self, *, booster, family: str, hardware: str, target: Target,
                  params: HyperParams, schema_version: int | None = None,
                  extrapolator=None, gate_log2_size: float | None = None,
                  extrapolator_params: HyperParams | None = None,
-                 anchor: AnchorTable | None = None) -> None:
+                 anchor: AnchorTable | None = None, anchor_weight: float = 1.0,
+                 domain: Domain | None = None) -> None:
         self.booster = booster
+        self.domain = domain  # categorical values of the training rows (None: not recorded)
         self.family = family
         self.hardware = hardware
         self.target = Target(target)
@@ -163,6 +168,7 @@ class LatencyModel:
         self.extrapolator = extrapolator
         self.gate_log2_size = gate_log2_size
         self.anchor = anchor
+        self.anchor_weight = float(anchor_weight)
         self.extrapolator_params = extrapolator_params or (params if extrapolator else None)
         gated, anchored = self.target == Target.GATED, self.target == Target.ANCHORED
         if gated != (gate_log2_size is not None) or anchored != (anchor is not None) \
@@ -208,12 +214,17 @@ class LatencyModel:
         out = np.empty(features.shape[0])
         if on_curve.any():
             out[on_curve] = predict_on_curve(self.booster, self.anchor, features[on_curve],
-                                             log_anchor[on_curve])
+                                             log_anchor[on_curve], self.anchor_weight)
         if (~on_curve).any():
             rest = features[~on_curve]
             ratio = self.extrapolator.predict(xgb.DMatrix(rest, nthread=1)).astype(np.float64)
             out[~on_curve] = decode_target(ratio, roofline_seconds(self.family, rest))
         return out
+
+    def outside_domain(self, op: OpSpec) -> str | None:
+        """Why ``op`` is outside what this model was trained on (e.g. ``"kind=send_recv"``),
+        or None (`predictors.domain`)."""
+        return outside_domain(self.domain, op)
 
     def normaliser_s(self, features: np.ndarray) -> np.ndarray:
         return normaliser_seconds(self.target, self.family, features)
@@ -227,7 +238,7 @@ class LatencyModel:
         if self.extrapolator is not None:
             raw += bytes(self.extrapolator.save_raw(raw_format="ubj"))
         if self.anchor is not None:
-            raw += self.anchor.to_json().encode()
+            raw += self.anchor.to_json().encode() + self.anchor_weight.hex().encode()
         return raw
 
     def save(self, folder: str | Path) -> Path:
@@ -238,6 +249,8 @@ class LatencyModel:
         doc = {**schema_document(self.family), "hardware": self.hardware,
                "target": self.target.value, "params": asdict(self.params),
                "n_trees": self.n_trees}
+        if self.domain is not None:
+            doc["domain"] = self.domain
         if self.extrapolator is not None:
             self.extrapolator.save_model(str(folder / EXTRAPOLATOR_FILE))
             doc |= {"n_trees_extrapolator": self.tree_counts[1],
@@ -247,7 +260,8 @@ class LatencyModel:
             doc["gate_log2_size"] = float(self.gate_log2_size).hex()
         if self.anchor is not None:
             self.anchor.save(folder)
-            doc |= {"anchor_file": ANCHOR_FILE, "anchor_feature": ANCHOR_FEATURE}
+            doc |= {"anchor_file": ANCHOR_FILE, "anchor_feature": ANCHOR_FEATURE,
+                    "anchor_weight": self.anchor_weight.hex()}
         (folder / SCHEMA_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         return folder
 
@@ -272,6 +286,7 @@ class LatencyModel:
             raise LlmsimError(f"{model_path}: missing")
         booster.load_model(str(model_path))
         extrapolator, gate, extrapolator_params, anchor = None, None, None, None
+        anchor_weight = 1.0  # anchored models saved before the weight existed applied it fully
         if doc["target"] in (Target.GATED, Target.ANCHORED):
             extrapolator_path = folder / EXTRAPOLATOR_FILE
             if not extrapolator_path.exists():
@@ -289,10 +304,27 @@ class LatencyModel:
                 raise LlmsimError(f"{schema_path}: anchor_feature: {doc.get('anchor_feature')!r}"
                                   f", this llmsim's anchored booster uses {ANCHOR_FEATURE!r}")
             anchor = AnchorTable.load(folder, doc["family"])
+            if "anchor_weight" in doc:
+                try:
+                    anchor_weight = float.fromhex(doc["anchor_weight"])
+                except (TypeError, ValueError):
+                    raise LlmsimError(f"{schema_path}: anchor_weight: {doc['anchor_weight']!r} "
+                                      "is not a float.hex string") from None
         return cls(booster=booster, family=doc["family"], hardware=doc["hardware"],
                    target=Target(doc["target"]), params=HyperParams(**doc["params"]),
                    schema_version=doc["schema_version"], extrapolator=extrapolator,
-                   gate_log2_size=gate, extrapolator_params=extrapolator_params, anchor=anchor)
+                   gate_log2_size=gate, extrapolator_params=extrapolator_params, anchor=anchor,
+                   anchor_weight=anchor_weight, domain=_domain_of(doc, schema_path))
+
+
+def _domain_of(doc: dict, path: Path) -> Domain | None:
+    """The training domain in a schema.json; None for a model saved before it was recorded."""
+    domain = doc.get("domain")
+    if domain is None:
+        return None
+    if not isinstance(domain, dict) or not all(isinstance(v, list) for v in domain.values()):
+        raise LlmsimError(f"{path}: domain: expected a mapping of field -> list of values")
+    return domain
 
 
 def check_schema(doc: dict, *, source: str) -> None:

@@ -89,32 +89,55 @@ def _region(ops: Sequence[OpSpec], key: Callable[[OpSpec], tuple], what: str, *,
                  description=f"unseen {what}: {shown}{more}")
 
 
+# family -> (the shape a held-out region is made of, its name, interior only). Collectives:
+# holding out a whole group size (e.g. 4 of {2, 4, 8}) leaves two points along that axis and
+# every model extrapolates the bus algorithm change, so the region is unseen message sizes and
+# the largest sizes are `heldout_large`.
+SHAPE_KEYS: dict[str, tuple[Callable[[OpSpec], tuple], str, bool]] = {
+    "gemm": (lambda op: (op.n, op.k), "(n, k) pairs", False),
+    "attention": (lambda op: (op.heads, op.kv_heads, op.head_dim),
+                  "(heads, kv_heads, head_dim)", False),
+    "collective": (lambda op: (op.size_bytes,), "message sizes", True),
+    "memory": (lambda op: (op.cols,), "cols values", True),
+    "moe": (lambda op: (op.hidden,), "hidden sizes", True),
+}
+
+
+def shape_key(family: str) -> Callable[[OpSpec], tuple]:
+    """The shape `heldout_shape` holds out for this family."""
+    if family not in SHAPE_KEYS:
+        raise LlmsimError(f"no held-out shape rule for family {family!r}")
+    return SHAPE_KEYS[family][0]
+
+
 def shape_region_split(ops: Sequence[OpSpec], *, seed: int,
                        test_fraction: float = TEST_FRACTION) -> Split:
     family = ops[0].family if ops else ""
-    kw = {"seed": seed, "test_fraction": test_fraction}
-    if family == "gemm":
-        return _region(ops, lambda op: (op.n, op.k), "(n, k) pairs", interior=False, **kw)
-    if family == "attention":
-        return _region(ops, lambda op: (op.heads, op.kv_heads, op.head_dim),
-                       "(heads, kv_heads, head_dim)", interior=False, **kw)
-    if family == "collective":
-        # NOTE: holding out a whole group size (e.g. 4 of {2, 4, 8}) leaves two points along
-        # that axis; every model then extrapolates the bus algorithm change, so the region is
-        # unseen message sizes and the largest sizes are `heldout_large`.
-        return _region(ops, lambda op: (op.size_bytes,), "message sizes", interior=True, **kw)
-    if family == "memory":
-        return _region(ops, lambda op: (op.cols,), "cols values", interior=True, **kw)
-    if family == "moe":
-        return _region(ops, lambda op: (op.hidden,), "hidden sizes", interior=True, **kw)
-    raise LlmsimError(f"no held-out shape rule for family {family!r}")
+    key = shape_key(family)
+    _, what, interior = SHAPE_KEYS[family]
+    return _region(ops, key, what, interior=interior, seed=seed, test_fraction=test_fraction)
+
+
+def _kv_len(op: OpSpec) -> tuple:
+    return (op.kv_len,)
 
 
 def sequence_split(ops: Sequence[OpSpec], *, seed: int,
                    test_fraction: float = TEST_FRACTION) -> Split:
     """Attention: unseen kv_len values, inside the measured range."""
-    return _region(ops, lambda op: (op.kv_len,), "kv_len values", interior=True, seed=seed,
+    return _region(ops, _kv_len, "kv_len values", interior=True, seed=seed,
                    test_fraction=test_fraction, name=HELDOUT_SEQ)
+
+
+def region_axes(family: str) -> list[tuple[Callable[[OpSpec], tuple], bool]]:
+    """(key, interior only) of every region the protocol holds out by rule for this family:
+    the shape of `heldout_shape`, and for attention the kv_len of `heldout_seq`. The search's
+    inner validation holds out a part of each, so it rewards what the splits measure."""
+    key = shape_key(family)
+    axes = [(key, SHAPE_KEYS[family][2])]
+    if family == "attention":
+        axes.append((_kv_len, True))
+    return axes
 
 
 def evaluation_splits(ops: Sequence[OpSpec], *, seed: int) -> list[Split]:

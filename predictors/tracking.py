@@ -74,9 +74,13 @@ def _experiment_id(client) -> str:
 
 
 def metrics_dict(result: TrainingResult) -> dict[str, float]:
-    """Flat metric names ``<split>.<model>[.<group>].<metric>`` (model: xgb, interp, rf)."""
+    """Flat metric names ``<split>.<model>[.<group>].<metric>`` (model: xgb, interp, table,
+    rf), and ``<split>.xgb_vs_<baseline>.<gap|low|high|clusters>`` (`evaluate.MapeGap`)."""
     out: dict[str, float] = {}
     for split_name, split in result.splits.items():
+        for baseline, gap in split.gaps.items():
+            out.update({f"{split_name}.xgb_vs_{baseline}.{k}": float(v)
+                        for k, v in gap.as_dict().items()})
         for model, m in split.metrics.items():
             out.update({f"{split_name}.{model}.{k}": float(v) for k, v in m.as_dict().items()})
         for group, models in split.groups.items():
@@ -117,12 +121,19 @@ def log_training(result: TrainingResult, *, tracking_uri: str | None = None) -> 
     name = registered_name(data.hardware, data.family)
     params = {**{k: str(v) for k, v in vars_of(result.params).items()},
               "n_trees": str(result.model.n_trees), "n_configs": str(result.config.n_configs),
-              "search_rows": str(result.config.search_rows), "rf_trees":
+              "search_rows": str(result.config.search_rows),
+              "search_valid_rows": str(result.config.search_valid_rows), "rf_trees":
               str(result.config.rf_trees)}
     if result.extrapolator_params is not None:
         params |= {f"extrapolator.{k}": str(v)
                    for k, v in vars_of(result.extrapolator_params).items()}
         params["extrapolator.n_trees"] = str(result.model.tree_counts[1])
+    if result.model.anchor is not None:
+        anchor = result.model.anchor
+        params |= {"anchor_weight": str(result.model.anchor_weight),
+                   "anchor_interpolation": anchor.interpolation,
+                   **{f"anchor_loo_mape.{name}": f"{mape:.3f}"
+                      for name, mape in anchor.loo_mape.items()}}
     with mlflow.start_run(experiment_id=experiment_id,
                           run_name=f"{data.hardware}-{data.family}") as run:
         mlflow.log_params(params)

@@ -2,8 +2,9 @@
 """The training recipe: seeded search over (target, hyper-parameters), the evaluation protocol
 on every split for XGBoost and the baselines, and the final model fitted on all rows.
 
-1. Search: the random split's training rows are cut into inner train and validation (the
-   largest 10% plus a random 10%, see `search`);
+1. Search: the primary split's training rows are cut into inner train and validation (the
+   largest 10% plus a ninth of the other shapes, see `search`; on small sets, several inner
+   folds);
    each of ``n_configs`` seeded hyper-parameter draws is fitted for both plain targets (and,
    for families measured as curves, the anchored one) with early stopping, scored by MAPE in
    seconds on the inner validation rows. The lowest best MAPE picks the target; the reason is
@@ -20,6 +21,7 @@ Tracking lives in `predictors.tracking`; nothing here touches MLflow or the stor
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,7 +32,8 @@ from analytical.ops import OpSpec
 from predictors.anchor import AnchorTable, has_anchor
 from predictors.baselines import InterpolationBaseline, RandomForestBaseline, TableBaseline
 from predictors.dataset import TrainingData
-from predictors.evaluate import ErrorMetrics, error_metrics
+from predictors.domain import training_domain
+from predictors.evaluate import ErrorMetrics, MapeGap, error_metrics, mape_gap
 from predictors.features import feature_matrix
 from predictors.model import (
     HyperParams,
@@ -43,12 +46,25 @@ from predictors.model import (
     predict_on_curve,
     size_column,
 )
-from predictors.splits import PRIMARY_SPLIT, RANDOM, Split, evaluation_splits
+from predictors.splits import (
+    PRIMARY_SPLIT,
+    RANDOM,
+    Split,
+    evaluation_splits,
+    region_axes,
+    shape_key,
+)
 
 XGB = "xgb"
 MODEL_NAMES = (XGB, InterpolationBaseline.name, RandomForestBaseline.name, TableBaseline.name)
 # An anchored booster needs this many training rows that lie inside a measured curve.
 MIN_ANCHORED_ROWS = 20
+# How much of the anchored trees' correction to apply, chosen on the search's on-curve rows:
+# on dense, noisy tables the trees can only add noise to the interpolated table (weight 0).
+ANCHOR_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
+# The search's random validation is one ninth of the non-largest rows; at most this many
+# disjoint ninths (folds) are scored when one holds fewer than `TrainConfig.search_valid_rows`.
+MAX_SEARCH_FOLDS = 9
 
 # The search space: each draw picks one value per axis (seeded).
 SEARCH_SPACE: dict[str, tuple] = {
@@ -68,6 +84,9 @@ class TrainConfig:
     nthread: int = 2  # fixed: XGBoost hist is deterministic for a given thread count
     n_configs: int = 10
     search_rows: int = 20_000  # inner-train rows used by the search (subsampled, seeded)
+    # random validation rows the search wants: a small set is scored over several inner folds
+    # so that a choice between targets rests on this many rows, not on one ninth of a table
+    search_valid_rows: int = 400
     max_train_rows: int = 80_000  # training rows per protocol/final fit (subsampled, seeded)
     max_rounds: int = 3000
     early_stopping_rounds: int = 30
@@ -77,12 +96,26 @@ class TrainConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SearchChoice:
+    """What the search picked, and why."""
+
+    target: Target
+    params: HyperParams
+    extrapolator_params: HyperParams | None  # gated and anchored targets only
+    anchor_weight: float  # anchored target only (else 1.0): see `ANCHOR_WEIGHTS`
+    reason: str
+    table: list[dict[str, object]]  # one row per (config, target) scored
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SplitResult:
     split: Split
     metrics: dict[str, ErrorMetrics]  # model name -> metrics on the test rows
     groups: dict[str, dict[str, ErrorMetrics]]  # sub-group (e.g. prefill) -> model -> metrics
     measured_s: np.ndarray
     predicted_s: dict[str, np.ndarray]
+    # baseline name -> XGBoost's MAPE minus the baseline's, bootstrapped over held-out shapes
+    gaps: dict[str, MapeGap] = field(default_factory=dict)
 
 
 @dataclass(kw_only=True)
@@ -130,14 +163,14 @@ def _fit(x: np.ndarray, latency: np.ndarray, family: str, hardware: str, train: 
          valid: np.ndarray | None, target: Target, params: HyperParams, config: TrainConfig,
          rounds: tuple[int, ...] | None = None,
          extrapolator_params: HyperParams | None = None,
-         anchor_rows: np.ndarray | None = None) -> LatencyModel:
+         anchor_rows: np.ndarray | None = None, anchor_weight: float = 1.0) -> LatencyModel:
     """Fit on ``train`` rows, early-stopping on ``valid`` rows (or ``rounds`` trees per
     booster: one, or two for the gated and anchored targets, whose extrapolator may have its
     own params). ``anchor_rows`` (anchored only, default ``train``): the rows of the table."""
     if target == Target.ANCHORED:
         return _fit_anchored(x, latency, family, hardware, train, valid, params, config, rounds,
                              extrapolator_params or params,
-                             train if anchor_rows is None else anchor_rows)
+                             train if anchor_rows is None else anchor_rows, anchor_weight)
     targets = base_targets() if target == Target.GATED else (target,)
     extrapolator_params = extrapolator_params or params
     boosters = []
@@ -161,7 +194,8 @@ def _fit(x: np.ndarray, latency: np.ndarray, family: str, hardware: str, train: 
 def _fit_anchored(x: np.ndarray, latency: np.ndarray, family: str, hardware: str,
                   train: np.ndarray, valid: np.ndarray | None, params: HyperParams,
                   config: TrainConfig, rounds: tuple[int, ...] | None,
-                  extrapolator_params: HyperParams, anchor_rows: np.ndarray) -> LatencyModel:
+                  extrapolator_params: HyperParams, anchor_rows: np.ndarray,
+                  anchor_weight: float) -> LatencyModel:
     """The anchored booster (`_fit_anchored_booster`) on the table of ``anchor_rows``; the
     roofline-ratio extrapolator on every training row."""
     table = AnchorTable.build(family, x[anchor_rows], latency[anchor_rows])
@@ -176,7 +210,8 @@ def _fit_anchored(x: np.ndarray, latency: np.ndarray, family: str, hardware: str
         early_stopping_rounds=config.early_stopping_rounds)
     return LatencyModel(booster=booster, extrapolator=extrapolator, family=family,
                         hardware=hardware, target=Target.ANCHORED, params=params,
-                        extrapolator_params=extrapolator_params, anchor=table)
+                        extrapolator_params=extrapolator_params, anchor=table,
+                        anchor_weight=anchor_weight)
 
 
 def _fit_anchored_booster(table: AnchorTable, in_table: set[int], x: np.ndarray,
@@ -216,34 +251,43 @@ def _fit_anchored_booster(table: AnchorTable, in_table: set[int], x: np.ndarray,
 
 def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
            family: str, hardware: str, config: TrainConfig
-           ) -> tuple[Target, HyperParams, HyperParams | None, str, list[dict[str, object]]]:
-    """Pick (target, params) by inner-validation MAPE; returns the target, its params, the
-    extrapolator's params (gated and anchored targets only), the reason and the table.
+           ) -> SearchChoice:
+    """Pick (target, params) by inner-validation MAPE.
 
     The inner validation rows are the largest 10% (by the split's size measure) of
-    ``train_rows`` plus a seeded random 10% of the rest, so the choice rewards extrapolation
-    to bigger shapes as well as interpolation (a random-only validation favours log_latency,
-    which cannot extrapolate). The largest 10% lie beyond every inner-train size, so the gated
-    model prices them with its extrapolator and the random 10% with its log-latency booster;
-    each booster's params are the best draw on its own part (one criterion, two parts).
+    ``train_rows`` plus the rows of a seeded ninth of the other shapes (`_search_folds`: the
+    shapes `heldout_shape` holds out, e.g. message sizes, and for attention a ninth of the
+    kv_len values too), so the choice rewards extrapolation to bigger shapes as well as
+    interpolation to unseen ones (a random-row validation favours
+    log_latency, which cannot extrapolate, and for collectives the ratio trees, which read a
+    held-out size off the other configurations measured at that very size). The largest 10%
+    lie beyond every inner-train size, so the gated model prices them with its extrapolator
+    and the other shapes with its log-latency booster; each booster's params are the best draw
+    on its own part (one criterion, two parts).
     """
     sizes = size_column(family, x[train_rows])
     order = train_rows[np.argsort(sizes, kind="stable")]
     n_large = max(1, len(order) // 10)
-    large, rest = order[-n_large:], order[:-n_large]
-    inner_train, random_valid = _inner_split(np.sort(rest), 1 / 9, config.seed + 1)
-    inner_valid = np.sort(np.concatenate([large, random_valid]))
-    if len(inner_train) > config.search_rows:
-        rng = np.random.default_rng(config.seed + 2)
-        inner_train = np.sort(rng.choice(inner_train, size=config.search_rows, replace=False))
-    measured = latency[inner_valid]
-    beyond = size_column(family, x[inner_valid]) > size_column(family, x[inner_train]).max()
-    parts = {"all": np.ones(len(inner_valid), dtype=bool), "inside": ~beyond, "beyond": beyond}
+    folds = _search_folds(ops, order[-n_large:], np.sort(order[:-n_large]), config)
+    # every fold's validation rows, end to end: a row's prediction comes from its own fold
+    measured = np.concatenate([latency[valid] for _, valid in folds])
+    beyond = np.concatenate([size_column(family, x[valid]) > size_column(family, x[train]).max()
+                             for train, valid in folds])
+    parts = {"all": np.ones(len(measured), dtype=bool), "inside": ~beyond, "beyond": beyond}
+    # with two held-out axes (attention: head configuration and kv_len), "inside" is the mean
+    # of each axis's MAPE, so the axis with more rows does not choose the params alone
+    axes = region_axes(family)
+    unseen = [_unseen_in_fold(ops, folds, key) & ~beyond for key, _ in axes] \
+        if len(axes) > 1 else []
 
     def mape(predicted: np.ndarray) -> dict[str, float]:
         """MAPE on all inner-validation rows and on each side of the gate (0 when empty)."""
-        return {part: error_metrics(measured[mask], predicted[mask]).mape if mask.any() else 0.0
-                for part, mask in parts.items()}
+        out = {part: error_metrics(measured[mask], predicted[mask]).mape if mask.any() else 0.0
+               for part, mask in parts.items()}
+        if unseen:
+            out["inside"] = float(np.mean([error_metrics(measured[m], predicted[m]).mape
+                                           for m in unseen if m.any()]))
+        return out
 
     configs = [_with_rounds(p, config.max_rounds)
                for p in search_configs(config.n_configs, config.seed)]
@@ -252,13 +296,15 @@ def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
     scored: dict[tuple[Target, int], dict[str, float]] = {}
     for i, params in enumerate(configs):
         for target in base_targets():
-            model = _fit(x, latency, family, hardware, inner_train, inner_valid, target, params,
-                         config)
-            predicted[target, i] = model.predict_features(x[inner_valid])
+            models = [_fit(x, latency, family, hardware, train, valid, target, params, config)
+                      for train, valid in folds]
+            predicted[target, i] = np.concatenate(
+                [model.predict_features(x[valid]) for model, (_, valid) in zip(models, folds, strict=True)])
             score = scored[target, i] = mape(predicted[target, i])
             table.append({"config": i, "target": target.value, "valid_mape": score["all"],
                           "valid_mape_inside": score["inside"],
-                          "valid_mape_beyond": score["beyond"], "trees": model.n_trees,
+                          "valid_mape_beyond": score["beyond"],
+                          "trees": round(float(np.mean([m.n_trees for m in models]))),
                           **_params_dict(params)})
 
     def best_config(target: Target, part: str) -> int:
@@ -276,11 +322,11 @@ def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
               Target.GATED: gated["all"]}
     picks = {Target.GATED: (inside, outside)}
     if has_anchor(family):
-        found = _search_anchored(x, latency, family, hardware, inner_train, inner_valid, configs,
+        found = _search_anchored(x, latency, family, hardware, folds, configs,
                                  {i: predicted[Target.LOG_ROOFLINE_RATIO, i]
                                   for i in range(len(configs))}, config)
         if found is not None:
-            (on, off), score, row = found
+            (on, off), anchor_weight, score, row = found
             scores[Target.ANCHORED], picks[Target.ANCHORED] = score, (on, off)
             table.append(row)
     targets = tuple(scores)  # the order of `Target`; anchored only where it could be fitted
@@ -290,52 +336,127 @@ def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
     target = config.target or min(targets, key=lambda t: (scores[t], t.value))
     others = ", ".join(f"{t.value} {scores[t]:.3f}%" for t in targets if t != target)
     how = "forced by --target; " if config.target else ""
+    over = f", {len(folds)} inner folds" if len(folds) > 1 else ""
     reason = (f"{target.value}: {how}inner-validation MAPE {scores[target]:.3f}% vs {others} "
-              f"(best of {config.n_configs} configs each)")
+              f"(best of {config.n_configs} configs each{over})")
+    weight = 1.0
+    if target == Target.ANCHORED:
+        weight = anchor_weight
+        reason += f"; trees' correction applied with weight {weight:g}"
     if target in picks:
         first, second = picks[target]
-        return target, configs[first], configs[second], reason, table
-    return target, configs[best[target]], None, reason, table
+        return SearchChoice(target=target, params=configs[first],
+                            extrapolator_params=configs[second], anchor_weight=weight,
+                            reason=reason, table=table)
+    return SearchChoice(target=target, params=configs[best[target]], extrapolator_params=None,
+                        anchor_weight=weight, reason=reason, table=table)
+
+
+def _unseen_in_fold(ops: Sequence[OpSpec], folds: list[tuple[np.ndarray, np.ndarray]],
+                    key: Callable[[OpSpec], tuple]) -> np.ndarray:
+    """Per validation row (in fold order): is its ``key`` value absent from its fold's train?"""
+    flags = []
+    for train, valid in folds:
+        seen = {key(ops[i]) for i in train.tolist()}
+        flags.extend(key(ops[i]) not in seen for i in valid.tolist())
+    return np.array(flags, dtype=bool)
+
+
+def _search_folds(ops: Sequence[OpSpec], large: np.ndarray, rest: np.ndarray,
+                  config: TrainConfig) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(inner train, inner validation) per fold. Validation: the ``large`` rows plus the
+    ``rest`` rows that hold one seeded ninth of the values of a held-out axis
+    (`splits.region_axes`: the shape, and for attention also kv_len; interior values where
+    the split takes interior ones); train: the other ``rest`` rows (capped at
+    ``config.search_rows``). As many disjoint ninths as it takes to score
+    ``config.search_valid_rows`` rows besides the large ones, up to `MAX_SEARCH_FOLDS`: on a
+    table of a few hundred rows one ninth is a few dozen, and the choice of target a coin
+    toss."""
+    family = ops[rest[0]].family
+    rng = np.random.default_rng(config.seed + 1)
+    axes = []  # per axis: (candidate index of each rest row or -1, the ninths of candidates)
+    for key, interior in region_axes(family):
+        keys = [key(ops[i]) for i in rest.tolist()]
+        distinct = sorted(set(keys))
+        candidates = distinct[1:-1] if interior and len(distinct) > 2 else distinct
+        position = {k: i for i, k in enumerate(candidates)}
+        of_row = np.array([position.get(k, -1) for k in keys])
+        order = rng.permutation(len(candidates))
+        if len(candidates) >= 2 or not axes:  # an axis of one value cannot be held out
+            axes.append((of_row, np.array_split(order, min(MAX_SEARCH_FOLDS,
+                                                           len(candidates)))))
+    folds, validated = [], 0
+    for f in range(min(len(ninths) for _, ninths in axes)):
+        held = np.zeros(len(rest), dtype=bool)
+        for of_row, ninths in axes:
+            held |= np.isin(of_row, ninths[f])
+        train = rest[~held]
+        if len(train) == 0:
+            raise LlmsimError(f"{family}: every row is held out by the search's first fold; "
+                              "it needs rows of another shape to train on")
+        if len(train) > config.search_rows:
+            train = np.sort(np.random.default_rng(config.seed + 2).choice(
+                train, size=config.search_rows, replace=False))
+        folds.append((train, np.sort(np.concatenate([large, rest[held]]))))
+        validated += int(held.sum())
+        if validated >= config.search_valid_rows:
+            break
+    return folds
 
 
 def _search_anchored(x: np.ndarray, latency: np.ndarray, family: str, hardware: str,
-                     inner_train: np.ndarray, inner_valid: np.ndarray,
+                     folds: list[tuple[np.ndarray, np.ndarray]],
                      configs: list[HyperParams], ratio_predicted: dict[int, np.ndarray],
                      config: TrainConfig
-                     ) -> tuple[tuple[int, int], float, dict[str, object]] | None:
+                     ) -> tuple[tuple[int, int], float, float, dict[str, object]] | None:
     """Score the anchored target like the gated one: the anchored booster's params are the
-    best draw on the inner-validation rows inside a measured curve (of the inner-train table),
-    the extrapolator's the best roofline-ratio draw on the rows outside (the search's own
-    ratio fits: an anchored model's extrapolator is that booster). None when the data has too
-    few rows on curves to fit it."""
-    curves = AnchorTable.build(family, x[inner_train], latency[inner_train])
-    in_table = set(inner_train.tolist())
-    log_anchor = curves.log_anchor(x[inner_valid])
-    on_curve = ~np.isnan(log_anchor)
-    measured = latency[inner_valid]
+    best draw on the inner-validation rows inside a measured curve (of the fold's inner-train
+    table), the extrapolator's the best roofline-ratio draw on the rows outside (the search's
+    own ratio fits: an anchored model's extrapolator is that booster). None when the data has
+    too few rows on curves to fit it. Rows in fold order, as in `search`. The weight of the
+    trees' correction (`ANCHOR_WEIGHTS`) is the one with the lowest on-curve MAPE for the
+    chosen booster; the lightest weight wins a tie."""
+    tables = [(AnchorTable.build(family, x[train], latency[train]), train, valid)
+              for train, valid in folds]
+    log_anchors = [curves.log_anchor(x[valid]) for curves, _, valid in tables]
+    on_curve = np.concatenate([~np.isnan(a) for a in log_anchors])
+    measured = np.concatenate([latency[valid] for _, valid in folds])
 
     def part_mape(predicted: np.ndarray, mask: np.ndarray) -> float:
         return error_metrics(measured[mask], predicted[mask]).mape if mask.any() else 0.0
 
     anchored: dict[int, np.ndarray] = {}
     for i, params in enumerate(configs):
-        try:
-            booster = _fit_anchored_booster(curves, in_table, x, latency, inner_train,
-                                            inner_valid, params, config, None,
-                                            where=f"{hardware}/{family}")
-        except LlmsimError:
-            return None
-        anchored[i] = np.full(len(inner_valid), np.nan)  # off-curve rows: the ratio booster
-        anchored[i][on_curve] = predict_on_curve(booster, curves, x[inner_valid][on_curve],
-                                                 log_anchor[on_curve])
+        parts = []
+        for (curves, train, valid), log_anchor in zip(tables, log_anchors, strict=True):
+            try:
+                booster = _fit_anchored_booster(curves, set(train.tolist()), x, latency, train,
+                                                valid, params, config, None,
+                                                where=f"{hardware}/{family}")
+            except LlmsimError:
+                return None
+            part = np.full(len(valid), np.nan)  # off-curve rows: the ratio booster
+            on = ~np.isnan(log_anchor)
+            part[on] = predict_on_curve(booster, curves, x[valid][on], log_anchor[on])
+            parts.append(part)
+        anchored[i] = np.concatenate(parts)
     on = min(anchored, key=lambda i: (part_mape(anchored[i], on_curve), i))
     off = min(ratio_predicted, key=lambda i: (part_mape(ratio_predicted[i], ~on_curve), i))
-    combined = np.where(on_curve, anchored[on], ratio_predicted[off])
+    log_table = np.concatenate(log_anchors)
+    correction = np.log(anchored[on]) - log_table  # NaN off the curves
+
+    def weighted(weight: float) -> np.ndarray:
+        return np.where(on_curve, np.exp(log_table + weight * correction), ratio_predicted[off])
+
+    by_weight = {w: part_mape(weighted(w), on_curve) for w in ANCHOR_WEIGHTS}
+    weight = min(ANCHOR_WEIGHTS, key=lambda w: (by_weight[w], w))
+    combined = weighted(weight)
     score = error_metrics(measured, combined).mape
     row = {"config": f"{on}+{off}", "target": Target.ANCHORED.value, "valid_mape": score,
            "valid_mape_on_curve": part_mape(combined, on_curve),
-           "valid_mape_off_curve": part_mape(combined, ~on_curve)}
-    return (on, off), score, row
+           "valid_mape_off_curve": part_mape(combined, ~on_curve), "anchor_weight": weight,
+           **{f"valid_mape_on_curve_weight_{w:g}": m for w, m in by_weight.items()}}
+    return (on, off), weight, score, row
 
 
 def _params_dict(params: HyperParams) -> dict[str, object]:
@@ -356,15 +477,14 @@ def _group_of(op: OpSpec) -> str | None:
     return None
 
 
-def _evaluate_split(split: Split, data: TrainingData, x: np.ndarray, target: Target,
-                    params: HyperParams, config: TrainConfig,
-                    extrapolator_params: HyperParams | None = None
-                    ) -> tuple[SplitResult, LatencyModel]:
+def _evaluate_split(split: Split, data: TrainingData, x: np.ndarray, choice: SearchChoice,
+                    config: TrainConfig) -> tuple[SplitResult, LatencyModel]:
     latency = data.latency_s
     train_rows = _cap(split.train, config.max_train_rows, config.seed + 4)
     inner_train, inner_valid = _inner_split(train_rows, 0.1, config.seed + 3)
-    model = _fit(x, latency, data.family, data.hardware, inner_train, inner_valid, target, params,
-                 config, extrapolator_params=extrapolator_params, anchor_rows=train_rows)
+    model = _fit(x, latency, data.family, data.hardware, inner_train, inner_valid, choice.target,
+                 choice.params, config, extrapolator_params=choice.extrapolator_params,
+                 anchor_rows=train_rows, anchor_weight=choice.anchor_weight)
     predicted = {XGB: model.predict_features(x[split.test])}
     if config.baselines:
         train_ops = [data.ops[i] for i in train_rows]
@@ -390,8 +510,13 @@ def _evaluate_split(split: Split, data: TrainingData, x: np.ndarray, target: Tar
             mask = labels == label
             groups[label] = {name: error_metrics(measured[mask], p[mask])
                              for name, p in predicted.items()}
+    key, index = shape_key(data.family), {}
+    shapes = np.array([index.setdefault(key(data.ops[i]), len(index)) for i in split.test])
+    gaps = {name: mape_gap(measured, predicted[XGB], p, shapes, seed=config.seed)
+            for name, p in predicted.items() if name != XGB}
+    model.domain = training_domain(data.ops[i] for i in train_rows)
     return SplitResult(split=split, metrics=metrics, groups=groups, measured_s=measured,
-                       predicted_s=predicted), model
+                       predicted_s=predicted, gaps=gaps), model
 
 
 def train_predictor(data: TrainingData, hw: HardwareSpec,
@@ -400,19 +525,23 @@ def train_predictor(data: TrainingData, hw: HardwareSpec,
     config = config or TrainConfig()
     x = feature_matrix(data.family, data.ops, hw)
     splits = evaluation_splits(data.ops, seed=config.seed)
-    random_rows = next(s for s in splits if s.name == RANDOM).train
-    target, params, extrapolator_params, reason, table = search(
-        data.ops, x, data.latency_s, random_rows, data.family, data.hardware, config)
+    # the search sees only the primary split's training rows: no row the acceptance figure
+    # is measured on takes part in choosing the target or the hyper-parameters
+    primary_rows = next(s for s in splits if s.name == PRIMARY_SPLIT).train
+    choice = search(data.ops, x, data.latency_s, primary_rows, data.family, data.hardware,
+                    config)
     results: dict[str, SplitResult] = {}
     models: dict[str, LatencyModel] = {}
     for split in splits:
-        results[split.name], models[split.name] = _evaluate_split(
-            split, data, x, target, params, config, extrapolator_params)
+        results[split.name], models[split.name] = _evaluate_split(split, data, x, choice, config)
     everything = _cap(np.arange(len(data)), config.max_train_rows, config.seed + 4)
-    final = _fit(x, data.latency_s, data.family, data.hardware, everything, None, target, params,
-                 config, rounds=models[RANDOM].tree_counts,
-                 extrapolator_params=extrapolator_params)
-    return TrainingResult(data=data, config=config, target=target, target_reason=reason,
-                          params=params, extrapolator_params=extrapolator_params, search=table,
+    final = _fit(x, data.latency_s, data.family, data.hardware, everything, None, choice.target,
+                 choice.params, config, rounds=models[RANDOM].tree_counts,
+                 extrapolator_params=choice.extrapolator_params,
+                 anchor_weight=choice.anchor_weight)
+    final.domain = training_domain(data.ops[i] for i in everything)
+    return TrainingResult(data=data, config=config, target=choice.target,
+                          target_reason=choice.reason, params=choice.params,
+                          extrapolator_params=choice.extrapolator_params, search=choice.table,
                           splits=results, model=final,
                           heldout_model=models[PRIMARY_SPLIT])

@@ -4,7 +4,9 @@
 Every answer is an `Estimate` naming the engine that produced it. Requests are batched and
 deduplicated by ``op.key``; answers are cached per chain, so a layer estimated once costs a dict
 lookup afterwards. A missing store file or registered model silently falls through to the next
-engine; `EngineChain.available` says which engines could answer.
+engine; `EngineChain.available` says which engines could answer. A champion is not asked about
+an operator with a categorical value its training rows never held (a collective kind, a dtype:
+`predictors.domain`); the roofline answers it and its detail says why.
 """
 
 from __future__ import annotations
@@ -131,9 +133,19 @@ class EngineChain:
         by_family: dict[str, list[OpSpec]] = {}
         for op in todo.values():
             by_family.setdefault(op.family, []).append(op)
-        for family, family_ops in by_family.items():
+        declined: dict[str, str] = {}
+        for family, all_ops in by_family.items():
             predictor = self._predictor(family)
             if predictor is None:
+                continue
+            family_ops = []
+            for op in all_ops:
+                why = predictor.outside_domain(op)  # type: ignore[attr-defined]
+                if why is None:
+                    family_ops.append(op)
+                else:
+                    declined[op.key] = f"{family} champion never trained on {why}"
+            if not family_ops:
                 continue
             try:
                 values = np.asarray(predictor.predict(family_ops), dtype=float)  # type: ignore[attr-defined]
@@ -146,6 +158,8 @@ class EngineChain:
                     todo.pop(op.key, None)
         for key, op in todo.items():
             detail = "link model" if op.family == "collective" else "roofline"
+            if key in declined:
+                detail = f"{detail} ({declined[key]})"
             self._cache[key] = Estimate(latency_s=roofline_time(op, self.hardware),
                                         engine="roofline", detail=detail)
 

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The anchored target: the measured curves (interpolation, leave-one-out, JSON round trip),
-the table baseline, and an anchored model that corrects the table it starts from."""
+"""The anchored target: the measured curves (both interpolations, the leave-one-out choice
+between them, JSON round trip), the table baseline, and an anchored model that corrects the
+table it starts from."""
 
 from __future__ import annotations
 
@@ -30,13 +31,13 @@ def _ops(sizes, ranks=4, kind=CollectiveKind.ALL_REDUCE):
             for s in sizes]
 
 
-def _table(sizes, latencies, **kw):
+def _table(sizes, latencies, interpolation="log_log", **kw):
     ops = _ops(sizes, **kw)
     return AnchorTable.build("collective", feature_matrix("collective", ops, HW),
-                             np.array(latencies, dtype=float))
+                             np.array(latencies, dtype=float), interpolation=interpolation)
 
 
-def test_interpolates_log_latency_linearly_in_log2_size():
+def test_log_log_interpolates_log_latency_linearly_in_log2_size():
     table = _table([1024, 4096, 65536], [10e-6, 20e-6, 320e-6])
     x = feature_matrix("collective", _ops([2048, 4096, 16384, 512, 131072]), HW)
     got = np.exp(table.log_anchor(x))
@@ -46,6 +47,33 @@ def test_interpolates_log_latency_linearly_in_log2_size():
     # 16384 is halfway between 4096 and 65536 in log2: sqrt(20 * 320) us
     assert got[2] == pytest.approx(math.sqrt(20e-6 * 320e-6), rel=1e-12)
     assert np.isnan(got[3]) and np.isnan(got[4])  # outside the measured range: no anchor
+
+
+def test_linear_interpolation_is_exact_on_an_alpha_beta_curve():
+    # latency = 5 us + bytes / 100 GB/s: affine in bytes, so linear reads it exactly
+    sizes = [1024, 8192, 65536, 2**20]
+    law = [5e-6 + s / 100e9 for s in sizes]
+    table = _table(sizes, law, interpolation="linear")
+    between = [4096, 30000, 500000]
+    got = np.exp(table.log_anchor(feature_matrix("collective", _ops(between), HW)))
+    assert got == pytest.approx([5e-6 + s / 100e9 for s in between], rel=1e-12)
+    # log-log bends a straight line: in the latency-to-bandwidth turn (300 kB, where both
+    # terms are near 3 us and 5 us) it is off by more than 10%
+    loglog = _table(sizes, law).log_anchor(feature_matrix("collective", _ops([300000]), HW))
+    assert abs(np.exp(loglog[0]) / (5e-6 + 300000 / 100e9) - 1) > 0.1
+
+
+def test_the_table_keeps_the_interpolation_with_lower_leave_one_out_error():
+    sizes = [2**i for i in range(10, 24)]
+    affine = AnchorTable.build("collective", feature_matrix("collective", _ops(sizes), HW),
+                               np.array([5e-6 + s / 100e9 for s in sizes]))
+    assert affine.interpolation == "linear" and affine.loo_mape["linear"] < 1e-9
+    assert affine.loo_mape["log_log"] > 1.0
+    power = AnchorTable.build("collective", feature_matrix("collective", _ops(sizes), HW),
+                              np.array([1e-9 * s ** 0.7 for s in sizes]))
+    assert power.interpolation == "log_log" and power.loo_mape["log_log"] < 1e-9
+    with pytest.raises(LlmsimError, match="unknown interpolation 'cubic'"):
+        _table(sizes[:3], [1e-5, 2e-5, 3e-5], interpolation="cubic")
 
 
 def test_leave_one_out_and_unseen_configuration():
@@ -70,12 +98,21 @@ def test_table_baseline_falls_back_where_there_is_no_curve():
 
 
 def test_json_round_trip_is_exact_and_edits_are_refused(tmp_path):
-    table = _table([1024, 3000, 65536], [1.1e-5, 2.3e-5, 3.37e-4])
-    table.save(tmp_path)
-    loaded = AnchorTable.load(tmp_path, "collective")
     x = feature_matrix("collective", _ops([1500, 2000, 50000]), HW)
-    assert np.array_equal(loaded.log_anchor(x), table.log_anchor(x))
+    for interpolation in ("linear", "log_log"):
+        table = _table([1024, 3000, 65536], [1.1e-5, 2.3e-5, 3.37e-4], interpolation)
+        table.save(tmp_path)
+        loaded = AnchorTable.load(tmp_path, "collective")
+        assert loaded.interpolation == interpolation
+        assert np.array_equal(loaded.log_anchor(x), table.log_anchor(x))
+    # a table written before the choice existed has no field and was read log-log
     doc = json.loads((tmp_path / ANCHOR_FILE).read_text())
+    del doc["interpolation"]
+    (tmp_path / ANCHOR_FILE).write_text(json.dumps(doc))
+    assert AnchorTable.load(tmp_path, "collective").interpolation == "log_log"
+    (tmp_path / ANCHOR_FILE).write_text(json.dumps({**doc, "interpolation": "spline"}))
+    with pytest.raises(LlmsimError, match="interpolation 'spline' is not one of"):
+        AnchorTable.load(tmp_path, "collective")
     doc["key_columns"] = doc["key_columns"][:-1]
     (tmp_path / ANCHOR_FILE).write_text(json.dumps(doc))
     with pytest.raises(LlmsimError, match="key_columns differ"):
@@ -90,7 +127,7 @@ def test_json_round_trip_is_exact_and_edits_are_refused(tmp_path):
 @pytest.fixture(scope="module")
 def anchored(collective_frame, fast_config):
     data = training_data(collective_frame, hardware="h100-sxm", family="collective")
-    config = replace(fast_config, n_configs=3, max_rounds=400)
+    config = replace(fast_config, n_configs=3, max_rounds=400, search_valid_rows=400)
     return data, train_predictor(data, HW, replace(config, target=Target.ANCHORED)), config
 
 
@@ -98,10 +135,15 @@ def test_anchored_model_beats_the_table_it_starts_from(anchored):
     data, result, config = anchored
     assert result.target == Target.ANCHORED
     assert any(row["target"] == "anchored" for row in result.search)
+    assert "9 inner folds" in result.target_reason  # 222 rows: ninths of ~16 rows each
+    # noise-free curves: the trees' correction is worth applying in full
+    assert result.model.anchor_weight == 1.0
+    assert "weight 1" in result.target_reason
     shape = result.splits["heldout_shape"].metrics
     assert set(shape) == {"xgb", "interp", "table", "rf"}
-    # the law's bandwidth ramp bends the curve between grid points; log-log interpolation
-    # misses the bend and the anchored trees learn the correction
+    # the protocol switch bends the curve between grid points; interpolation (linear, kept by
+    # leave-one-out) misses the bend and the anchored trees learn the correction
+    assert result.model.anchor.interpolation == "linear"
     assert shape["table"].mape > 0.3
     assert shape["xgb"].mape < 0.6 * shape["table"].mape
     # sizes beyond the measured range have no anchor: the roofline-ratio booster prices them
@@ -138,3 +180,35 @@ def test_anchored_target_is_refused_where_there_are_no_curves(gemm_frame, fast_c
     data = training_data(gemm_frame, hardware="h100-sxm", family="gemm")
     with pytest.raises(LlmsimError, match="target anchored cannot be fitted"):
         train_predictor(data, HW, replace(fast_config, target=Target.ANCHORED))
+
+
+def test_anchor_weight_scales_the_correction_and_survives_a_reload(anchored, tmp_path):
+    data, result, _ = anchored
+    model = result.model
+    x = feature_matrix("collective", data.ops, HW)
+    log_anchor = model.anchor.log_anchor(x)
+    on = ~np.isnan(log_anchor)
+    full = model.predict_features(x[on])
+    for weight in (0.0, 0.5):
+        weighted = LatencyModel(booster=model.booster, extrapolator=model.extrapolator,
+                                family=model.family, hardware=model.hardware,
+                                target=model.target, params=model.params, anchor=model.anchor,
+                                anchor_weight=weight)
+        got = weighted.predict_features(x[on])
+        # log-space: the anchor plus weight x the trees' correction
+        expected = np.exp(log_anchor[on] + weight * (np.log(full) - log_anchor[on]))
+        assert got == pytest.approx(expected, rel=1e-12)
+        folder = weighted.save(tmp_path / f"w{weight}")
+        assert LatencyModel.load(folder).anchor_weight == weight
+    # weight 0 is the table itself
+    table_only = LatencyModel.load(tmp_path / "w0.0").predict_features(x[on])
+    assert np.array_equal(table_only, np.exp(log_anchor[on]))
+    # a model folder written before the weight existed applied the trees in full
+    schema = tmp_path / "w0.0" / "schema.json"
+    doc = json.loads(schema.read_text())
+    del doc["anchor_weight"]
+    schema.write_text(json.dumps(doc))
+    assert LatencyModel.load(tmp_path / "w0.0").anchor_weight == 1.0
+    schema.write_text(json.dumps({**doc, "anchor_weight": "half"}))
+    with pytest.raises(LlmsimError, match="anchor_weight: 'half' is not a float.hex"):
+        LatencyModel.load(tmp_path / "w0.0")

@@ -159,3 +159,84 @@ def test_forced_target_is_kept_and_said(gemm_frame, fast_config):
     assert result.target == Target.LOG_ROOFLINE_RATIO
     assert result.target_reason.startswith("log_roofline_ratio: forced by --target")
     assert result.model.extrapolator is None
+
+
+def test_search_folds_hold_out_whole_interior_shapes():
+    from dataclasses import replace
+
+    from analytical.ops import CollectiveKind, CollectiveSpec
+    from predictors.train import TrainConfig, _search_folds
+
+    # 20 message sizes x 10 group sizes; the 18 interior sizes are the candidates (ninths of 2)
+    ops = [CollectiveSpec(kind=CollectiveKind.ALL_REDUCE, size_bytes=2 ** (10 + s),
+                          group_size=g, ranks_per_node=g)
+           for s in range(20) for g in range(2, 12)]
+    large, rest = np.arange(190, 200), np.arange(190)  # the top size's rows are "large"
+    config = TrainConfig(seed=5, search_valid_rows=50)
+    folds = _search_folds(ops, large, rest, config)
+    assert len(folds) == 3  # each ninth holds 2 sizes x 10 rows: three make the 50 asked for
+    held = [np.setdiff1d(valid, large) for _, valid in folds]
+    sizes = [{ops[i].size_bytes for i in h} for h in held]
+    assert all(len(h) == 20 and len(s) == 2 for h, s in zip(held, sizes, strict=True))
+    assert not sizes[0] & sizes[1] and not sizes[1] & sizes[2]  # disjoint shapes
+    assert all(2**10 not in s and 2**28 not in s for s in sizes)  # interior only
+    for (train, valid), h, s in zip(folds, held, sizes, strict=True):
+        assert np.isin(large, valid).all() and not np.isin(large, train).any()
+        assert np.array_equal(np.sort(np.concatenate([train, h])), rest)  # a partition of rest
+        assert not {ops[i].size_bytes for i in train} & s  # a held size is wholly unseen
+    single = _search_folds(ops, large, rest, replace(config, search_valid_rows=0))
+    assert len(single) == 1
+    assert all(np.array_equal(a, b) for a, b in zip(single[0], folds[0], strict=True))
+    assert len(_search_folds(ops, large, rest, replace(config, search_valid_rows=10**6))) == 9
+
+
+def test_model_records_its_training_domain_and_names_what_is_outside(trained, tmp_path):
+    from dataclasses import replace
+
+    from analytical.dtypes import DType
+
+    data, result = trained
+    model = result.model
+    seen = {str(op.dtype) for op in data.ops}
+    assert model.domain["dtype"] == sorted(seen)
+    op = data.ops[0]
+    assert model.outside_domain(op) is None
+    unseen = next(d for d in (DType.FP8, DType.FP32, DType.INT8) if str(d) not in seen)
+    assert model.outside_domain(replace(op, dtype=unseen)) == f"dtype={unseen}"
+    folder = model.save(tmp_path / "m")
+    assert LatencyModel.load(folder).domain == model.domain
+    # a model saved before the domain was recorded answers everything, as it did
+    schema = folder / "schema.json"
+    doc = json.loads(schema.read_text())
+    del doc["domain"]
+    schema.write_text(json.dumps(doc))
+    assert LatencyModel.load(folder).outside_domain(replace(op, dtype=unseen)) is None
+    schema.write_text(json.dumps({**doc, "domain": ["bf16"]}))
+    with pytest.raises(LlmsimError, match="domain: expected a mapping"):
+        LatencyModel.load(folder)
+
+
+def test_attention_search_folds_also_hold_out_kv_lengths():
+    from analytical.ops import AttentionSpec
+    from predictors.train import TrainConfig, _search_folds, _unseen_in_fold
+
+    configs = [(h, kv, 128) for h in (8, 16, 32, 64) for kv in (1, 8)]
+    lengths = [2 ** i for i in range(7, 18)]  # 11 lengths, 9 interior
+    ops = [AttentionSpec(batch=1, q_len=1, kv_len=t, heads=h, kv_heads=kv, head_dim=d)
+           for h, kv, d in configs for t in lengths]
+    rest, large = np.arange(len(ops)), np.array([], dtype=int)
+    folds = _search_folds(ops, large, rest, TrainConfig(seed=0, search_valid_rows=1))
+    train, valid = folds[0]
+    head = {(ops[i].heads, ops[i].kv_heads) for i in train}
+    held_heads = {(ops[i].heads, ops[i].kv_heads) for i in valid} - head
+    held_lengths = {ops[i].kv_len for i in valid} - {ops[i].kv_len for i in train}
+    assert len(held_heads) == 1 and len(held_lengths) == 1  # a ninth of 8 configs, of 9 lengths
+    assert min(lengths) not in held_lengths and max(lengths) not in held_lengths
+    # validation: every row of the held config plus every row at the held length
+    (config,), (length,) = held_heads, held_lengths
+    expected = {i for i, op in enumerate(ops)
+                if (op.heads, op.kv_heads) == config or op.kv_len == length}
+    assert set(valid.tolist()) == expected
+    # the search scores each axis on the rows unseen along it (`_unseen_in_fold`)
+    unseen_length = _unseen_in_fold(ops, folds[:1], lambda op: (op.kv_len,))
+    assert unseen_length.tolist() == [ops[i].kv_len == length for i in valid]

@@ -10,7 +10,7 @@ from analytical.errors import LlmsimError
 from analytical.ops import AttentionSpec, GemmSpec
 from predictors.baselines import InterpolationBaseline
 from predictors.dataset import fingerprint, pick_provenance, training_data
-from predictors.evaluate import error_metrics, plot_predicted_vs_measured
+from predictors.evaluate import error_metrics, mape_gap, plot_predicted_vs_measured
 from predictors.splits import evaluation_splits, largest_split, random_split, shape_region_split
 
 
@@ -100,9 +100,33 @@ def test_provenance_choice(gemm_frame):
     assert pick_provenance(two) == "b"
     with pytest.raises(LlmsimError, match="available: b"):
         pick_provenance(two, "c")
+    # coverage first: "a" holds fewer rows but two dtypes, "b" one
+    dtypes = ["fp8"] * 50 + ["bf16"] * 50 + ["bf16"] * (len(gemm_frame) - 100)
+    assert pick_provenance(two.assign(dtype=dtypes), family="gemm") == "a"
+    assert pick_provenance(two, family="gemm") == "b"  # equal coverage: the most rows
+    same = gemm_frame.assign(provenance=["x-1.0"] * 100 + ["x-2.0"] * (len(gemm_frame) - 100))
+    half = same.iloc[: 200]
+    assert pick_provenance(half, family="gemm") == "x-2.0"  # equal rows: the later name
 
 
 def test_plot_writes_png(tmp_path):
     y = np.array([1e-5, 2e-5, 3e-5])
     path = plot_predicted_vs_measured(tmp_path / "p.png", {"random": (y, y * 1.1)}, title="t")
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_mape_gap_is_the_difference_and_its_interval_moves_shapes_whole():
+    measured = np.ones(6)
+    model = np.array([1.1, 1.1, 1.1, 1.1, 1.1, 1.1])  # 10% everywhere
+    base = np.array([1.2, 1.2, 1.2, 1.2, 1.0, 1.0])  # 20% on four rows, 0% on two
+    shapes = np.array([0, 0, 1, 1, 2, 2])
+    gap = mape_gap(measured, model, base, shapes, seed=0, draws=4000)
+    assert gap.gap == pytest.approx(10.0 - 80.0 / 6)  # 10% vs 13.33%
+    assert gap.clusters == 3
+    # a draw is a mean over 3 shapes (gaps -10, -10, +10 points): between -10 and +10, and
+    # with 3 shapes the interval is wide; it contains the gap
+    assert -10.0 - 1e-9 <= gap.low < gap.gap < gap.high <= 10.0 + 1e-9
+    assert gap == mape_gap(measured, model, base, shapes, seed=0, draws=4000)  # seeded
+    # the same errors on 600 independent rows (a shape each): a far narrower interval
+    many = mape_gap(np.ones(600), np.full(600, 1.1), np.tile(base, 100), np.arange(600))
+    assert many.high - many.low < gap.high - gap.low

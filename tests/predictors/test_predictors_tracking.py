@@ -79,6 +79,17 @@ def test_report_and_cli(tracked, capsys, tmp_path):
     shape = next(r for r in rows if r["split"] == "heldout_shape" and r["group"] == "all")
     assert shape["n"] == tracked.result.splits["heldout_shape"].metrics["xgb"].n
     assert "| h100-sxm | gemm | synthetic | all | heldout_shape |" in markdown_table(rows)
+    # the gap column: XGBoost minus the best baseline of the split, as logged
+    split = tracked.result.splits["heldout_shape"]
+    best = min(("interp", "rf"), key=lambda b: split.metrics[b].mape)
+    assert shape["gap_baseline"] == best
+    assert shape["gap_points"] == pytest.approx(split.metrics["xgb"].mape
+                                                - split.metrics[best].mape, rel=1e-9)
+    assert shape["gap_low"] <= shape["gap_points"] <= shape["gap_high"]
+    assert shape["gap"] in markdown_table(rows)
+    assert shape["gap"].endswith(f"] {best}, {shape['gap_shapes']} shapes")
+    held = {(op.n, op.k) for op in (tracked.result.data.ops[i] for i in split.split.test)}
+    assert shape["gap_shapes"] == len(held) > 1
 
     assert main(["train", "report", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)

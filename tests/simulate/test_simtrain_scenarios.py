@@ -188,17 +188,24 @@ def test_predictor_answers_before_roofline():
         def predict(self, ops):
             return np.full(len(ops), 2.0)
 
+        def outside_domain(self, op):
+            return None if op.dtype == "bf16" else f"dtype={op.dtype}"
+
     chain = EngineChain(get_hardware("h100-sxm"), use_store=False, use_predictors=True)
     chain._predictors["gemm"] = FakePredictor()
     chain._predictors["memory"] = None
     gemm = GemmSpec(m=64, n=64, k=64)
+    from analytical.dtypes import DType
     from analytical.ops import MemoryBoundSpec, MemoryOpKind
 
     mem = MemoryBoundSpec(kind=MemoryOpKind.ADD, rows=8, cols=8)
-    est = chain.estimate_many([gemm, mem, gemm])
-    assert [e.engine for e in est] == ["xgboost", "roofline", "xgboost"]
+    fp8 = GemmSpec(m=64, n=64, k=64, dtype=DType.FP8)
+    est = chain.estimate_many([gemm, mem, gemm, fp8])
+    assert [e.engine for e in est] == ["xgboost", "roofline", "xgboost", "roofline"]
     assert est[0].latency_s == 2.0
-    assert chain.ops_served_by(("roofline",)) == [mem]
+    # a dtype the champion never saw is not asked of it: the roofline says why it answered
+    assert est[3].detail == "roofline (gemm champion never trained on dtype=fp8)"
+    assert chain.ops_served_by(("roofline",)) == [mem, fp8]
 
 
 def test_emit_missing_is_a_valid_sweep(tmp_path):

@@ -1,0 +1,46 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A model's training domain: the categorical values (dtype, collective kind, attention phase,
+causal, ...) its training rows held.
+
+Trees cannot price a category they never saw: a send/recv asked of a model trained on
+all-reduce and all-gather goes down whichever branches a zero in every kind column takes, and
+comes back as a confident wrong number. So a model answers only inside its domain, and the
+engine chain prices the rest with the roofline / link model and says why
+(`simulate.engines`). Numeric fields are not limited: sizes beyond the training range are
+what the gated and ratio targets extrapolate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from enum import Enum
+
+from analytical.ops import OpSpec, op_to_dict
+
+Domain = dict[str, list[object]]  # field -> sorted values seen (JSON: str or bool)
+
+
+def categorical_fields(op: OpSpec) -> dict[str, object]:
+    """The spec's categorical fields (enums as their string values, and booleans)."""
+    return {name: value for name, value in op_to_dict(op).items()
+            if isinstance(value, (bool, str, Enum))}
+
+
+def training_domain(ops: Iterable[OpSpec]) -> Domain:
+    """Every categorical value the ops hold, per field, sorted (stable JSON)."""
+    seen: dict[str, set[object]] = {}
+    for op in ops:
+        for name, value in categorical_fields(op).items():
+            seen.setdefault(name, set()).add(value)
+    return {name: sorted(values, key=repr) for name, values in sorted(seen.items())}
+
+
+def outside_domain(domain: Mapping[str, list[object]] | None, op: OpSpec) -> str | None:
+    """``"kind=send_recv"`` for the first categorical value ``op`` has that ``domain`` lacks;
+    None when inside (or when the domain is unknown: a model saved before it was recorded)."""
+    if domain is None:
+        return None
+    for name, value in categorical_fields(op).items():
+        if name in domain and value not in domain[name]:
+            return f"{name}={value}"
+    return None
