@@ -8,13 +8,19 @@ comes back as a confident wrong number. So a model answers only inside its domai
 engine chain prices the rest with the roofline / link model and says why
 (`simulate.engines`). Numeric fields are not limited: sizes beyond the training range are
 what the gated and ratio targets extrapolate.
+
+One stand-in is allowed: a collective moves bytes, so a dtype the model never saw is asked as
+a seen dtype of the same width (bf16 as fp16, fp8 as int8): NCCL moves and reduces 16-bit
+types at the same rate, and the published NCCL tables hold fp16 and int8 only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from enum import Enum
 
+from analytical.dtypes import DType
 from analytical.ops import OpSpec, op_to_dict
 
 Domain = dict[str, list[object]]  # field -> sorted values seen (JSON: str or bool)
@@ -35,11 +41,25 @@ def training_domain(ops: Iterable[OpSpec]) -> Domain:
     return {name: sorted(values, key=repr) for name, values in sorted(seen.items())}
 
 
+def stand_in(domain: Mapping[str, list[object]] | None, op: OpSpec) -> OpSpec:
+    """``op`` as the model is asked it: a collective whose dtype is outside ``domain`` takes
+    the first seen dtype of the same element width (unchanged when there is none)."""
+    seen_dtypes = (domain or {}).get("dtype")
+    if op.family != "collective" or not seen_dtypes or op.dtype.value in seen_dtypes:
+        return op
+    for seen in map(DType, seen_dtypes):
+        if seen.bytes == op.dtype.bytes:
+            return replace(op, dtype=seen)
+    return op
+
+
 def outside_domain(domain: Mapping[str, list[object]] | None, op: OpSpec) -> str | None:
-    """``"kind=send_recv"`` for the first categorical value ``op`` has that ``domain`` lacks;
-    None when inside (or when the domain is unknown: a model saved before it was recorded)."""
+    """``"kind=send_recv"`` for the first categorical value ``op`` (after `stand_in`) has
+    that ``domain`` lacks; None when inside (or when the domain is unknown: a model saved
+    before it was recorded)."""
     if domain is None:
         return None
+    op = stand_in(domain, op)
     for name, value in categorical_fields(op).items():
         if name in domain and value not in domain[name]:
             return f"{name}={value}"

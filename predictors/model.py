@@ -23,7 +23,7 @@ from analytical.errors import LlmsimError
 from analytical.hardware import HardwareSpec
 from analytical.ops import OpSpec
 from predictors.anchor import ANCHOR_FEATURE, ANCHOR_FILE, AnchorTable
-from predictors.domain import Domain, outside_domain
+from predictors.domain import Domain, outside_domain, stand_in
 from predictors.features import (
     FEATURE_SCHEMA,
     feature_matrix,
@@ -230,7 +230,9 @@ class LatencyModel:
         return normaliser_seconds(self.target, self.family, features)
 
     def predict(self, ops: Sequence[OpSpec], hw: HardwareSpec) -> np.ndarray:
-        """Seconds for each op (batched)."""
+        """Seconds for each op (batched); a collective of an unseen dtype is asked as a seen
+        one of the same width (`predictors.domain.stand_in`)."""
+        ops = [stand_in(self.domain, op) for op in ops]
         return self.predict_features(feature_matrix(self.family, ops, hw))
 
     def model_bytes(self) -> bytes:

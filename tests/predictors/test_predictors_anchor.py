@@ -212,3 +212,17 @@ def test_anchor_weight_scales_the_correction_and_survives_a_reload(anchored, tmp
     schema.write_text(json.dumps({**doc, "anchor_weight": "half"}))
     with pytest.raises(LlmsimError, match="anchor_weight: 'half' is not a float.hex"):
         LatencyModel.load(tmp_path / "w0.0")
+
+
+def test_collective_of_an_unseen_dtype_is_asked_as_a_seen_one_of_the_same_width(anchored):
+    from analytical.dtypes import DType
+
+    data, result, _ = anchored
+    model = result.model
+    assert model.domain["dtype"] == ["bf16"]  # the synthetic tables are bf16 only
+    op = data.ops[5]
+    as_fp16 = replace(op, dtype=DType.FP16)  # same width: asked as bf16
+    assert model.outside_domain(as_fp16) is None
+    assert model.predict([as_fp16], HW)[0] == model.predict([op], HW)[0]
+    assert model.outside_domain(replace(op, dtype=DType.FP32)) == "dtype=fp32"
+    assert model.outside_domain(replace(op, kind=CollectiveKind.SEND_RECV)) == "kind=send_recv"
