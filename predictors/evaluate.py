@@ -57,9 +57,6 @@ class MapeGap:
     high: float
     clusters: int
 
-    def as_dict(self) -> dict[str, float]:
-        return asdict(self)
-
 
 def mape_gap(measured_s: np.ndarray, predicted_s: np.ndarray, baseline_s: np.ndarray,
              clusters: np.ndarray, *, seed: int = 0, draws: int = 2000) -> MapeGap:

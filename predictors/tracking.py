@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -80,7 +80,7 @@ def metrics_dict(result: TrainingResult) -> dict[str, float]:
     for split_name, split in result.splits.items():
         for baseline, gap in split.gaps.items():
             out.update({f"{split_name}.xgb_vs_{baseline}.{k}": float(v)
-                        for k, v in gap.as_dict().items()})
+                        for k, v in asdict(gap).items()})
         for model, m in split.metrics.items():
             out.update({f"{split_name}.{model}.{k}": float(v) for k, v in m.as_dict().items()})
         for group, models in split.groups.items():
