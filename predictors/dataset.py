@@ -84,8 +84,8 @@ def provenance_coverage(frame: pd.DataFrame, family: str) -> dict[str, int]:
     group can answer (`predictors.domain`: it declines the rest)."""
     columns = [c for c in op_fields(family) if c in frame.columns and (
         pd.api.types.is_bool_dtype(frame[c]) or not pd.api.types.is_numeric_dtype(frame[c]))]
-    if not columns or frame.empty:
-        return {p: 1 for p in frame["provenance"].unique()} if not frame.empty else {}
+    if not columns:  # nothing categorical: every group covers the one configuration
+        return {str(p): 1 for p in frame["provenance"].unique()}
     distinct = frame.drop_duplicates(["provenance", *columns])
     return {str(k): int(v) for k, v in distinct.groupby("provenance").size().items()}
 

@@ -282,10 +282,9 @@ def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
 
     def mape(predicted: np.ndarray) -> dict[str, float]:
         """MAPE on all inner-validation rows and on each side of the gate (0 when empty)."""
-        out = {part: error_metrics(measured[mask], predicted[mask]).mape if mask.any() else 0.0
-               for part, mask in parts.items()}
+        out = {part: _masked_mape(measured, predicted, mask) for part, mask in parts.items()}
         if unseen:
-            out["inside"] = float(np.mean([error_metrics(measured[m], predicted[m]).mape
+            out["inside"] = float(np.mean([_masked_mape(measured, predicted, m)
                                            for m in unseen if m.any()]))
         return out
 
@@ -298,8 +297,9 @@ def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
         for target in base_targets():
             models = [_fit(x, latency, family, hardware, train, valid, target, params, config)
                       for train, valid in folds]
-            predicted[target, i] = np.concatenate(
-                [model.predict_features(x[valid]) for model, (_, valid) in zip(models, folds, strict=True)])
+            predicted[target, i] = np.concatenate([
+                model.predict_features(x[valid])
+                for model, (_, valid) in zip(models, folds, strict=True)])
             score = scored[target, i] = mape(predicted[target, i])
             table.append({"config": i, "target": target.value, "valid_mape": score["all"],
                           "valid_mape_inside": score["inside"],
@@ -322,7 +322,7 @@ def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
               Target.GATED: gated["all"]}
     picks = {Target.GATED: (inside, outside)}
     if has_anchor(family):
-        found = _search_anchored(x, latency, family, hardware, folds, configs,
+        found = _search_anchored(x, latency, family, hardware, folds, measured, configs,
                                  {i: predicted[Target.LOG_ROOFLINE_RATIO, i]
                                   for i in range(len(configs))}, config)
         if found is not None:
@@ -350,6 +350,11 @@ def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
                             reason=reason, table=table)
     return SearchChoice(target=target, params=configs[best[target]], extrapolator_params=None,
                         anchor_weight=weight, reason=reason, table=table)
+
+
+def _masked_mape(measured: np.ndarray, predicted: np.ndarray, mask: np.ndarray) -> float:
+    """MAPE (%) on the ``mask`` rows; 0 when there are none."""
+    return error_metrics(measured[mask], predicted[mask]).mape if mask.any() else 0.0
 
 
 def _unseen_in_fold(ops: Sequence[OpSpec], folds: list[tuple[np.ndarray, np.ndarray]],
@@ -405,7 +410,7 @@ def _search_folds(ops: Sequence[OpSpec], large: np.ndarray, rest: np.ndarray,
 
 
 def _search_anchored(x: np.ndarray, latency: np.ndarray, family: str, hardware: str,
-                     folds: list[tuple[np.ndarray, np.ndarray]],
+                     folds: list[tuple[np.ndarray, np.ndarray]], measured: np.ndarray,
                      configs: list[HyperParams], ratio_predicted: dict[int, np.ndarray],
                      config: TrainConfig
                      ) -> tuple[tuple[int, int], float, float, dict[str, object]] | None:
@@ -413,17 +418,16 @@ def _search_anchored(x: np.ndarray, latency: np.ndarray, family: str, hardware: 
     best draw on the inner-validation rows inside a measured curve (of the fold's inner-train
     table), the extrapolator's the best roofline-ratio draw on the rows outside (the search's
     own ratio fits: an anchored model's extrapolator is that booster). None when the data has
-    too few rows on curves to fit it. Rows in fold order, as in `search`. The weight of the
-    trees' correction (`ANCHOR_WEIGHTS`) is the one with the lowest on-curve MAPE for the
-    chosen booster; the lightest weight wins a tie."""
+    too few rows on curves to fit it. Rows (and ``measured``) in fold order, as in `search`.
+    The weight of the trees' correction (`ANCHOR_WEIGHTS`) is the one with the lowest
+    on-curve MAPE for the chosen booster; the lightest weight wins a tie."""
     tables = [(AnchorTable.build(family, x[train], latency[train]), train, valid)
               for train, valid in folds]
     log_anchors = [curves.log_anchor(x[valid]) for curves, _, valid in tables]
     on_curve = np.concatenate([~np.isnan(a) for a in log_anchors])
-    measured = np.concatenate([latency[valid] for _, valid in folds])
 
     def part_mape(predicted: np.ndarray, mask: np.ndarray) -> float:
-        return error_metrics(measured[mask], predicted[mask]).mape if mask.any() else 0.0
+        return _masked_mape(measured, predicted, mask)
 
     anchored: dict[int, np.ndarray] = {}
     for i, params in enumerate(configs):

@@ -95,7 +95,8 @@ def _config(seed: int, n_configs: int, max_train_rows: int, target: str | None =
 _HW = click.option("--hardware", help="Catalog hardware name (the store's hardware column).")
 _OP = click.option("--op", type=click.Choice(_FAMILIES), help="Operator family.")
 _PROV = click.option("--provenance", default=None,
-                     help="Provenance group to train on (default: the largest).")
+                     help="Provenance group to train on (default: the one covering the most "
+                     "categorical configurations, e.g. kind x dtype, then the largest).")
 _DTYPE = click.option("--dtype", default=None, help="Only rows of this dtype.")
 _TARGET = click.option("--target", default="auto", show_default=True,
                        type=click.Choice(["auto", *(t.value for t in Target)]),
