@@ -82,7 +82,8 @@ class InterpolationBaseline:
 
 
 class TableBaseline:
-    """Log-log interpolation along each measured curve; k-NN values where there is none."""
+    """Each measured curve read between its points as `AnchorTable` reads it (linear in bytes or
+    log-log, whichever has the lower leave-one-out error); k-NN values where there is no curve."""
 
     name = "table"
 

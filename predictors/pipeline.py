@@ -2,7 +2,7 @@
 """One call per CLI command: store -> training data -> train -> MLflow run -> promotion.
 
 `train_and_log` trains one (hardware, family) predictor; `trainable_groups` lists every
-(hardware, family) in the store with enough rows for `llmsim train all`.
+(hardware, family) whose training group has enough shapes for `llmsim train all`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pandas as pd
 
 from analytical.errors import LlmsimError
 from analytical.hardware import get_hardware
-from predictors.dataset import load_frame, open_store, training_data
+from predictors.dataset import load_frame, open_store, pick_provenance, training_data
 from predictors.features import FEATURE_SCHEMA
 from predictors.promote import Promotion, promote
 from predictors.tracking import LoggedRun, log_training
@@ -63,15 +63,19 @@ def train_and_log(hardware: str, family: str, *, db: str | Path | None = None,
 
 def trainable_groups(db: str | Path | None = None, *, min_rows: int = MIN_ROWS
                      ) -> list[tuple[str, str, int]]:
-    """(hardware, family, rows of its largest provenance) with at least ``min_rows`` rows."""
+    """(hardware, family, distinct shapes of the group training would use) with at least
+    ``min_rows`` shapes. The group is `pick_provenance`'s (coverage first, then rows), the
+    same one `train_and_log` trains on, so a store whose best-covering group is small is
+    skipped rather than failing halfway through `llmsim train all`."""
     out: list[tuple[str, str, int]] = []
     with open_store(db) as store:
         for family in FEATURE_SCHEMA:
-            counts = store.query(
-                f'SELECT hardware, provenance, count(DISTINCT op_key) AS n FROM "{family}" '
-                "WHERE status = 'ok' GROUP BY ALL")
-            for hardware, group in counts.groupby("hardware", sort=True):
-                best = int(group["n"].max())
-                if best >= min_rows:
-                    out.append((str(hardware), family, best))
+            hardware_names = store.query(
+                f'SELECT DISTINCT hardware FROM "{family}" WHERE status = \'ok\'')["hardware"]
+            for hardware in sorted(map(str, hardware_names)):
+                frame = load_frame(store, hardware, family)
+                chosen = pick_provenance(frame, family=family)
+                shapes = int(frame.loc[frame["provenance"] == chosen, "op_key"].nunique())
+                if shapes >= min_rows:
+                    out.append((hardware, family, shapes))
     return sorted(out)

@@ -130,3 +130,29 @@ def test_mape_gap_is_the_difference_and_its_interval_moves_shapes_whole():
     # the same errors on 600 independent rows (a shape each): a far narrower interval
     many = mape_gap(np.ones(600), np.full(600, 1.1), np.tile(base, 100), np.arange(600))
     assert many.high - many.low < gap.high - gap.low
+
+
+def test_train_all_counts_the_group_training_would_use(tmp_path):
+    """`llmsim train all` sizes each (hardware, family) by the provenance group training picks
+    (coverage first), not by the largest: a big one-dtype group loses to a small two-dtype
+    one, so the pair is skipped when the small group is under --min-rows."""
+    from analytical.dtypes import DType
+    from predictors.pipeline import trainable_groups
+    from profiler.fingerprint import Fingerprint
+    from profiler.store import Measurement, Status, Store
+    from profiler.timing import summarize
+
+    gpu = Fingerprint(hardware="h100-sxm", device_name="Test GPU", device_count=1)
+
+    def rows(provenance: str, dtypes: tuple[str, ...], sizes: range):
+        return [Measurement(op=GemmSpec(m=s, n=512, k=512, dtype=DType(d)), fingerprint=gpu,
+                            backend="test", status=Status.OK, timing=summarize([s * 1e-7]),
+                            provenance=provenance)
+                for d in dtypes for s in sizes]
+
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        store.insert(rows("imported:big", ("bf16",), range(1, 81)))
+        store.insert(rows("imported:wide", ("bf16", "fp8"), range(1, 16)))
+    assert trainable_groups(db, min_rows=20) == [("h100-sxm", "gemm", 30)]
+    assert trainable_groups(db, min_rows=31) == []
