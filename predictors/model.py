@@ -92,6 +92,9 @@ class HyperParams:
     # squared error fits the mean log error; absolute error its median, which resists the
     # outliers of integer-microsecond or noisy small-message measurements
     objective: str = "squarederror"
+    # log-latency boosters only: non-decreasing in the family's work features
+    # (`features.MONOTONE_FEATURES`); the search scores every draw both ways
+    monotone: bool = False
 
     def xgb_params(self, *, seed: int, nthread: int) -> dict[str, object]:
         return {"objective": f"reg:{self.objective}", "tree_method": "hist", "seed": seed,
@@ -112,18 +115,22 @@ def decode_target(value: np.ndarray, normaliser_s: np.ndarray) -> np.ndarray:
 def fit_booster(features: np.ndarray, target_values: np.ndarray, params: HyperParams, *,
                 seed: int, nthread: int, rounds: int | None = None,
                 valid: tuple[np.ndarray, np.ndarray] | None = None,
-                early_stopping_rounds: int = 50):
+                early_stopping_rounds: int = 50, monotone_constraints: str | None = None):
     """Train with hist on ``nthread`` threads; with ``valid`` stop early and keep the best
-    trees only. Returns the booster (its ``num_boosted_rounds`` is the kept tree count)."""
+    trees only; ``monotone_constraints`` (XGBoost's "(1,0,...)") bounds the trees' slopes.
+    Returns the booster (its ``num_boosted_rounds`` is the kept tree count)."""
     import xgboost as xgb
 
+    xgb_params = params.xgb_params(seed=seed, nthread=nthread)
+    if monotone_constraints is not None:
+        xgb_params["monotone_constraints"] = monotone_constraints
     dtrain = xgb.DMatrix(features, label=target_values, nthread=nthread)
     kwargs: dict[str, object] = {}
     if valid is not None:
         dvalid = xgb.DMatrix(valid[0], label=valid[1], nthread=nthread)
         kwargs = {"evals": [(dvalid, "valid")], "early_stopping_rounds": early_stopping_rounds,
                   "verbose_eval": False}
-    booster = xgb.train(params.xgb_params(seed=seed, nthread=nthread), dtrain,
+    booster = xgb.train(xgb_params, dtrain,
                         num_boost_round=rounds or params.max_rounds, **kwargs)
     if valid is not None:
         booster = booster[: booster.best_iteration + 1]

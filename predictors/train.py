@@ -22,7 +22,7 @@ Tracking lives in `predictors.tracking`; nothing here touches MLflow or the stor
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -34,7 +34,7 @@ from predictors.baselines import InterpolationBaseline, RandomForestBaseline, Ta
 from predictors.dataset import TrainingData
 from predictors.domain import training_domain
 from predictors.evaluate import ErrorMetrics, MapeGap, error_metrics, mape_gap
-from predictors.features import feature_matrix
+from predictors.features import MONOTONE_FEATURES, feature_matrix, monotone_constraints
 from predictors.model import (
     HyperParams,
     LatencyModel,
@@ -176,12 +176,13 @@ def _fit(x: np.ndarray, latency: np.ndarray, family: str, hardware: str, train: 
     boosters = []
     for i, base in enumerate(targets):
         y = encode_target(latency, normaliser_seconds(base, family, x))
+        own = params if i == 0 else extrapolator_params
         boosters.append(fit_booster(
-            x[train], y[train], params if i == 0 else extrapolator_params, seed=config.seed,
-            nthread=config.nthread,
+            x[train], y[train], own, seed=config.seed, nthread=config.nthread,
             rounds=None if rounds is None else rounds[i],
             valid=None if valid is None else (x[valid], y[valid]),
-            early_stopping_rounds=config.early_stopping_rounds))
+            early_stopping_rounds=config.early_stopping_rounds,
+            monotone_constraints=_constraints(family, base, own)))
     if target != Target.GATED:
         return LatencyModel(booster=boosters[0], family=family, hardware=hardware,
                             target=target, params=params)
@@ -189,6 +190,17 @@ def _fit(x: np.ndarray, latency: np.ndarray, family: str, hardware: str, train: 
                         hardware=hardware, target=target, params=params,
                         extrapolator_params=extrapolator_params,
                         gate_log2_size=float(size_column(family, x[train]).max()))
+
+
+def _constraints(family: str, base: Target, params: HyperParams) -> str | None:
+    """The monotone constraints of a booster fitted on ``base``: only a log-latency booster
+    may have them (latency grows with work; its ratio to the roofline need not)."""
+    if not params.monotone:
+        return None
+    if base != Target.LOG_LATENCY:
+        raise LlmsimError(f"{family}: monotone constraints are for log-latency boosters, "
+                          f"not {base.value}")
+    return monotone_constraints(family)
 
 
 def _fit_anchored(x: np.ndarray, latency: np.ndarray, family: str, hardware: str,
@@ -263,7 +275,11 @@ def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
     held-out size off the other configurations measured at that very size). The largest 10%
     lie beyond every inner-train size, so the gated model prices them with its extrapolator
     and the other shapes with its log-latency booster; each booster's params are the best draw
-    on its own part (one criterion, two parts).
+    on its own part (one criterion, two parts). Log-latency draws are scored free and
+    monotone in the family's work features (search rows ``config`` n..2n-1 are draws 0..n-1
+    with ``monotone``): where latency is smooth in size the constraint keeps trees from
+    dipping between measured shapes (A100 attention); where kernel choice makes it jump, free
+    trees win (H100 attention). The validation decides, per model.
     """
     sizes = size_column(family, x[train_rows])
     order = train_rows[np.argsort(sizes, kind="stable")]
@@ -290,11 +306,19 @@ def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
 
     configs = [_with_rounds(p, config.max_rounds)
                for p in search_configs(config.n_configs, config.seed)]
+    # per base target, the params it is scored with: log-latency trees every draw twice, free
+    # and non-decreasing in the family's work features (`features.MONOTONE_FEATURES`)
+    candidates = {Target.LOG_LATENCY: configs, Target.LOG_ROOFLINE_RATIO: configs}
+    if MONOTONE_FEATURES.get(family):
+        candidates[Target.LOG_LATENCY] = configs + [replace(p, monotone=True) for p in configs]
     table: list[dict[str, object]] = []
     predicted: dict[tuple[Target, int], np.ndarray] = {}
     scored: dict[tuple[Target, int], dict[str, float]] = {}
-    for i, params in enumerate(configs):
+    for i in range(len(candidates[Target.LOG_LATENCY])):
         for target in base_targets():
+            if i >= len(candidates[target]):
+                continue
+            params = candidates[target][i]
             models = [_fit(x, latency, family, hardware, train, valid, target, params, config)
                       for train, valid in folds]
             predicted[target, i] = np.concatenate([
@@ -307,8 +331,11 @@ def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
                           "trees": round(float(np.mean([m.n_trees for m in models]))),
                           **_params_dict(params)})
 
-    def best_config(target: Target, part: str) -> int:
-        return min(range(len(configs)), key=lambda i: (scored[target, i][part], i))
+    def best_config(target: Target, part: str, monotone: bool | None = None) -> int:
+        """The best-scoring candidate on ``part`` (of those with ``monotone`` if given)."""
+        pool = [i for i, p in enumerate(candidates[target])
+                if monotone is None or p.monotone == monotone]
+        return min(pool, key=lambda i: (scored[target, i][part], i))
 
     best = {t: best_config(t, "all") for t in base_targets()}
     inside = best_config(Target.LOG_LATENCY, "inside")
@@ -343,12 +370,27 @@ def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
     if target == Target.ANCHORED:
         weight = anchor_weight
         reason += f"; trees' correction applied with weight {weight:g}"
-    if target in picks:
+    if target in (Target.LOG_LATENCY, Target.GATED) \
+            and len(candidates[Target.LOG_LATENCY]) > len(configs):
+        part = "inside" if target == Target.GATED else "all"
+        free, bound = (scored[Target.LOG_LATENCY, best_config(Target.LOG_LATENCY, part, m)][part]
+                       for m in (False, True))
+        chosen = picks[target][0] if target in picks else best[target]
+        what = "monotone" if candidates[Target.LOG_LATENCY][chosen].monotone else "free"
+        reason += (f"; log-latency trees {what} in work: {part} MAPE {bound:.3f}% monotone "
+                   f"vs {free:.3f}% free")
+    if target == Target.ANCHORED:  # both boosters' params are draws of the ratio search
         first, second = picks[target]
         return SearchChoice(target=target, params=configs[first],
                             extrapolator_params=configs[second], anchor_weight=weight,
                             reason=reason, table=table)
-    return SearchChoice(target=target, params=configs[best[target]], extrapolator_params=None,
+    if target == Target.GATED:
+        first, second = picks[target]
+        return SearchChoice(target=target, params=candidates[Target.LOG_LATENCY][first],
+                            extrapolator_params=configs[second], anchor_weight=weight,
+                            reason=reason, table=table)
+    return SearchChoice(target=target, params=candidates[target][best[target]],
+                        extrapolator_params=None,
                         anchor_weight=weight, reason=reason, table=table)
 
 
@@ -464,11 +506,11 @@ def _search_anchored(x: np.ndarray, latency: np.ndarray, family: str, hardware: 
 
 
 def _params_dict(params: HyperParams) -> dict[str, object]:
-    return {k: getattr(params, k) for k in SEARCH_SPACE}
+    return {k: getattr(params, k) for k in (*SEARCH_SPACE, "monotone")}
 
 
 def _with_rounds(params: HyperParams, rounds: int) -> HyperParams:
-    return HyperParams(**{**_params_dict(params), "max_rounds": rounds})
+    return replace(params, max_rounds=rounds)
 
 
 def _group_of(op: OpSpec) -> str | None:

@@ -4,8 +4,14 @@
 CPU: ``perf_counter_ns`` with the garbage collector off while timing (as ``timeit`` does).
 CUDA: the recipe of triton's ``do_bench`` (triton-lang/triton ``python/triton/testing.py``): one
 call and a synchronise first, a 256 MB buffer zeroed before every repetition (L2 flush) outside
-the event pair, one start/end event pair per repetition, a single synchronise at the end. The CPU
-path never imports ``torch.cuda`` or triton.
+the event pair, one start/end event pair per repetition, a single synchronise at the end. Added
+to it: a GPU spin (``torch.cuda._sleep``, NVBench's "blocking kernel" idea) between the flush and
+the start event, long enough for the host to enqueue the timed call before the GPU reaches it,
+and the garbage collector off. Without them a call whose host side outlasts the flush (an SDPA
+kernel pinned per call, an autograd backward, a GC pause) is timed with the GPU waiting for the
+host: on an H100, 45% of flash decode points under 20 us had a median over 1.5x their minimum,
+and two runs of one sweep disagreed by over 30% on 26% of attention points. The CPU path never
+imports ``torch.cuda`` or triton.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from dataclasses import dataclass
 from analytical.errors import SpecError
 from profiler.timing import Timing, summarize
 
-__all__ = ["Budget", "TIMERS", "gpu_clocks_mhz", "rep_count", "time_cpu", "time_cuda"]
+__all__ = ["Budget", "TIMERS", "gpu_clocks_mhz", "gpu_spin", "rep_count", "spin_seconds",
+           "time_cpu", "time_cuda"]
 
 _FLUSH_BYTES = 256 * 1024 * 1024  # larger than any current L2 (H100: 50 MB, B200: 126 MB)
 
@@ -129,43 +136,94 @@ def time_cuda(run: Callable[[], object], budget: Budget, *,
               prepare: Callable[[], object] | None = None, device: str = "cuda") -> Timing:
     """Time ``run()`` on the current CUDA stream with events (triton ``do_bench`` recipe).
 
-    ``prepare()`` and the L2 flush run before each repetition, outside the event pair. Five
-    flushed calls estimate the cost; warm-up and repetition counts follow from the budget.
+    ``prepare()``, the L2 flush and a GPU spin run before each repetition, outside the event
+    pair. Five flushed calls estimate the GPU cost and the host's cost of enqueueing one call;
+    the spin lasts `spin_seconds` of that, so the timed region holds GPU work only. Warm-up and
+    repetition counts follow from the budget.
     """
     import torch  # noqa: PLC0415 - CUDA path only
 
     cuda = torch.cuda
     flush = torch.empty(_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
+    spin = {"s": 0.0}
 
     def one_rep(start: object | None = None, end: object | None = None) -> None:
         if prepare is not None:
             prepare()
         flush.zero_()
+        if spin["s"] > 0:
+            gpu_spin(spin["s"], device)
         if start is not None:
             start.record()
         run()
         if end is not None:
             end.record()
 
-    one_rep()  # compilation, autotuning, lazy init stay outside the timing
-    cuda.synchronize()
-    est_start, est_end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
-    est_start.record()
-    for _ in range(5):
-        one_rep()
-    est_end.record()
-    cuda.synchronize()
-    per_call_s = est_start.elapsed_time(est_end) / 5 / 1e3
-    warmup = max(1, int(budget.warmup_s / per_call_s)) if per_call_s > 0 else 1
-    reps = rep_count(per_call_s, budget)
-    for _ in range(min(warmup, budget.max_reps)):
-        one_rep()
-    starts = [cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [cuda.Event(enable_timing=True) for _ in range(reps)]
-    for start, end in zip(starts, ends, strict=True):
-        one_rep(start, end)
-    cuda.synchronize()
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        one_rep()  # compilation, autotuning, lazy init stay outside the timing
+        cuda.synchronize()
+        est_start, est_end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
+        est_start.record()
+        host_s = []
+        for _ in range(5):
+            if prepare is not None:
+                prepare()
+            flush.zero_()
+            begin = time.perf_counter_ns()
+            run()
+            host_s.append((time.perf_counter_ns() - begin) / 1e9)
+        est_end.record()
+        cuda.synchronize()
+        per_call_s = est_start.elapsed_time(est_end) / 5 / 1e3
+        spin["s"] = spin_seconds(sorted(host_s)[len(host_s) // 2])
+        warmup = max(1, int(budget.warmup_s / per_call_s)) if per_call_s > 0 else 1
+        reps = rep_count(per_call_s, budget)
+        for _ in range(min(warmup, budget.max_reps)):
+            one_rep()
+        starts = [cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [cuda.Event(enable_timing=True) for _ in range(reps)]
+        for start, end in zip(starts, ends, strict=True):
+            one_rep(start, end)
+        cuda.synchronize()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     return summarize([s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends, strict=True)])
+
+
+# The spin covers SPIN_FACTOR x the host's time to enqueue one call plus SPIN_MARGIN_S (event
+# records, a scheduler hiccup), capped so a pathological host cost cannot stall a sweep.
+SPIN_FACTOR = 2.0
+SPIN_MARGIN_S = 20e-6
+SPIN_MAX_S = 5e-3
+
+
+def spin_seconds(host_enqueue_s: float) -> float:
+    """How long the GPU spins before a timed call whose host side took ``host_enqueue_s``."""
+    return min(SPIN_MAX_S, SPIN_FACTOR * max(0.0, host_enqueue_s) + SPIN_MARGIN_S)
+
+
+_cycles_per_s: dict[str, float] = {}
+
+
+def gpu_spin(seconds: float, device: str = "cuda") -> None:
+    """Enqueue a kernel that keeps the GPU busy for about ``seconds`` (``torch.cuda._sleep``
+    counts SM cycles; their rate is measured once per device with events)."""
+    import torch  # noqa: PLC0415 - CUDA path only
+
+    rate = _cycles_per_s.get(device)
+    if rate is None:
+        cycles = 1_000_000
+        torch.cuda._sleep(cycles)  # load the kernel outside the measurement
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        torch.cuda.synchronize()
+        rate = _cycles_per_s[device] = cycles / max(start.elapsed_time(end) / 1e3, 1e-9)
+    torch.cuda._sleep(max(1, int(seconds * rate)))
 
 
 def gpu_clocks_mhz(index: int = 0) -> str:

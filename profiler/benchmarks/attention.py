@@ -2,8 +2,8 @@
 """Attention benchmark: ``torch.nn.functional.scaled_dot_product_attention``.
 
 Backends pin an SDPA kernel with ``torch.nn.attention.sdpa_kernel`` (``sdpa.flash``,
-``sdpa.efficient``, ``sdpa.cudnn``, ``sdpa.math``) or let torch choose (``sdpa.auto``); on a CPU
-only math and auto exist. Causal masks are aligned bottom-right, so S queries are the last S of T
+``sdpa.efficient``, ``sdpa.cudnn``, ``sdpa.math``), entered once around the timing, or let
+torch choose (``sdpa.auto``); on a CPU only math and auto exist. Causal masks are aligned bottom-right, so S queries are the last S of T
 keys (a prefix-cached prefill or decode); one query against the cache needs no mask. GQA uses
 ``enable_gqa=True``. The backward is timed alone: the forward runs untimed before each call.
 """
@@ -60,12 +60,11 @@ def build_attention(op: AttentionSpec, backend: str, device: str) -> Bench:
     gqa = op.kv_heads != op.heads
 
     def forward() -> object:
-        with context():
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
-                                                  enable_gqa=gqa)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                              enable_gqa=gqa)
 
     if not op.backward:
-        return Bench(run=forward)
+        return Bench(run=forward, context=context)
     for tensor in (q, k, v):
         tensor.requires_grad_(True)
     grad_out = torch.randn_like(q)
@@ -78,4 +77,4 @@ def build_attention(op: AttentionSpec, backend: str, device: str) -> Bench:
     def run() -> None:
         state.pop("out").backward(grad_out)
 
-    return Bench(run=run, prepare=prepare)
+    return Bench(run=run, prepare=prepare, context=context)

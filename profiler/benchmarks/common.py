@@ -3,13 +3,16 @@
 
 A family module turns (spec, backend, device) into a `Bench`: ``run`` is the timed call,
 ``prepare`` (optional) runs untimed before each call (a fresh forward before a timed backward,
-``.grad`` dropped so nothing accumulates). `measure` times it with the device's timer and turns
+``.grad`` dropped so nothing accumulates), ``context`` (optional) is entered once around all of
+the timing (a pinned SDPA kernel: entered per call it costs the host more than a small kernel
+costs the GPU). `measure` times it with the device's timer and turns
 every failure into an outcome: `Unsupported` -> UNSUPPORTED, out of memory -> OOM (memory freed),
 any other error -> ERROR; the sweep goes on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,10 +33,11 @@ class Unsupported(Exception):  # noqa: N818 - reads as a status, like StopIterat
 
 @dataclass(frozen=True, slots=True)
 class Bench:
-    """A timed call and its untimed per-repetition preparation."""
+    """A timed call, its untimed per-repetition preparation and the context both run in."""
 
     run: Callable[[], object]
     prepare: Callable[[], object] | None = None
+    context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,10 +94,11 @@ def measure_bench(build: Callable[[], Bench], budget: Budget, device: str) -> Ou
     timer = TIMERS[device_kind(device)]
     try:
         bench = build()
-        if device_kind(device) == "cuda":
-            timing = timer(bench.run, budget, prepare=bench.prepare, device=device)
-        else:
-            timing = timer(bench.run, budget, prepare=bench.prepare)
+        with bench.context():
+            if device_kind(device) == "cuda":
+                timing = timer(bench.run, budget, prepare=bench.prepare, device=device)
+            else:
+                timing = timer(bench.run, budget, prepare=bench.prepare)
     except Unsupported as exc:
         return Outcome(status=Status.UNSUPPORTED, error=str(exc))
     except (RuntimeError, ValueError, TypeError, NotImplementedError, MemoryError,

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``llmsim db``: inspect, query, merge, export and import the measurement store.
+"""``llmsim db``: inspect, query, compare, merge, export and import the measurement store.
 
 ``--db`` (or ``$LLMSIM_DB``) picks the DuckDB file; the default is ``$LLMSIM_HOME/llmsim.duckdb``.
 """
@@ -85,6 +85,33 @@ def query(sql: str, db: Path | None, as_json: bool, as_csv: bool) -> None:
         print_json(_records(frame))
     else:
         print_table(_records(frame), [str(c) for c in frame.columns])
+
+
+@group.command()
+@click.argument("first", type=click.Path(exists=True, path_type=Path))
+@click.argument("second", type=click.Path(exists=True, path_type=Path))
+@click.option("--across-backends", is_flag=True,
+              help="Match on op key alone: two software stacks measuring the same shapes.")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as a JSON list.")
+def compare(first: Path, second: Path, across_backends: bool, as_json: bool) -> None:
+    """Run-to-run agreement of two measurements of the same operators (the noise floor).
+
+    FIRST and SECOND are store files or Parquet folders (`db export`); operators match on
+    hardware, op key and backend. Prints |second - first| / first in percent and the median
+    ratio second / first, per family and per latency band of the first run.
+    """
+    from profiler.repeatability import compare_runs, load_ok_rows  # noqa: PLC0415
+
+    rows = [a.as_row() for a in compare_runs(load_ok_rows(first), load_ok_rows(second),
+                                             across_backends=across_backends)]
+    if as_json:
+        print_json(rows)
+        return
+    for row in rows:
+        for key in ("mean_pct", "median_pct", "p90_pct", "max_pct", "over_10_pct",
+                    "median_ratio"):
+            row[key] = round(float(row[key]), 2 if key != "median_ratio" else 3)
+    print_table(rows, title=f"{second} vs {first}: |difference| in % of the first run")
 
 
 @group.command()

@@ -29,7 +29,8 @@ def _common(func):
         click.option("--seed", type=int, default=0, show_default=True),
         click.option("--configs", "n_configs", type=int, default=_DEFAULTS.n_configs,
                      show_default=True, help="Hyper-parameter draws in the search (each fits "
-                     "every target: gated and anchored join two boosters)."),
+                     "every target, log-latency free and monotone in work; gated and anchored "
+                     "join two boosters)."),
         click.option("--max-train-rows", type=int, default=_DEFAULTS.max_train_rows,
                      show_default=True,
                      help="Training rows per fit (larger sets are subsampled, seeded)."),

@@ -59,10 +59,10 @@ def test_row_matches_schema(family):
 
 def test_schema_contract():
     # Changing a family's names means a new version for it (saved models would mis-read them).
-    assert SCHEMA_VERSIONS == {"gemm": 1, "attention": 2, "collective": 1, "memory": 1, "moe": 1}
+    assert SCHEMA_VERSIONS == {"gemm": 2, "attention": 2, "collective": 1, "memory": 1, "moe": 1}
     assert feature_names("gemm")[:8] == ["m", "n", "k", "batch", "log2_m", "log2_n", "log2_k",
                                           "log2_batch"]
-    assert len(feature_names("gemm")) == 32
+    assert len(feature_names("gemm")) == 34
     assert len(feature_names("attention")) == 51
     assert len(feature_names("collective")) == 24
 
@@ -108,6 +108,16 @@ def test_wave_quantisation_exact_fit_and_padding():
     assert row["tile128x128_padding_eff"] == pytest.approx(100 / 128)
     assert row["tile128x256_padding_eff"] == pytest.approx(100 / 256)
     assert row["tile128x128_wave_utilisation"] == pytest.approx(1 / 132)
+
+
+def test_gemm_row_alignment_in_bytes():
+    # bf16: k = 4096 rows are 8 KiB (capped at 128 B = 2**7); k = 7125 (odd) is 2-byte aligned
+    row = _row(GemmSpec(m=64, n=4104, k=7125))
+    assert row["k_row_align_log2_bytes"] == 1.0
+    assert row["n_row_align_log2_bytes"] == 4.0  # 4104 * 2 = 8208 = 16 * 513: 16-byte rows
+    assert _row(GemmSpec(m=64, n=4096, k=4096))["k_row_align_log2_bytes"] == 7.0
+    # fp8: one byte an element, so n = 24 rows are 8-byte aligned, not 16 (TMA needs 16)
+    assert _row(GemmSpec(m=64, n=24, k=48, dtype=DType.FP8))["n_row_align_log2_bytes"] == 3.0
 
 
 def test_ideal_time_closed_forms():

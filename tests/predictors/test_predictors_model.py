@@ -45,7 +45,8 @@ def test_protocol_covers_every_split_and_model(trained):
     # the synthetic law is max(compute, memory) + 6 us with a 3% wiggle: learnable
     assert result.splits["random"].metrics["xgb"].mape < 10.0
     assert result.target.value in result.target_reason
-    assert len(result.search) == 2 * 2 + 1  # 2 configs x 2 fitted targets + the gated join
+    # 2 configs x (log-latency free and monotone, ratio) + the gated join
+    assert len(result.search) == 2 * 3 + 1
     assert (result.extrapolator_params is not None) == (result.target.value == "gated")
 
 
@@ -84,13 +85,22 @@ def test_schema_version_mismatch_is_a_clear_error(tmp_path):
     doc = json.loads((folder / "schema.json").read_text())
     doc["schema_version"] = 0
     (folder / "schema.json").write_text(json.dumps(doc))
-    with pytest.raises(LlmsimError, match=r"schema version 0 .* version 1; retrain"):
+    with pytest.raises(LlmsimError, match=r"schema version 0 .* version 2; retrain"):
         LatencyModel.load(folder)
+
+
+def test_gemm_v1_fixture_is_refused_with_the_retrain_command():
+    # GEMM went to v2 (row alignment of k and n); the v1 fixture committed before that change
+    # must be refused, naming the command that retrains it, never silently fed v2 features
+    with pytest.raises(LlmsimError, match=r"gemm feature schema version 1 but this llmsim uses "
+                                          r"version 2; retrain with `llmsim train run "
+                                          r"--hardware h100-sxm --op gemm`"):
+        LatencyModel.load(FIXTURE / "gemm-h100-sxm-v1")
 
 
 def test_old_attention_schema_is_refused_by_family(tmp_path):
     # attention went to v2 (work-item counts); a v1 attention model must say so and name
-    # the command that retrains it, while GEMM v1 models (the fixture) keep loading.
+    # the command that retrains it.
     from predictors.model import check_schema
 
     doc = {"schema_version": 1, "family": "attention", "hardware": "a100-sxm-80gb",
@@ -240,3 +250,54 @@ def test_attention_search_folds_also_hold_out_kv_lengths():
     # the search scores each axis on the rows unseen along it (`_unseen_in_fold`)
     unseen_length = _unseen_in_fold(ops, folds[:1], lambda op: (op.kv_len,))
     assert unseen_length.tolist() == [ops[i].kv_len == length for i in valid]
+
+
+def test_monotone_log_latency_trees_never_fall_with_work(trained):
+    from predictors.features import MONOTONE_FEATURES, feature_names, monotone_constraints
+    from predictors.model import HyperParams, fit_booster
+
+    for family, names in MONOTONE_FEATURES.items():  # every constrained name is in the schema
+        flags = monotone_constraints(family).strip("()").split(",")
+        schema = feature_names(family)
+        assert len(flags) == len(schema)
+        assert {n for n, f in zip(schema, flags, strict=True) if f == "1"} == names
+    assert "qblock_waves" not in MONOTONE_FEATURES["attention"]  # wave quantisation stays free
+    data, _ = trained
+    hw = get_hardware("h100-sxm")
+    x = feature_matrix("gemm", data.ops, hw)
+    # the synthetic law wiggles +-3% with k: free trees follow the wiggle down and up again
+    y = np.log(data.latency_s)
+    params = HyperParams(max_depth=6, max_rounds=200)
+    column = feature_names("gemm").index("log2_k")
+    sweep = np.repeat(x[:1], 200, axis=0)
+    sweep[:, column] = np.linspace(x[:, column].min(), x[:, column].max(), 200)
+
+    def slope(constraints):
+        booster = fit_booster(x, y, params, seed=0, nthread=1, monotone_constraints=constraints)
+        import xgboost as xgb
+        return np.diff(booster.predict(xgb.DMatrix(sweep, nthread=1)).astype(np.float64))
+
+    assert (slope(None) < 0).any()
+    assert (slope(monotone_constraints("gemm")) >= 0).all()
+
+
+def test_search_scores_log_latency_trees_free_and_monotone(trained, tmp_path):
+    from predictors.model import HyperParams, Target
+    from predictors.train import _constraints
+
+    data, result = trained
+    rows = [r for r in result.search if r["target"] in ("log_latency", "log_roofline_ratio")]
+    monotone = {(r["target"], r["monotone"]) for r in rows}
+    # each draw is scored free and monotone on log-latency; ratio trees stay free
+    assert monotone == {("log_latency", False), ("log_latency", True),
+                        ("log_roofline_ratio", False)}
+    assert sum(r["target"] == "log_latency" for r in rows) == 2 * sum(
+        r["target"] == "log_roofline_ratio" for r in rows)
+    if result.target in (Target.LOG_LATENCY, Target.GATED):
+        assert "log-latency trees" in result.target_reason
+        assert ("monotone in work" in result.target_reason) == result.params.monotone
+    # the choice is saved with the model (schema.json params) and read back
+    folder = result.model.save(tmp_path / "m")
+    assert LatencyModel.load(folder).params.monotone == result.params.monotone
+    with pytest.raises(LlmsimError, match="monotone constraints are for log-latency boosters"):
+        _constraints("gemm", Target.LOG_ROOFLINE_RATIO, HyperParams(monotone=True))

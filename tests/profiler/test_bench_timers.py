@@ -221,18 +221,61 @@ def test_cuda_timer_recipe_with_fake_events(monkeypatch, clock):
 
     monkeypatch.setattr(torch.Tensor, "zero_", zero)
 
+    spins = []
+
+    def spin(seconds, device):
+        log.append("spin")
+        spins.append(seconds)
+
+    monkeypatch.setattr(timers, "gpu_spin", spin)
+
     def run():
         log.append("run")
-        clock.advance(0.002)  # 2 ms kernel
+        clock.advance(0.002)  # 2 ms kernel (and, on this fake clock, 2 ms of host time)
 
     budget = Budget(warmup_s=0.004, measure_s=0.020, min_reps=3, max_reps=100)
+    gc.enable()
     timing = timers.time_cuda(run, budget, device="cpu")
+    assert gc.isenabled()  # off while timing, restored after
     assert timing.n == 10 and timing.median_s == pytest.approx(0.002)
     assert log.count("run") == 1 + 5 + 2 + 10  # first call, estimate, warm-up, reps
     assert log.count("flush") == log.count("run")  # every call starts with a cold L2
-    timed = log[-(10 * 4 + 1):]
-    assert timed[-1] == "sync" and timed[:4] == ["flush", "record", "run", "record"]
+    timed = log[-(10 * 5 + 1):]
+    # the GPU spins between the flush and the start event, so the host has enqueued the call
+    # before the GPU reaches it: 2x the host's 2 ms plus the margin
+    assert timed[-1] == "sync" and timed[:5] == ["flush", "spin", "record", "run", "record"]
+    assert spins == [pytest.approx(2 * 0.002 + timers.SPIN_MARGIN_S)] * (2 + 10)
     assert log.count("sync") == 3  # after the first call, after the estimate, at the end
+
+
+def test_spin_covers_the_host_and_is_capped():
+    assert timers.spin_seconds(0.0) == pytest.approx(timers.SPIN_MARGIN_S)
+    assert timers.spin_seconds(100e-6) == pytest.approx(200e-6 + timers.SPIN_MARGIN_S)
+    assert timers.spin_seconds(1.0) == timers.SPIN_MAX_S
+
+
+def test_pinned_sdpa_kernel_is_entered_once_around_the_timing(monkeypatch):
+    """A pinned kernel's context costs the host more than a small kernel costs the GPU: it is
+    entered once per measurement, not once per call."""
+    import contextlib
+
+    entered = []
+
+    @contextlib.contextmanager
+    def pinned():
+        entered.append(1)
+        yield
+
+    calls = []
+    outcome = measure_bench(lambda: Bench(run=lambda: calls.append(1), context=pinned), FAST,
+                            "cpu")
+    assert outcome.status == Status.OK and len(calls) > 3 and entered == [1]
+    op = AttentionSpec(batch=1, q_len=4, kv_len=4, heads=2, kv_heads=2, head_dim=8,
+                       dtype="fp32")
+    bench = build_attention(op, "sdpa.math", "cpu")
+    assert bench.context is not contextlib.nullcontext  # the math kernel, pinned
+    with bench.context():
+        assert bench.run().shape == (1, 2, 4, 8)
 
 
 def test_collective_backend_gaps_are_unsupported_with_text(monkeypatch):
@@ -258,3 +301,23 @@ def test_gpu_clocks_read_from_nvidia_smi(monkeypatch, tmp_path):
     assert timers.gpu_clocks_mhz(0) == "sm=1980,mem=2619"
     monkeypatch.setattr(timers.shutil, "which", lambda name: None)
     assert timers.gpu_clocks_mhz(0) == ""
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_timer_excludes_host_work_before_the_launch():
+    """A call that spends 300 us on the host before a tiny kernel: the spin keeps the GPU busy
+    until the kernel is queued, so the sample is the kernel's few microseconds, not the host's
+    300 (what a plain event pair after a 256 MB flush would see, the flush lasting ~85 us)."""
+    import time
+
+    x = torch.ones(1024, device="cuda")
+
+    def run():
+        begin = time.perf_counter()
+        while time.perf_counter() - begin < 300e-6:
+            pass
+        x.add_(1.0)
+
+    timing = timers.time_cuda(run, Budget(warmup_s=0.002, measure_s=0.02, min_reps=10))
+    assert timing.median_s < 50e-6
