@@ -33,7 +33,7 @@ def test_run_registry_and_champion(tracked, llmsim_home):
     tags = run.data.tags
     assert tags["hardware"] == "h100-sxm" and tags["family"] == "gemm"
     assert tags["data_fingerprint"] == str(tracked.result.data.fingerprint)
-    assert tags["schema_version"] == "1" and tags["seed"] == "0"
+    assert tags["schema_version"] == "2" and tags["seed"] == "0"
     assert tags["target"] in tags["target_reason"]
     assert run.data.metrics["heldout_shape.xgb.n"] > 0
     assert "heldout_large.rf.mape" in run.data.metrics
