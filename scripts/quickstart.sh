@@ -8,7 +8,7 @@ bash scripts/setup.sh
 L=.venv/bin/llmsim
 step() { printf '\n== %s\n' "$*"; }
 
-step "1/4 load the curated published GPU measurements into the store"
+step "1/4 load the curated GPU measurements (published, and our H100 sweep) into the store"
 $L db import-parquet datasets/measurements
 step "2/4 profile this CPU (GEMM, attention, memory-bound ops)"
 $L profile run datasets/sweeps/cpu-smoke.yaml --no-progress
