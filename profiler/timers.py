@@ -213,17 +213,20 @@ def gpu_spin(seconds: float, device: str = "cuda") -> None:
     counts SM cycles; their rate is measured once per device with events)."""
     import torch  # noqa: PLC0415 - CUDA path only
 
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is None:  # a private torch helper; without it the timing is plain do_bench
+        return
     rate = _cycles_per_s.get(device)
     if rate is None:
         cycles = 1_000_000
-        torch.cuda._sleep(cycles)  # load the kernel outside the measurement
+        sleep(cycles)  # load the kernel outside the measurement
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        torch.cuda._sleep(cycles)
+        sleep(cycles)
         end.record()
         torch.cuda.synchronize()
         rate = _cycles_per_s[device] = cycles / max(start.elapsed_time(end) / 1e3, 1e-9)
-    torch.cuda._sleep(max(1, int(seconds * rate)))
+    sleep(max(1, int(seconds * rate)))
 
 
 def gpu_clocks_mhz(index: int = 0) -> str:

@@ -321,3 +321,10 @@ def test_cuda_timer_excludes_host_work_before_the_launch():
 
     timing = timers.time_cuda(run, Budget(warmup_s=0.002, measure_s=0.02, min_reps=10))
     assert timing.median_s < 50e-6
+
+
+def test_spin_is_skipped_where_torch_has_no_sleep_kernel(monkeypatch):
+    """``torch.cuda._sleep`` is private: a torch without it times as plain do_bench, it does not
+    turn every point into an ERROR row."""
+    monkeypatch.delattr(torch.cuda, "_sleep", raising=False)
+    assert timers.gpu_spin(1e-3, "cuda") is None
