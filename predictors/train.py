@@ -379,14 +379,10 @@ def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
         what = "monotone" if candidates[Target.LOG_LATENCY][chosen].monotone else "free"
         reason += (f"; log-latency trees {what} in work: {part} MAPE {bound:.3f}% monotone "
                    f"vs {free:.3f}% free")
-    if target == Target.ANCHORED:  # both boosters' params are draws of the ratio search
-        first, second = picks[target]
-        return SearchChoice(target=target, params=configs[first],
-                            extrapolator_params=configs[second], anchor_weight=weight,
-                            reason=reason, table=table)
-    if target == Target.GATED:
-        first, second = picks[target]
-        return SearchChoice(target=target, params=candidates[Target.LOG_LATENCY][first],
+    if target in picks:  # two boosters: gated's first is a log-latency candidate, anchored's
+        first, second = picks[target]  # a ratio draw; both extrapolate with a ratio draw
+        pool = candidates[Target.LOG_LATENCY] if target == Target.GATED else configs
+        return SearchChoice(target=target, params=pool[first],
                             extrapolator_params=configs[second], anchor_weight=weight,
                             reason=reason, table=table)
     return SearchChoice(target=target, params=candidates[target][best[target]],

@@ -16,12 +16,13 @@ imports ``torch.cuda`` or triton.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from analytical.errors import SpecError
@@ -55,6 +56,18 @@ class Budget:
         if self.min_reps > self.max_reps:
             raise SpecError("budget.min_reps",
                             f"{self.min_reps} exceeds max_reps {self.max_reps}")
+
+
+@contextlib.contextmanager
+def _gc_off() -> Iterator[None]:
+    """The garbage collector off while timing (as ``timeit`` does), restored after."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def rep_count(per_call_s: float, budget: Budget) -> int:
@@ -106,9 +119,7 @@ def time_cpu(run: Callable[[], object], budget: Budget, *,
             prepare()
         _cpu_flush(flush)
 
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with _gc_off():
         before_call()
         run()
         warm_calls = 0
@@ -126,9 +137,6 @@ def time_cpu(run: Callable[[], object], budget: Budget, *,
             start = time.perf_counter_ns()
             run()
             samples.append((time.perf_counter_ns() - start) / 1e9)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     return summarize(samples)
 
 
@@ -145,51 +153,43 @@ def time_cuda(run: Callable[[], object], budget: Budget, *,
 
     cuda = torch.cuda
     flush = torch.empty(_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
-    spin = {"s": 0.0}
 
-    def one_rep(start: object | None = None, end: object | None = None) -> None:
+    def one_rep(spin_s: float = 0.0, start: object | None = None,
+                end: object | None = None) -> float:
+        """Enqueue one repetition; returns the host's seconds to enqueue ``run()``."""
         if prepare is not None:
             prepare()
         flush.zero_()
-        if spin["s"] > 0:
-            gpu_spin(spin["s"], device)
+        if spin_s > 0:
+            gpu_spin(spin_s, device)
         if start is not None:
             start.record()
+        begin = time.perf_counter_ns()
         run()
+        host_s = (time.perf_counter_ns() - begin) / 1e9
         if end is not None:
             end.record()
+        return host_s
 
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with _gc_off():
         one_rep()  # compilation, autotuning, lazy init stay outside the timing
         cuda.synchronize()
         est_start, est_end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
         est_start.record()
-        host_s = []
-        for _ in range(5):
-            if prepare is not None:
-                prepare()
-            flush.zero_()
-            begin = time.perf_counter_ns()
-            run()
-            host_s.append((time.perf_counter_ns() - begin) / 1e9)
+        host_s = sorted(one_rep() for _ in range(5))
         est_end.record()
         cuda.synchronize()
         per_call_s = est_start.elapsed_time(est_end) / 5 / 1e3
-        spin["s"] = spin_seconds(sorted(host_s)[len(host_s) // 2])
+        spin_s = spin_seconds(host_s[len(host_s) // 2])
         warmup = max(1, int(budget.warmup_s / per_call_s)) if per_call_s > 0 else 1
         reps = rep_count(per_call_s, budget)
         for _ in range(min(warmup, budget.max_reps)):
-            one_rep()
+            one_rep(spin_s)
         starts = [cuda.Event(enable_timing=True) for _ in range(reps)]
         ends = [cuda.Event(enable_timing=True) for _ in range(reps)]
         for start, end in zip(starts, ends, strict=True):
-            one_rep(start, end)
+            one_rep(spin_s, start, end)
         cuda.synchronize()
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     return summarize([s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends, strict=True)])
 
 

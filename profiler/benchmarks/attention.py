@@ -3,9 +3,10 @@
 
 Backends pin an SDPA kernel with ``torch.nn.attention.sdpa_kernel`` (``sdpa.flash``,
 ``sdpa.efficient``, ``sdpa.cudnn``, ``sdpa.math``), entered once around the timing, or let
-torch choose (``sdpa.auto``); on a CPU only math and auto exist. Causal masks are aligned bottom-right, so S queries are the last S of T
-keys (a prefix-cached prefill or decode); one query against the cache needs no mask. GQA uses
-``enable_gqa=True``. The backward is timed alone: the forward runs untimed before each call.
+torch choose (``sdpa.auto``); on a CPU only math and auto exist. Causal masks are aligned
+bottom-right, so S queries are the last S of T keys (a prefix-cached prefill or decode); one
+query against the cache needs no mask. GQA uses ``enable_gqa=True``. The backward is timed
+alone: the forward runs untimed before each call.
 """
 
 from __future__ import annotations
