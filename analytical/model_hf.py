@@ -4,7 +4,9 @@
 ``model_type`` picks the reader; each reader takes the keys its transformers config class uses,
 with that class's defaults where the class has one (e.g. ``num_key_value_heads`` defaults to
 ``num_attention_heads``) and a `SpecError` naming the file and key where it has none. Keys a
-reader does not need are ignored (HF configs carry many). The named catalog is `analytical.model`.
+reader does not need are ignored (HF configs carry many); keys that change cost are modelled or
+refused by name, and element-wise-only keys are named in the reader. Gemma, Phi-3, GPT-OSS and
+Llama 4 live in `analytical.model_hf_extra`. The named catalog is `analytical.model`.
 """
 
 from __future__ import annotations
@@ -12,68 +14,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from analytical.attention_span import AttentionKind
 from analytical.errors import SpecError
+from analytical.hf_config import HfConfig as _Config
+from analytical.model_hf_extra import (
+    gemma2,
+    gemma3,
+    gemma3_text,
+    gpt_oss,
+    llama4,
+    llama4_text,
+    phi3,
+)
 from analytical.model_spec import ModelSpec
-
-_MISSING: Any = object()
-
-
-class _Config:
-    """Typed access to one config mapping; every error names the source file and the key."""
-
-    def __init__(self, data: Mapping[str, Any], source: str | None) -> None:
-        self.data = data
-        self.source = source
-
-    def error(self, key: str, reason: str) -> SpecError:
-        return SpecError(key, reason, source=self.source)
-
-    def int(self, key: str, default: Any = _MISSING, *, minimum: int = 1) -> int:
-        """An integer key; JSON null counts as absent (HF writes ``"n_inner": null``)."""
-        value = self.data.get(key)
-        if value is None:
-            if default is _MISSING:
-                raise self.error(key, "missing required key")
-            return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.error(key, f"expected an integer, got {value!r}")
-        if value < minimum:
-            raise self.error(key, f"must be >= {minimum}, got {value}")
-        return value
-
-    def bool(self, key: str, default: bool) -> bool:
-        value = self.data.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise self.error(key, f"expected true or false, got {value!r}")
-        return value
-
-    def text(self, key: str, default: Any = _MISSING) -> str:
-        value = self.data.get(key)
-        if value is None:
-            if default is _MISSING:
-                raise self.error(key, "missing required key")
-            return default
-        if not isinstance(value, str):
-            raise self.error(key, f"expected a string, got {value!r}")
-        return value
-
-    def head_dim(self, hidden: int, heads: int) -> int:
-        """``head_dim`` if given (Qwen3, Mistral), else hidden / heads as transformers does."""
-        if self.data.get("head_dim") is not None:
-            return self.int("head_dim")
-        if hidden % heads:
-            raise self.error("num_attention_heads",
-                             f"{heads} does not divide hidden size {hidden}; give head_dim")
-        return hidden // heads
-
-    def only_uniform_moe(self) -> None:
-        """Qwen-MoE layouts with dense layers interleaved are not modelled: refuse them."""
-        if self.int("decoder_sparse_step", 1) != 1:
-            raise self.error("decoder_sparse_step", "only 1 (every layer MoE) is supported")
-        if self.data.get("mlp_only_layers"):
-            raise self.error("mlp_only_layers", "only an empty list is supported")
 
 
 def _rope_decoder(c: _Config, *, tied_default: bool = False) -> dict[str, Any]:
@@ -103,38 +56,72 @@ def _llama(c: _Config) -> dict[str, Any]:
 
 
 def _mistral(c: _Config) -> dict[str, Any]:
-    return _rope_decoder(c)  # MistralAttention/MLP: no biases
+    # MistralAttention/MLP: no biases. MistralConfig.sliding_window defaults to 4096 and every
+    # layer uses it (Mistral 7B v0.1: 4096; later releases write null = full attention).
+    return {**_rope_decoder(c), **c.uniform_window(window_default=4096)}
+
+
+def _qwen_window(c: _Config, rule: Any) -> dict[str, Any]:
+    """Qwen2/3: ``use_sliding_window`` gates ``sliding_window`` onto the layers ``rule`` picks
+    (transformers Qwen2Config / Qwen2MoeConfig ``layer_types`` defaults)."""
+    if not c.bool("use_sliding_window", False):
+        return c.attention_layout(lambda i: AttentionKind.FULL)
+    return c.attention_layout(rule, window_default=4096)
+
+
+def _qwen_dense_rule(c: _Config) -> Any:
+    first = c.int("max_window_layers", 28, minimum=0)  # Qwen2Config: layers >= it slide
+    return lambda i: AttentionKind.SLIDING if i >= first else AttentionKind.FULL
 
 
 def _qwen2(c: _Config) -> dict[str, Any]:
-    return {**_rope_decoder(c), "qkv_bias": True}  # Qwen2Attention: q/k/v biased, o not
+    # Qwen2Attention: q/k/v biased, o not
+    return {**_rope_decoder(c), "qkv_bias": True, **_qwen_window(c, _qwen_dense_rule(c))}
 
 
 def _qwen3(c: _Config) -> dict[str, Any]:
     bias = c.bool("attention_bias", False)
-    return {**_rope_decoder(c), "qkv_bias": bias, "attn_out_bias": bias, "qk_norm": True}
+    return {**_rope_decoder(c), "qkv_bias": bias, "attn_out_bias": bias, "qk_norm": True,
+            **_qwen_window(c, _qwen_dense_rule(c))}
 
 
 def _mixtral(c: _Config) -> dict[str, Any]:
     fields = _rope_decoder(c)
     return {**fields, "num_experts": c.int("num_local_experts"),
-            "top_k": c.int("num_experts_per_tok"), "moe_ffn_hidden": fields["ffn_hidden"]}
+            "top_k": c.int("num_experts_per_tok"), "moe_ffn_hidden": fields["ffn_hidden"],
+            **c.uniform_window()}  # MixtralConfig.sliding_window defaults to None
+
+
+def _qwen_moe_layout(c: _Config) -> dict[str, Any]:
+    """Routed experts, with dense MLP layers where ``mlp_only_layers``/``decoder_sparse_step``
+    put them (then ``intermediate_size`` is their width)."""
+    layers = c.int("num_hidden_layers")
+    ids = c.qwen_moe_layers(layers)
+    if not ids:
+        raise c.error("decoder_sparse_step", "leaves no MoE layer; use the dense model type")
+    fields = {"num_experts": c.int("num_experts"), "top_k": c.int("num_experts_per_tok"),
+              "moe_ffn_hidden": c.int("moe_intermediate_size")}
+    if len(ids) < layers:
+        fields["moe_layer_ids"] = ids
+    return fields
 
 
 def _qwen2_moe(c: _Config) -> dict[str, Any]:
-    c.only_uniform_moe()
     shared = c.int("shared_expert_intermediate_size", 0, minimum=0)
-    return {**_rope_decoder(c), "qkv_bias": True, "num_experts": c.int("num_experts"),
-            "top_k": c.int("num_experts_per_tok"),
-            "moe_ffn_hidden": c.int("moe_intermediate_size"), "shared_ffn_hidden": shared,
-            "shared_expert_gate": shared > 0}
+    max_window = c.int("max_window_layers", 28, minimum=0)
+    # Qwen2MoeConfig: odd-numbered (i + 1) layers below max_window_layers slide.
+    window = _qwen_window(c, lambda i: AttentionKind.SLIDING if (i + 1) % 2 and i < max_window
+                          else AttentionKind.FULL)
+    return {**_rope_decoder(c), "qkv_bias": True, **_qwen_moe_layout(c),
+            "shared_ffn_hidden": shared, "shared_expert_gate": shared > 0, **window}
 
 
 def _qwen3_moe(c: _Config) -> dict[str, Any]:
-    c.only_uniform_moe()
-    return {**_qwen3(c), "num_experts": c.int("num_experts"),
-            "top_k": c.int("num_experts_per_tok"),
-            "moe_ffn_hidden": c.int("moe_intermediate_size")}
+    bias = c.bool("attention_bias", False)
+    # Qwen3MoeAttention hands config.sliding_window to every layer when use_sliding_window.
+    return {**_rope_decoder(c), "qkv_bias": bias, "attn_out_bias": bias, "qk_norm": True,
+            **_qwen_moe_layout(c),
+            **c.uniform_window(enabled=c.bool("use_sliding_window", False))}
 
 
 def _deepseek(c: _Config, *, v3: bool) -> dict[str, Any]:
@@ -209,6 +196,13 @@ HF_READERS: dict[str, tuple[str, Callable[[_Config], dict[str, Any]]]] = {
     "qwen3_moe": ("qwen3_moe", _qwen3_moe),
     "deepseek_v2": ("deepseek_v2", lambda c: _deepseek(c, v3=False)),
     "deepseek_v3": ("deepseek_v3", lambda c: _deepseek(c, v3=True)),
+    "gemma2": ("gemma2", gemma2),
+    "gemma3_text": ("gemma3", gemma3_text),
+    "gemma3": ("gemma3", gemma3),
+    "phi3": ("phi3", phi3),
+    "gpt_oss": ("gpt_oss", gpt_oss),
+    "llama4_text": ("llama4", llama4_text),
+    "llama4": ("llama4", llama4),
 }
 
 # A config may name a family that shares a model_type's architecture (GPT-3 is GPT-2 shaped).

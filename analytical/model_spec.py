@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from analytical.attention_span import AttentionKind, cached_tokens, mean_keys
 from analytical.errors import SpecError
 
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt3", "mixtral", "qwen2_moe",
-            "qwen3_moe", "deepseek_v2", "deepseek_v3")
-ACTIVATIONS = ("swiglu", "gelu")
+            "qwen3_moe", "deepseek_v2", "deepseek_v3", "gemma2", "gemma3", "phi3", "gpt_oss",
+            "llama4")
+# swiglu = silu(gate) * up, geglu = gelu(gate) * up (Gemma): both gated, 3 matrices.
+ACTIVATIONS = ("swiglu", "geglu", "gelu")
 NORMS = ("rmsnorm", "layernorm")
 POSITIONS = ("rope", "learned")
 
@@ -56,6 +59,20 @@ class ModelSpec:
     qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
     shared_expert_gate: bool = False  # sigmoid gate h -> 1 on the shared expert (Qwen2-MoE)
     router_bias: bool = False  # per-expert routing bias (DeepSeek-V3 e_score_correction_bias)
+    layer_attention: tuple[AttentionKind, ...] = ()
+    """Attention kind of every layer, in order; empty = all full (see `layer_kinds`)."""
+    sliding_window: int = 0
+    """Keys a SLIDING layer sees, its own included (HF ``sliding_window``); 0 = no such layer."""
+    attention_chunk: int = 0
+    """Block size of CHUNKED layers (Llama 4 ``attention_chunk_size``); 0 = no such layer."""
+    attention_sinks: bool = False
+    """GPT-OSS: one learned sink logit per query head and layer, an extra softmax column."""
+    post_norms: bool = False
+    """Gemma 2/3: RMSNorms on the attention and MLP outputs too (4 norms per layer, not 2)."""
+    moe_layer_ids: tuple[int, ...] = ()
+    """Indices of the MoE layers when they follow no DeepSeek rule (Qwen-MoE
+    ``mlp_only_layers`` / ``decoder_sparse_step``, Llama 4 ``interleave_moe_layer_step``);
+    empty = the ``first_dense_layers`` / ``moe_layer_freq`` rule. See `moe_layer_indices`."""
 
     def __post_init__(self) -> None:
         for key in ("hidden", "layers", "heads", "kv_heads", "head_dim", "vocab", "max_seq_len"):
@@ -85,6 +102,8 @@ class ModelSpec:
                 _check_int(self, key, minimum=1)
             if self.head_dim != self.qk_nope_head_dim + self.qk_rope_head_dim:
                 raise SpecError("head_dim", "MLA head_dim must be qk_nope + qk_rope head dims")
+        _check_layer_attention(self)
+        _check_moe_layer_ids(self)
 
     # ---- structure ---------------------------------------------------------------------------
 
@@ -98,15 +117,33 @@ class ModelSpec:
 
     @property
     def gated_mlp(self) -> bool:
-        return self.activation == "swiglu"
+        return self.activation in ("swiglu", "geglu")
+
+    @property
+    def moe_layer_indices(self) -> tuple[int, ...]:
+        """Indices of the blocks whose MLP is routed experts: ``moe_layer_ids`` if given, else
+        layers >= first_dense_layers with i % moe_layer_freq == 0 (DeepSeek; Mixtral: all)."""
+        if not self.is_moe:
+            return ()
+        if self.moe_layer_ids:
+            return self.moe_layer_ids
+        return tuple(i for i in range(self.first_dense_layers, self.layers)
+                     if i % self.moe_layer_freq == 0)
 
     @property
     def moe_layers(self) -> int:
-        """Blocks whose MLP is routed experts (DeepSeek rule; Qwen/Mixtral use freq 1)."""
-        if not self.is_moe:
-            return 0
-        return sum(1 for i in range(self.first_dense_layers, self.layers)
-                   if i % self.moe_layer_freq == 0)
+        """Number of MoE blocks (see `moe_layer_indices`)."""
+        return len(self.moe_layer_indices)
+
+    @property
+    def layer_kinds(self) -> tuple[AttentionKind, ...]:
+        """Attention kind of each of the ``layers`` blocks (all FULL unless set)."""
+        return self.layer_attention or (AttentionKind.FULL,) * self.layers
+
+    def attention_span(self, kind: AttentionKind) -> int:
+        """Window (SLIDING) or chunk (CHUNKED) size of a layer kind; 0 for FULL."""
+        return {AttentionKind.SLIDING: self.sliding_window,
+                AttentionKind.CHUNKED: self.attention_chunk}.get(kind, 0)
 
     @property
     def dense_layers(self) -> int:
@@ -140,7 +177,7 @@ class ModelSpec:
         q_out, kv_out = a * self.head_dim, self.kv_heads * self.head_dim
         weights = h * (q_out + 2 * kv_out) + q_out * h  # W_q, W_k, W_v, W_o
         biases = (q_out + 2 * kv_out) * self.qkv_bias + h * self.attn_out_bias
-        return weights + biases
+        return weights + biases + a * self.attention_sinks
 
     def _mlp_params(self, width: int) -> int:
         """One MLP of intermediate ``width``: gated = up, gate, down; else up, down."""
@@ -177,8 +214,9 @@ class ModelSpec:
 
     @property
     def norm_params_per_layer(self) -> int:
-        """Pre-attention and pre-MLP norms, plus q/k norms (Qwen3) and MLA latent norms."""
-        total = 2 * self.hidden * self._norm_size
+        """Pre-attention and pre-MLP norms (Gemma: post-norms too), q/k norms (Qwen3, Gemma 3)
+        and MLA latent norms."""
+        total = (4 if self.post_norms else 2) * self.hidden * self._norm_size
         if self.qk_norm:
             total += 2 * self.head_dim
         if self.is_mla:
@@ -256,11 +294,13 @@ class ModelSpec:
 
         Forward = 2 * L * a * (d_qk + d_v) * S, i.e. 4 * L * a * d * S when d_qk = d_v
         (Kaplan et al. 2020 table 1, n_ctx term; PaLM appendix B's 6 * L * H * Q * T for
-        training), halved when causal since a token attends to S/2 keys on average.
+        training), halved when causal since a token attends to S/2 keys on average. Sliding and
+        chunked layers see fewer keys (`analytical.attention_span.mean_keys`).
         """
         _check_seq_len(seq_len)
-        forward = 2.0 * self.layers * self.heads * (self.qk_head_dim + self.value_head_dim)
-        forward *= seq_len * (0.5 if causal else 1.0)
+        per_key = 2.0 * self.heads * (self.qk_head_dim + self.value_head_dim)
+        forward = per_key * sum(mean_keys(kind, seq_len, self.attention_span(kind), causal=causal)
+                                for kind in self.layer_kinds)
         return 3.0 * forward if training else forward
 
     def flops_per_token(self, seq_len: int, *, training: bool = True,
@@ -276,16 +316,28 @@ class ModelSpec:
         return matmul + self.attention_flops_per_token(seq_len, training=training, causal=causal)
 
     def kv_cache_bytes_per_token(self, dtype_bytes: float) -> float:
-        """KV-cache bytes one token adds over all layers.
+        """KV-cache bytes one token adds over all layers, sliding/chunked layers included.
 
         2 * g * d per layer (keys and values); MLA caches the compressed latent and the shared
-        rope key instead: kv_lora_rank + qk_rope_head_dim (DeepSeek-V2 sec. 2.1.2).
+        rope key instead: kv_lora_rank + qk_rope_head_dim (DeepSeek-V2 sec. 2.1.2). This is what
+        a cache that keeps every token on every layer reserves; `kv_cache_bytes` caps windowed
+        layers at their span.
         """
+        return float(self.layers * self._kv_elements_per_layer(dtype_bytes) * dtype_bytes)
+
+    def kv_cache_bytes(self, context_len: int, dtype_bytes: float) -> float:
+        """KV-cache bytes of one sequence holding ``context_len`` tokens: full layers keep all,
+        sliding and chunked layers at most their span (`attention_span.cached_tokens`)."""
+        _check_seq_len(context_len)
+        tokens = sum(cached_tokens(kind, context_len, self.attention_span(kind))
+                     for kind in self.layer_kinds)
+        return float(tokens * self._kv_elements_per_layer(dtype_bytes) * dtype_bytes)
+
+    def _kv_elements_per_layer(self, dtype_bytes: float) -> int:
         if dtype_bytes <= 0:
             raise SpecError("dtype_bytes", f"must be > 0, got {dtype_bytes}")
-        per_layer = (self.kv_lora_rank + self.qk_rope_head_dim if self.is_mla
-                     else 2 * self.kv_heads * self.head_dim)
-        return float(self.layers * per_layer * dtype_bytes)
+        return (self.kv_lora_rank + self.qk_rope_head_dim if self.is_mla
+                else 2 * self.kv_heads * self.head_dim)
 
 
 def _check_int(spec: ModelSpec, key: str, *, minimum: int) -> None:
@@ -297,3 +349,38 @@ def _check_int(spec: ModelSpec, key: str, *, minimum: int) -> None:
 def _check_seq_len(seq_len: int) -> None:
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 0:
         raise SpecError("seq_len", f"must be an int >= 0, got {seq_len!r}")
+
+
+def _check_layer_attention(spec: ModelSpec) -> None:
+    """Per-layer kinds: one per layer, known kinds, and a span for each windowed kind used."""
+    _check_int(spec, "sliding_window", minimum=0)
+    _check_int(spec, "attention_chunk", minimum=0)
+    kinds = spec.layer_attention
+    if not kinds:
+        return
+    if len(kinds) != spec.layers:
+        raise SpecError("layer_attention", f"{len(kinds)} entries for {spec.layers} layers")
+    for kind in kinds:
+        if not isinstance(kind, AttentionKind):
+            allowed = ", ".join(AttentionKind)
+            raise SpecError("layer_attention", f"got {kind!r}; allowed: {allowed}")
+    if AttentionKind.SLIDING in kinds and spec.sliding_window < 1:
+        raise SpecError("sliding_window", "must be >= 1: some layers use a sliding window")
+    if AttentionKind.CHUNKED in kinds and spec.attention_chunk < 1:
+        raise SpecError("attention_chunk", "must be >= 1: some layers use chunked attention")
+
+
+def _check_moe_layer_ids(spec: ModelSpec) -> None:
+    """Explicit MoE layers: sorted, unique, in range; only on an MoE model, not with the rule."""
+    ids = spec.moe_layer_ids
+    if not ids:
+        return
+    if not spec.num_experts:
+        raise SpecError("moe_layer_ids", "given for a dense model (num_experts = 0)")
+    if spec.first_dense_layers or spec.moe_layer_freq != 1:
+        raise SpecError("moe_layer_ids", "give either the explicit list or "
+                        "first_dense_layers / moe_layer_freq, not both")
+    if any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
+        raise SpecError("moe_layer_ids", f"must be integers, got {ids!r}")
+    if list(ids) != sorted(set(ids)) or ids[0] < 0 or ids[-1] >= spec.layers:
+        raise SpecError("moe_layer_ids", f"must be sorted, unique and in 0..{spec.layers - 1}")

@@ -36,11 +36,9 @@ class StageParams:
 
 
 def is_moe_layer(model, index: int) -> bool:
-    """Whether layer ``index`` (0-based) has routed experts: index >= ``first_dense_layers`` and
-    index % ``moe_layer_freq`` == 0 (Hugging Face DeepSeek rule, as `ModelSpec.moe_layers`)."""
-    if not model.is_moe or index < model.first_dense_layers:
-        return False
-    return index % model.moe_layer_freq == 0
+    """Whether layer ``index`` (0-based) has routed experts (`ModelSpec.moe_layer_indices`: the
+    DeepSeek first-dense / frequency rule, or an explicit list such as Llama 4's)."""
+    return index in model.moe_layer_indices
 
 
 def stage_layers(layers: int, *, pp: int, vpp: int = 1, stage: int = 0) -> list[int]:

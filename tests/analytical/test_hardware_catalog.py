@@ -5,6 +5,7 @@ rejected with the file and field named, and the ``llmsim hardware`` commands wor
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +24,8 @@ from analytical.hardware import (
 )
 
 SHIPPED = ("a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-80gb", "h100-sxm", "h100-pcie", "h200",
-           "b200", "gh200", "l4", "l40s", "mi300x", "cpu")
+           "b200", "gh200", "l4", "l40s", "mi300x", "cpu", "b300", "gb200", "gb300", "mi325x",
+           "mi355x", "rtx-6000-ada", "rtx-pro-6000-server", "h20")
 LLMSIM = Path(sys.executable).parent / "llmsim"
 
 
@@ -93,6 +95,49 @@ def test_other_pinned_datasheet_values():
     assert get_hardware("l40s").peak_flops(DType.INT4) == get_hardware("l40s").peak_flops_bf16
 
 
+# (gpu, attribute or dtype, value in SI units, the vendor figure it comes from)
+CURRENT_GPUS = [
+    ("b300", DType.FP4, 13.5e15, "HGX B300: FP4 108 PF dense per 8 GPUs"),
+    ("b300", DType.BF16, 2.25e15, "HGX B300: FP16/BF16 36 PF sparse per 8 GPUs"),
+    ("b300", "memory_bw_bytes_per_s", 8e12, "Blackwell Ultra blog: 8 TB/s"),
+    ("b300", "inter_node", 100e9, "8x ConnectX-8 800 Gb/s per 8 GPUs"),
+    ("gb200", DType.FP8, 5e15, "GB200 NVL72: FP8 720 PF sparse per 72 GPUs"),
+    ("gb200", "memory_bw_bytes_per_s", 8e12, "GB200 NVL72: 576 TB/s per 72 GPUs"),
+    ("gb200", "intra_node", 900e9, "NVL72: 130 TB/s NVLink per 72 GPUs, bidirectional"),
+    ("gb300", DType.FP4, 15e15, "GB300 NVL72: FP4 1,080 PF dense per 72 GPUs"),
+    ("mi325x", DType.BF16, 1307.4e12, "MI325X: FP16/BF16 1307.4 TF dense"),
+    ("mi325x", "memory_bw_bytes_per_s", 6e12, "MI325X: 6 TB/s HBM3E"),
+    ("mi355x", DType.FP8, 5033.2e12, "MI355X: 256 CUs x 8192 FLOP/clk x 2.4 GHz"),
+    ("mi355x", "memory_bw_bytes_per_s", 8e12, "MI355X: 8 TB/s HBM3E"),
+    ("rtx-6000-ada", DType.BF16, 364.2e12, "Ada whitepaper: RTX 6000 FP16 w/ FP32 acc, dense"),
+    ("rtx-6000-ada", "memory_bw_bytes_per_s", 960e9, "RTX 6000 Ada datasheet: 960 GB/s"),
+    ("rtx-pro-6000-server", DType.FP4, 2000e12, "4,000 AI TOPS (FP4, sparse) / 2"),
+    ("h20", DType.BF16, 148e12, "H20 partner datasheet: FP16/BF16 148 TF dense"),
+    ("h20", "memory_bw_bytes_per_s", 4e12, "H20: 96 GB HBM3 at 4.0 TB/s"),
+]
+
+
+@pytest.mark.parametrize(("name", "what", "value", "source"), CURRENT_GPUS,
+                         ids=[f"{row[0]}-{row[1]}" for row in CURRENT_GPUS])
+def test_current_gpus_match_their_cited_figures(name, what, value, source):
+    hw = get_hardware(name)
+    if isinstance(what, DType):
+        got = hw.peak_flops(what)
+    elif what in ("intra_node", "inter_node"):
+        got = getattr(hw, what).bandwidth_bytes_per_s
+    else:
+        got = getattr(hw, what)
+    assert got == pytest.approx(value, rel=1e-3), source
+
+
+def test_rack_scale_parts_span_their_nvlink_domain():
+    # GB200/GB300 NVL72: one NVLink domain of 72 GPUs; HGX boards: 8.
+    assert get_hardware("gb200").gpus_per_node == get_hardware("gb300").gpus_per_node == 72
+    assert get_hardware("b300").gpus_per_node == 8
+    assert not get_hardware("mi355x").supports(DType.TF32) or \
+        get_hardware("mi355x").peak_flops(DType.TF32) == get_hardware("mi355x").peak_flops_fp32
+
+
 def _valid() -> dict:
     return yaml.safe_load((HARDWARE_DIR / "h100-sxm.yaml").read_text())
 
@@ -158,7 +203,9 @@ def test_round_trip_through_dict():
 
 
 def _run(*args: str, home: Path) -> subprocess.CompletedProcess:
-    env = {"LLMSIM_HOME": str(home), "PATH": str(LLMSIM.parent)}
+    # PYTHONPATH passes through so that a worktree's checkout (not the installed one) answers.
+    env = {"LLMSIM_HOME": str(home), "PATH": str(LLMSIM.parent),
+           "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     return subprocess.run([str(LLMSIM), "hardware", *args], capture_output=True, text=True,
                           env=env, timeout=120)
 

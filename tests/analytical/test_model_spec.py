@@ -136,8 +136,8 @@ def test_inconsistent_shapes_are_named():
            "num_experts_per_tok": 9}
     assert _error(moe).field == "top_k"
     qwen_moe = {**LLAMA3_8B, "model_type": "qwen3_moe", "num_experts": 8,
-                "num_experts_per_tok": 2, "moe_intermediate_size": 64, "decoder_sparse_step": 2}
-    assert _error(qwen_moe).field == "decoder_sparse_step"
+                "num_experts_per_tok": 2, "moe_intermediate_size": 64, "decoder_sparse_step": 64}
+    assert _error(qwen_moe).field == "decoder_sparse_step"  # 64 > 32 layers: no MoE layer
     assert _error({**LLAMA3_8B, "tie_word_embeddings": "no"}).field == "tie_word_embeddings"
     assert _error({**LLAMA3_8B, "llmsim_family": "gpt3"}).field == "llmsim_family"
 
