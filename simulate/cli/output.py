@@ -26,6 +26,7 @@ from rich.table import Table
 
 WIDTH = 100  # columns a table may use (a terminal narrower than this gets its own width)
 _PAD = 3  # rich's per-column padding and border
+_TEXT_CAP = 34  # a text column wider than this folds instead of pushing columns off the table
 
 
 def _default(value: Any) -> Any:
@@ -134,10 +135,12 @@ def _width() -> int:
     return min(WIDTH, console.width) if console.is_terminal else WIDTH
 
 
-def _column_groups(columns: Sequence[str], cells: list[list[str]], width: int) -> list[list[int]]:
-    """Column indexes per printed part: each part repeats column 0 and fits ``width``."""
-    sizes = [max([len(str(col)), *(len(r[i]) for r in cells)]) + _PAD
-             for i, col in enumerate(columns)]
+def _column_groups(columns: Sequence[str], cells: list[list[str]], texts: Sequence[bool],
+                   width: int) -> list[list[int]]:
+    """Column indexes per printed part: each part repeats column 0 and fits ``width``. Text
+    columns count as at most `_TEXT_CAP` wide (rich folds longer text); numbers never fold."""
+    sizes = [min(max([len(str(col)), *(len(r[i]) for r in cells)]), _TEXT_CAP if text else 10**6)
+             + _PAD for i, (col, text) in enumerate(zip(columns, texts, strict=True))]
     groups: list[list[int]] = []
     current: list[int] = [0]
     used = sizes[0] + 1
@@ -160,7 +163,10 @@ def print_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[str] | None
     columns = [str(c) for c in columns]
     cells = _cells(rows, columns)
     width = _width()
-    groups = _column_groups(columns, cells, width) if columns else [[]]
+    numeric = [bool(rows) and all(_is_number(r.get(col)) or r.get(col) is None for r in rows)
+               for col in columns]
+    texts = [not n and col not in ("field",) for col, n in zip(columns, numeric, strict=True)]
+    groups = _column_groups(columns, cells, texts, width) if columns else [[]]
     console = Console(width=width)
     for part, indexes in enumerate(groups):
         label = title
@@ -168,8 +174,8 @@ def print_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[str] | None
             label = f"{title or 'table'} ({part + 1}/{len(groups)})"
         table = Table(title=label, show_lines=False)
         for i in indexes:
-            numeric = all(_is_number(r.get(columns[i])) for r in rows) and bool(rows)
-            table.add_column(columns[i], overflow="fold", justify="right" if numeric else "left")
+            table.add_column(columns[i], overflow="fold", no_wrap=not texts[i],
+                             justify="right" if numeric[i] else "left")
         for row in cells:
             table.add_row(*(row[i] for i in indexes))
         console.print(table)

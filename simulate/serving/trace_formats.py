@@ -89,6 +89,8 @@ def detect_format(path: Path) -> TraceFormat:
     for fmt, needed, *_ in _CSV_FORMATS:
         if needed <= header:
             return fmt
+    if "arrival_s" in header:  # our format with a column missing: its loader names it
+        return TraceFormat.LLMSIM
     raise SpecError(FIELD, f"{path}: unknown trace format (header {sorted(header)}); known: "
                     "arrival_s,input_len,output_len | Azure TIMESTAMP,ContextTokens,"
                     "GeneratedTokens | BurstGPT Timestamp,Request tokens,Response tokens | "
