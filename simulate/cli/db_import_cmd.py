@@ -65,15 +65,31 @@ def import_cmd(files: tuple[Path, ...], family: str | None, hardware: str | None
 @click.option("--family", type=_FAMILY, default=None, help="Only this family's import columns.")
 @click.option("--store", "show_store", is_flag=True,
               help="Describe the store's tables and columns instead.")
+@click.option("--write-comments", is_flag=True,
+              help="Write the descriptions into the store (--db) as DuckDB column comments.")
+@click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Store file for --write-comments (default: $LLMSIM_DB or "
+              "$LLMSIM_HOME/llmsim.duckdb).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def schema_cmd(family: str | None, show_store: bool, as_json: bool) -> None:
+def schema_cmd(family: str | None, show_store: bool, write_comments: bool, db: Path | None,
+               as_json: bool) -> None:
     """The columns `llmsim db import` reads, per family (or, with --store, every table).
 
-    The same descriptions are written into the store as DuckDB column comments, so
-    `SELECT * FROM duckdb_columns()` in the duckdb CLI shows them too.
+    `db import` and --write-comments store the same descriptions as DuckDB column comments,
+    so `SELECT table_name, column_name, comment FROM duckdb_columns()` in the duckdb CLI
+    shows them too.
     """
-    from profiler.store_docs import import_schema, store_columns  # noqa: PLC0415
+    from profiler.store_docs import comment_store, import_schema, store_columns  # noqa: PLC0415
 
+    if write_comments:
+        from profiler.store import Store  # noqa: PLC0415
+
+        with Store(db) as store:
+            count = comment_store(store.connection)
+            path = store.path
+        click.echo(f"{path}: {count} column comments written" if count else
+                   f"{path}: this DuckDB has no COMMENT ON COLUMN; nothing written")
+        return
     if show_store:
         rows = store_columns()
         if as_json:

@@ -149,3 +149,15 @@ def test_schema_command_lists_required_columns(capsys) -> None:
     code, out, _ = _cli(capsys, "db", "schema", "--store", "--json")
     tables = {r["table"] for r in json.loads(out)}
     assert {"gemm", "fingerprints", "runs"} <= tables
+
+
+def test_schema_writes_column_comments(tmp_path: Path, capsys) -> None:
+    db = tmp_path / "s.duckdb"
+    code, out, _ = _cli(capsys, "db", "schema", "--write-comments", "--db", str(db))
+    assert code == 0 and "column comments written" in out
+    with Store(db, read_only=True) as store:
+        frame = store.query("SELECT table_name, column_name, comment FROM duckdb_columns() "
+                            "WHERE table_name IN ('attention', 'fingerprints')")
+    comments = {(r.table_name, r.column_name): r.comment for r in frame.itertuples()}
+    assert comments[("attention", "kv_heads")].startswith("key/value heads")
+    assert comments[("fingerprints", "driver")] == "driver version"
