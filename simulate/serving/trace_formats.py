@@ -47,6 +47,9 @@ from simulate.serving.workload import (
 )
 
 FIELD = "serving.arrival.trace"
+# The serving loop steps every request; the full BurstGPT file (1.4M requests) would run for
+# hours, so a longer trace is refused with the count (take a slice, e.g. `head -n 20001`).
+MAX_TRACE_REQUESTS = 200_000
 
 
 class TraceFormat(StrEnum):
@@ -134,6 +137,9 @@ def read_columns(path: Path) -> tuple[TraceFormat, np.ndarray | None, np.ndarray
     ins, outs = _integers(ins, path, "input"), _integers(outs, path, "output")
     arrival_arr = None if arrival is None else _numbers(arrival, path)
     cached_arr = None if cached is None else _integers(cached.fillna(-1), path, "cached_prefix")
+    if len(ins) > MAX_TRACE_REQUESTS:
+        raise SpecError(FIELD, f"{path}: {len(ins):,} requests, at most "
+                        f"{MAX_TRACE_REQUESTS:,} are simulated; take a slice of the trace")
     keep = (ins > 0) & (outs > 0)
     if not keep.any():
         raise SpecError(FIELD, f"{path}: no request with input and output tokens > 0")

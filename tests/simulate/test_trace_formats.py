@@ -89,3 +89,11 @@ def test_trace_scenario_needs_no_lengths(tmp_path: Path, capsys) -> None:
     path.write_text(json.dumps(scenario))
     assert main(["simulate", str(path), "--no-store", "--no-predictors"]) == 2
     assert "inference.input_len" in capsys.readouterr().err
+
+
+def test_too_long_a_trace_is_refused(tmp_path: Path, monkeypatch) -> None:
+    import simulate.serving.trace_formats as formats
+
+    monkeypatch.setattr(formats, "MAX_TRACE_REQUESTS", 100)
+    with pytest.raises(SpecError, match="300 requests, at most 100"):
+        trace_workload(AZURE_CONV, {})
