@@ -139,11 +139,13 @@ def export(directory: Path, where: str, db: Path | None) -> None:
 
 
 @group.command("import-published")
+@click.argument("data_dir", metavar="PATH",
+                type=click.Path(exists=True, file_okay=False, path_type=Path))
 @_SOURCE
-@_DATA_DIR
 @_DB
-def import_published_cmd(source: str, data_dir: Path | None, db: Path | None) -> None:
-    """Load the published AIConfigurator / Vidur measurements (imported only once)."""
+def import_published_cmd(source: str, data_dir: Path, db: Path | None) -> None:
+    """Load the published AIConfigurator / Vidur measurements from PATH, the folder holding
+    aiconfigurator/ and vidur/ (imported only once)."""
     with Store(db) as store:
         result = import_published(store, source=source, data_dir=data_dir)
     for name, (inserted, skipped) in result.items():
@@ -172,3 +174,10 @@ def curate(source: str, out: Path, data_dir: Path | None, db: Path | None) -> No
     with Store(db, read_only=True) as store:
         files = write_curated(store, out, source=source, data_dir=data_dir)
     click.echo(f"wrote {len(files)} file(s) under {out}")
+
+
+# `db import` and `db schema` (user tables, column docs) live in their own module.
+from simulate.cli.db_import_cmd import import_cmd, schema_cmd  # noqa: E402
+
+group.add_command(import_cmd)
+group.add_command(schema_cmd)

@@ -14,6 +14,8 @@ import sys
 import click
 
 from analytical.errors import LlmsimError
+from simulate.cli.output import plain_help
+from simulate.version import llmsim_version
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "hardware": ("simulate.cli.hardware_cmd:group", "Hardware catalog: list, show, calibrate."),
@@ -28,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                  "Profile, train, predict and measure real models on this CPU."),
     "search": ("simulate.cli.search_cmd:command", "Search parallel layouts and serving configs."),
     "suite": ("simulate.cli.suite_cmd:command", "Run the survey's scenario suite."),
+    "compare": ("simulate.cli.compare_cmd:command", "Predict two scenarios side by side."),
 }
 
 
@@ -49,7 +52,7 @@ class _LazyGroup(click.Group):
                                  callback=lambda: _unavailable(name))
         command = getattr(module, attr)
         command.help = command.help or help_text
-        return command
+        return plain_help(command)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][1]) for name in sorted(COMMANDS)]
@@ -63,6 +66,7 @@ def _unavailable(name: str) -> None:
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.version_option(llmsim_version(), prog_name="llmsim", message="%(prog)s %(version)s")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
     """llmsim: how fast will this LLM train or serve on that cluster, and which layout is best."""

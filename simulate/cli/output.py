@@ -1,11 +1,20 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Printing for commands: rich tables for people, ``--json`` for scripts. Library code never
-prints; commands call these."""
+"""Printing for commands: tables for people, ``--json`` for scripts. Library code never prints;
+commands call these.
+
+One formatting rule for every command: a value is shown by what its name says it is. Seconds
+(``*_s``, ``(s)``) get the unit that keeps 1-999 before it (ns, us, ms, s); ``*_gib`` gets GiB;
+MFU, fractions, utilisation and engine coverage are percentages; large numbers get thousands
+separators instead of exponents. Tables are at most `WIDTH` columns wide: a wider table is
+split into parts that repeat its first column, so no cell wraps. JSON output is never
+formatted.
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
@@ -14,6 +23,10 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
+
+WIDTH = 100  # columns a table may use (a terminal narrower than this gets its own width)
+_PAD = 3  # rich's per-column padding and border
+_TEXT_CAP = 34  # a text column wider than this folds instead of pushing columns off the table
 
 
 def _default(value: Any) -> Any:
@@ -45,32 +58,162 @@ def print_json(obj: Any) -> None:
 
 
 def format_value(value: Any) -> str:
+    """A number for people: 4 significant digits, thousands separators, no exponent above
+    1e-3 (smaller magnitudes keep one, e.g. 1.66e-05)."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()  # numpy scalars
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}" if abs(value) >= 10_000 else str(value)
     if isinstance(value, float):
         if value == 0 or not math.isfinite(value):
-            return str(value)
-        if abs(value) >= 1e5 or abs(value) < 1e-3:
+            return "0" if value == 0 else str(value)
+        magnitude = abs(value)
+        if magnitude >= 10_000:
+            return f"{value:,.0f}"
+        if magnitude >= 1000:
+            return f"{value:,.1f}"
+        if magnitude >= 1e-3:
             return f"{value:.4g}"
-        return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.1f}"
+        return f"{value:.3g}"
     if isinstance(value, Enum):
         return str(value.value)
     return "" if value is None else str(value)
 
 
+def format_seconds(value: float) -> str:
+    """Seconds in the unit that keeps 1-999 before it: 1.66e-05 -> '16.6 us'."""
+    magnitude = abs(value)
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
+        if magnitude >= scale:
+            return f"{format_value(value / scale)} {unit}"
+    return f"{format_value(value / 1e-9)} ns" if magnitude else "0 s"
+
+
+def format_percent(fraction: float, *, signed: bool = False) -> str:
+    """0.386 -> '38.6%' ('+38.6%' with ``signed``)."""
+    return f"{100 * fraction:{'+' if signed else ''}.1f}%"
+
+
+_PERCENT_NAMES = re.compile(r"(^|[._ ])(mfu|utilisation|utilization|fraction|coverage)"
+                            r"|fraction$|^engine_coverage\.|busy", re.IGNORECASE)
+
+
+def format_field(name: str, value: Any) -> str:
+    """``value`` formatted by what ``name`` says it holds (see the module docstring)."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return format_value(value)
+    if not math.isfinite(value):
+        return str(value)
+    lowered = name.lower().strip()
+    if _PERCENT_NAMES.search(lowered) and "roofline_s" not in lowered and -2 <= value <= 2:
+        return format_percent(float(value))
+    if re.search(r"(_s|\(s\)|seconds)$", lowered) and "per_s" not in lowered and \
+            isinstance(value, float):
+        return format_seconds(value)
+    if lowered.endswith("_gib"):
+        return f"{format_value(float(value))} GiB"
+    return format_value(value)
+
+
+def _cells(rows: list[Mapping[str, Any]], columns: Sequence[str]) -> list[list[str]]:
+    """Formatted cells; a key/value table formats each value by its row's field name."""
+    keyed = "field" in columns and "value" in columns
+    out = []
+    for row in rows:
+        name = str(row.get("field", "")) if keyed else ""
+        out.append([format_field(name if keyed and col == "value" else col, row.get(col))
+                    for col in columns])
+    return out
+
+
+def _width() -> int:
+    console = Console()
+    return min(WIDTH, console.width) if console.is_terminal else WIDTH
+
+
+def _column_groups(columns: Sequence[str], cells: list[list[str]], texts: Sequence[bool],
+                   width: int) -> list[list[int]]:
+    """Column indexes per printed part: each part repeats column 0 and fits ``width``. Text
+    columns count as at most `_TEXT_CAP` wide (rich folds longer text); numbers never fold."""
+    sizes = [min(max([len(str(col)), *(len(r[i]) for r in cells)]), _TEXT_CAP if text else 10**6)
+             + _PAD for i, (col, text) in enumerate(zip(columns, texts, strict=True))]
+    groups: list[list[int]] = []
+    current: list[int] = [0]
+    used = sizes[0] + 1
+    for i in range(1, len(columns)):
+        if len(current) > 1 and used + sizes[i] > width:
+            groups.append(current)
+            current, used = [0], sizes[0] + 1
+        current.append(i)
+        used += sizes[i]
+    groups.append(current)
+    return groups
+
+
 def print_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[str] | None = None, *,
                 title: str | None = None) -> None:
-    """A rich table of dict rows; columns default to the first row's keys."""
+    """A table of dict rows (columns default to the first row's keys), at most `WIDTH` wide."""
     rows = list(rows)
     if columns is None:
         columns = list(rows[0]) if rows else []
-    table = Table(title=title, show_lines=False)
-    for col in columns:
-        table.add_column(col, overflow="fold")
-    for row in rows:
-        table.add_row(*(format_value(row.get(col)) for col in columns))
-    Console(width=max(140, Console().width)).print(table)
+    columns = [str(c) for c in columns]
+    cells = _cells(rows, columns)
+    width = _width()
+    numeric = [bool(rows) and all(_is_number(r.get(col)) or r.get(col) is None for r in rows)
+               for col in columns]
+    texts = [not n and col not in ("field",) for col, n in zip(columns, numeric, strict=True)]
+    groups = _column_groups(columns, cells, texts, width) if columns else [[]]
+    console = Console(width=width)
+    for part, indexes in enumerate(groups):
+        label = title
+        if len(groups) > 1:
+            label = f"{title or 'table'} ({part + 1}/{len(groups)})"
+        table = Table(title=label, show_lines=False)
+        for i in indexes:
+            table.add_column(columns[i], overflow="fold", no_wrap=not texts[i],
+                             justify="right" if numeric[i] else "left")
+        for row in cells:
+            table.add_row(*(row[i] for i in indexes))
+        console.print(table)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def print_mapping(data: Mapping[str, Any], *, title: str | None = None) -> None:
     """Two-column key/value table."""
     print_table(({"field": k, "value": v} for k, v in data.items()), ["field", "value"],
                 title=title)
+
+
+_RST = (
+    (re.compile(r":[a-z]+:`([^`]+)`"), r"\1"),  # :func:`x` -> x
+    (re.compile(r"``([^`]+)``"), r"\1"),  # ``x`` -> x
+    (re.compile(r"(?<![\w`])`([^`]+)`(?![\w`])"), r"\1"),  # `x` -> x
+)
+
+
+def plain_text(text: str | None) -> str | None:
+    """Help text without reStructuredText markup (double backticks, roles)."""
+    if not text:
+        return text
+    for pattern, replacement in _RST:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def plain_help(command: click.Command) -> click.Command:
+    """Strip RST markup from a command's help, its options' help and its sub-commands'."""
+    command.help = plain_text(command.help)
+    command.short_help = plain_text(command.short_help)
+    for param in command.params:
+        if isinstance(param, click.Option):
+            param.help = plain_text(param.help)
+    for sub in getattr(command, "commands", {}).values():
+        plain_help(sub)
+    return command

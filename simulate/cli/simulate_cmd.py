@@ -11,12 +11,13 @@ import yaml
 
 from simulate.api import run
 from simulate.cli.output import print_json, print_table
+from simulate.cli.quick_opts import quick_options
 from simulate.inference.outputs import inference_rows, plot_latency_cdfs
 from simulate.report import plot_breakdown, summary_rows
 
 
 @click.command(name="simulate")
-@click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--trace", "trace_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Write a Chrome/Perfetto trace (training iteration, or serving steps).")
@@ -31,10 +32,14 @@ from simulate.report import plot_breakdown, summary_rows
 @click.option("--tracking-uri", help="MLflow tracking URI for the predictors.")
 @click.option("--no-store", is_flag=True, help="Do not use measured latencies.")
 @click.option("--no-predictors", is_flag=True, help="Do not use learned predictors.")
+@quick_options
 def command(scenario: Path, as_json: bool, trace_file: Path | None, plot_file: Path | None,
             missing_file: Path | None, overrides: tuple[str, ...], db_path: Path | None,
             tracking_uri: str | None, no_store: bool, no_predictors: bool) -> None:
     """Predict SCENARIO (YAML/JSON): iteration time, MFU and memory, or serving latencies.
+
+    Without a file: llmsim simulate --model llama-3-8b --gpu h100-sxm --gpus 8 [--train]
+    builds the scenario from flags (--save writes it).
 
     A training layout that does not fit in memory prints its memory breakdown and
     ``fits: false`` (exit 0) and no latency.

@@ -39,6 +39,7 @@ from simulate.serving.metrics import (
     summarize_latencies,
     summarize_tenants,
 )
+from simulate.serving.trace_formats import has_trace
 from simulate.serving.workload import Request, Workload, make_workload
 
 
@@ -85,7 +86,7 @@ def predict_inference(doc: Mapping[str, Any], *, model: ModelSpec, hw: HardwareS
                       num_gpus: int, estimate: EstimateFn, base_dir: Path | None = None,
                       record_steps: bool = False) -> dict[str, Any]:
     """Predict the scenario's inference; returns the JSON-ready result."""
-    inf = parse_inference(doc["inference"])
+    inf = parse_inference(doc["inference"], lengths_from_trace=has_trace(doc))
     serving = parse_serving(doc["serving"]) if "serving" in doc else None
     if serving and serving.prefill_pool:
         return _disaggregated(inf, serving, model=model, hw=hw, num_gpus=num_gpus,
@@ -233,7 +234,8 @@ def predict_colocated(doc: Mapping[str, Any], *, hw: HardwareSpec, num_gpus: int
         if not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
             raise SpecError(f"{path}.memory_fraction", f"must be in (0, 1], got {fraction!r}")
         total_fraction += fraction
-        inf = parse_inference(entry["inference"], f"{path}.inference")
+        inf = parse_inference(entry["inference"], f"{path}.inference",
+                              lengths_from_trace=has_trace(entry))
         serving = parse_serving(entry["serving"], f"{path}.serving")
         _check_gpus(num_gpus, inf.tp * inf.pp, f"{path}.inference.parallel (tp*pp)")
         model = load_model(str(entry["model"]))

@@ -69,10 +69,13 @@ def _length(block: Mapping[str, Any], key: str, path: str) -> Any:
     return pos_int(block, key, path)
 
 
-def parse_inference(block: Any, path: str = "inference") -> InferenceSpec:
+def parse_inference(block: Any, path: str = "inference", *,
+                    lengths_from_trace: bool = False) -> InferenceSpec:
+    """With ``lengths_from_trace`` (a serving trace gives every request's lengths) the
+    ``input_len``/``output_len`` keys are optional and stay None when absent."""
     b = check_keys(block, path, {"parallel", "precision", "kv_cache_dtype", "batch_size",
                                  "input_len", "output_len", "speculative", "prefix_cache", "lora"},
-                   {"input_len", "output_len"})
+                   set() if lengths_from_trace else {"input_len", "output_len"})
     par = check_keys(b.get("parallel", {}), f"{path}.parallel", {"tp", "pp", "dp", "ep"})
     precision = parse_dtype(b.get("precision", "bf16"), field=f"{path}.precision")
     if precision not in PRECISIONS:
@@ -110,7 +113,10 @@ def parse_inference(block: Any, path: str = "inference") -> InferenceSpec:
         dp=pos_int(par, "dp", f"{path}.parallel", 1), ep=pos_int(par, "ep", f"{path}.parallel", 1),
         precision=precision, kv_cache_dtype=kv,
         batch_size=pos_int(b, "batch_size", path, 1),
-        input_len=_length(b, "input_len", path), output_len=_length(b, "output_len", path),
+        input_len=_length(b, "input_len", path) if "input_len" in b or not lengths_from_trace
+        else None,
+        output_len=_length(b, "output_len", path) if "output_len" in b or not lengths_from_trace
+        else None,
         speculative=spec, prefix_hit_ratio=hit, lora_rank=lora_rank, lora_targets=targets,
         lora_adapters=adapters,
     )

@@ -83,7 +83,8 @@ def make_workload(arrival: Mapping[str, Any], *, input_len: Any, output_len: Any
         path = Path(arrival["trace"])
         if base_dir is not None and not path.is_absolute():
             path = base_dir / path
-        return load_trace(path, prefix_hit=prefix_hit)
+        from simulate.serving.trace_formats import trace_workload  # noqa: PLC0415 - cycle
+        return trace_workload(path, arrival, prefix_hit=prefix_hit, field=field)
     process = arrival.get("process", "poisson")
     n = arrival.get("num_requests")
     if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
