@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import StrEnum
 
 from analytical.activations import (
     DROPOUT_MASK_BYTES,
@@ -28,6 +29,7 @@ from analytical.parallel import ParallelConfig, Recompute, Schedule
 from analytical.stage import StageParams, stage_params
 
 __all__ = [
+    "Framework",
     "TrainingMemory",
     "activation_bytes_per_layer",
     "kv_cache_bytes",
@@ -36,6 +38,18 @@ __all__ = [
     "training_memory",
     "weight_bytes",
 ]
+
+
+
+class Framework(StrEnum):
+    """The training framework whose memory and scheduling behaviour a scenario follows."""
+
+    MEGATRON = "megatron"  # Megatron-LM / Megatron-Core
+    NEMO = "nemo"  # NeMo (Megatron-Core underneath)
+    TORCHTITAN = "torchtitan"  # PyTorch FSDP2 / DTensor
+    DEEPSPEED = "deepspeed"
+    COMPOSER = "composer"  # MosaicML Composer / llm-foundry (PyTorch FSDP1)
+
 
 # fp32 optimizer state bytes per trainable parameter, without the master copy.
 OPTIMIZER_STATE_BYTES: dict[str, float] = {
