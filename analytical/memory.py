@@ -21,6 +21,7 @@ from analytical.activations import (
     activation_bytes_per_layer,
     check_tensor_parallel,
     local_kv_heads,
+    op_sac_bytes_per_layer,
 )
 from analytical.dtypes import DType
 from analytical.errors import InfeasibleError, SpecError, UnknownNameError
@@ -62,6 +63,16 @@ MASTER_WEIGHT_BYTES = 4.0  # fp32 master copy kept when weights are stored in fe
 # next one (BackwardPrefetch.BACKWARD_PRE, forward_prefetch).
 ZERO3_GATHERED_LAYERS = 2
 LOGITS_BYTES = 4.0  # fp32 logits kept for the vocab-parallel cross entropy (Megatron-LM)
+# Loss working set per logit where the framework runs a plain fp32 cross entropy on the whole
+# logits: torchtitan's loss_fn is cross_entropy(pred.float(), labels) (train.py at 9dec370). The
+# backward of log_softmax holds its saved fp32 output, the incoming fp32 gradient and the fp32
+# input gradient at once: 3 x 4 bytes per logit. Megatron's fused vocab-parallel cross entropy
+# keeps one fp32 copy (LOGITS_BYTES).
+FP32_CROSS_ENTROPY_BYTES = 12.0
+# llm-foundry's MPT defaults to loss_fn 'fused_crossentropy' (llmfoundry/models/mpt/
+# modeling_mpt.py), flash-attn's Triton cross entropy: it keeps the bf16 logits and writes their
+# gradient in place (flash_attn/losses/cross_entropy.py, inplace_backward).
+FUSED_BF16_CROSS_ENTROPY_BYTES = 2.0
 
 # Extra bytes per quantised weight for scales/zero points. int4: group size 128 with an fp16 scale
 # and a packed 4-bit zero point per group (AutoGPTQ/AutoAWQ layout) = 2.5 B / 128 weights.
@@ -72,6 +83,28 @@ QUANT_SCALE_BYTES_PER_PARAM: dict[DType, float] = {
     DType.INT4: 2.5 / INT4_GROUP_SIZE,
     DType.FP4: 1.0 / 16,
 }
+
+
+def framework_grad_bytes(framework: Framework, param_dtype_bytes: float = 2.0) -> float:
+    """Gradient bytes per parameter before any ZeRO sharding.
+
+    Megatron-LM (and NeMo on Megatron-Core) accumulates and reduces bf16 models' gradients in an
+    fp32 main-grad buffer (megatron/training/arguments.py: "bfloat16 requires gradient
+    accumulation and all-reduce to be performed in fp32"; docs/user-guide/features/
+    dist_optimizer.md: bf16 parameters with fp32 gradients take 18 bytes, 6 + 12/d with the
+    distributed optimizer). Others keep gradients in the parameter dtype (the ZeRO paper's 2).
+    """
+    if framework in (Framework.MEGATRON, Framework.NEMO) and param_dtype_bytes == 2.0:
+        return 4.0
+    return param_dtype_bytes
+
+
+def _logit_bytes(framework: Framework) -> float:
+    if framework == Framework.TORCHTITAN:
+        return FP32_CROSS_ENTROPY_BYTES
+    if framework == Framework.COMPOSER:
+        return FUSED_BF16_CROSS_ENTROPY_BYTES
+    return LOGITS_BYTES
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,7 +176,8 @@ def training_memory(model, parallel: ParallelConfig, *, micro_batch: int, seq_le
                     recompute: Recompute, schedule: Schedule, num_microbatches: int,
                     param_dtype_bytes: float = 2.0, grad_dtype_bytes: float = 2.0,
                     optimizer: str = "adam", lora_params: int | None = None,
-                    flash_attention: bool = True, dropout: bool = False) -> TrainingMemory:
+                    flash_attention: bool = True, dropout: bool = False,
+                    framework: Framework = Framework.MEGATRON) -> TrainingMemory:
     """Training memory of the first pipeline stage's GPU (the most loaded one).
 
     ``grad_dtype_bytes`` is 2 for bf16 gradients (the ZeRO paper) or 4 for fp32 main gradients
@@ -185,29 +219,49 @@ def training_memory(model, parallel: ParallelConfig, *, micro_batch: int, seq_le
 
     layer_kw = dict(micro_batch=micro_batch, seq_len=seq_len, flash_attention=flash_attention,
                     dropout=dropout)
-    per_mb = sum(activation_bytes_per_layer(model, parallel, recompute=recompute,
-                                            moe_layer=is_moe, **layer_kw)
-                 for is_moe in stage.layer_is_moe)
+
+    def stored(is_moe: bool, policy: Recompute) -> float:
+        if (framework == Framework.TORCHTITAN and policy == Recompute.SELECTIVE
+                and not is_moe):
+            return op_sac_bytes_per_layer(model, parallel, micro_batch=micro_batch,
+                                          seq_len=seq_len)
+        return activation_bytes_per_layer(model, parallel, recompute=policy, moe_layer=is_moe,
+                                          **layer_kw)
+
+    per_mb = sum(stored(is_moe, recompute) for is_moe in stage.layer_is_moe)
     per_mb += _embedding_and_head_activations(model, parallel, stage, micro_batch, seq_len,
-                                              dropout)
+                                              dropout, _logit_bytes(framework))
     activations = per_mb * _inflight_factor(parallel, schedule, num_microbatches)
     if recompute != Recompute.NONE:
         # Backward re-runs one layer at a time, so what recompute dropped exists for one layer.
-        activations += max(
-            activation_bytes_per_layer(model, parallel, recompute=Recompute.NONE,
-                                       moe_layer=is_moe, **layer_kw)
-            - activation_bytes_per_layer(model, parallel, recompute=recompute,
-                                         moe_layer=is_moe, **layer_kw)
-            for is_moe in set(stage.layer_is_moe))
-    other = 0.0
-    if zero >= 3:
-        other = ZERO3_GATHERED_LAYERS * stage.largest_layer * param_dtype_bytes
+        activations += max(stored(is_moe, Recompute.NONE) - stored(is_moe, recompute)
+                           for is_moe in set(stage.layer_is_moe))
     return TrainingMemory(weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=opt,
-                          activations_bytes=activations, other_bytes=other)
+                          activations_bytes=activations,
+                          other_bytes=_gathered_weights(parallel, stage, framework,
+                                                        param_dtype_bytes))
+
+
+def _gathered_weights(parallel: ParallelConfig, stage: StageParams, framework: Framework,
+                      param_dtype_bytes: float) -> float:
+    """Unsharded weights ZeRO-3/FSDP holds beside the shards.
+
+    Default: the current layer plus the prefetched next one (`ZERO3_GATHERED_LAYERS`).
+    torchtitan with pipeline parallelism sets FSDP2 ``reshard_after_forward=False``
+    (parallelize_llama.py at 9dec370: "reshard_after_forward = False" when pp is enabled), so
+    the whole stage stays unsharded from its forward to its backward.
+    """
+    if parallel.zero_stage < 3:
+        return 0.0
+    if framework == Framework.TORCHTITAN and parallel.pp > 1:
+        return stage.total * param_dtype_bytes
+    return ZERO3_GATHERED_LAYERS * stage.largest_layer * param_dtype_bytes
+
 
 
 def _embedding_and_head_activations(model, parallel: ParallelConfig, stage: StageParams,
-                                    micro_batch: int, seq_len: int, dropout: bool) -> float:
+                                    micro_batch: int, seq_len: int, dropout: bool,
+                                    logit_bytes: float = LOGITS_BYTES) -> float:
     """Per micro-batch: the embedding dropout mask on the first stage; on the last stage the
     final-norm and LM-head inputs and the fp32 logits (vocab split over tp)."""
     tokens = micro_batch * seq_len / parallel.cp
@@ -217,7 +271,7 @@ def _embedding_and_head_activations(model, parallel: ParallelConfig, stage: Stag
         out += DROPOUT_MASK_BYTES * model.hidden * rep * tokens
     if stage.has_lm_head:
         out += 2 * 2.0 * model.hidden * rep * tokens
-        out += LOGITS_BYTES * model.vocab / parallel.tp * tokens
+        out += logit_bytes * model.vocab / parallel.tp * tokens
     return out
 
 

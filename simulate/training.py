@@ -14,7 +14,7 @@ from typing import Any
 
 from analytical.dtypes import DType
 from analytical.hardware import HardwareSpec, get_hardware
-from analytical.memory import TrainingMemory, training_memory
+from analytical.memory import TrainingMemory, framework_grad_bytes, training_memory
 from analytical.model import load_model
 from analytical.ops import CollectiveKind, CollectiveSpec, MemoryBoundSpec, MemoryOpKind
 from analytical.stage import StageParams, is_moe_layer, stage_params
@@ -78,6 +78,8 @@ def _memory(model, t: TrainingSpec) -> TrainingMemory:
                            num_microbatches=t.num_microbatches,
                            dropout=model.norm == "layernorm",
                            flash_attention=t.attention == "flash",
+                           framework=t.framework,
+                           grad_dtype_bytes=framework_grad_bytes(t.framework),
                            lora_params=(lora_trainable_params(model, t.lora_rank, t.lora_targets)
                                         if t.lora_rank else None))
 
@@ -212,7 +214,7 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
         fits=True, iteration_time_s=iteration, tokens_per_s=tokens / iteration,
         tflops_per_gpu=base["model_flops_per_iteration"] / iteration / base["num_gpus"] / 1e12,
         mfu=base["model_flops_per_iteration"] / (iteration * base["num_gpus"]
-                                                 * hw.peak_flops(DType.BF16)),
+                                                 * hw.peak_flops(t.precision)),
         bubble_fraction=pipe.bubble_fraction(ref), breakdown_s=breakdown,
         engine_coverage=coverage, engines_available=dict(chain.available), critical_stage=ref,
         records=records if record else (), **base)
