@@ -72,7 +72,8 @@ def _gpn(scenario: Scenario, hw: HardwareSpec) -> int:
     return scenario.cluster.gpus_per_node or hw.gpus_per_node
 
 
-def _memory(model, t: TrainingSpec) -> TrainingMemory:
+def spec_memory(model, t: TrainingSpec) -> TrainingMemory:
+    """The memory of one training spec, as `run_training` judges it (also the search's pruning)."""
     return training_memory(model, t.parallel, micro_batch=t.micro_batch, seq_len=t.seq_len,
                            recompute=t.recompute, schedule=t.schedule,
                            num_microbatches=t.num_microbatches,
@@ -110,7 +111,7 @@ def run_training(scenario: Scenario, *, chain: EngineChain | None = None,
     hw = chain.hardware if chain is not None else get_hardware(scenario.cluster.gpu)
     source = None
     warnings = validate_layout(model, hw, scenario.cluster, t, source=source)
-    memory = _memory(model, t)
+    memory = spec_memory(model, t)
     m, gpus = t.num_microbatches, scenario.cluster.num_gpus
     flops = model.flops_per_token(t.seq_len, training=True) * t.global_batch * t.seq_len
     if t.lora_rank:  # frozen base: no weight-gradient GEMMs, so 4N instead of 6N per token

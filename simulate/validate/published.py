@@ -31,6 +31,9 @@ PEAK_MATCH_TOLERANCE = 0.01  # a stated peak within 1% of ours is the same denom
 DEFAULTS = {"cp": 1, "ep": 1, "vpp": 1, "zero": 0, "micro_batch": 1, "recompute": "none",
             "sp": False, "fsdp": False, "attention": "flash", "framework": "megatron"}
 INTERLEAVED_VPP = 2  # "interleaved" with no stated vpp: the smallest interleaving
+# A row that does not state its recompute policy takes the first of these that fits, as a
+# practitioner sizing the run would (and as NeMo's auto-configurator searches recompute).
+UNSTATED_RECOMPUTE = ("none", "selective", "full")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,6 +51,7 @@ class RowOutcome:
     measured_mem_gib: float | None = None
     predicted_mem_gib: float | None = None
     error: str | None = None
+    assumed_recompute: str | None = None  # set where the row left recompute empty
 
     @property
     def tps_error(self) -> float | None:
@@ -168,7 +172,15 @@ def score_row(row: Mapping[str, str], index: int, runner: Runner) -> RowOutcome:
     try:
         measured_tps, derived = _measured_tps(row)
         measured_mfu = _measured_mfu(row)
-        data = runner(row_scenario(row, name))
+        scenario = row_scenario(row, name)
+        assumed = None
+        for policy in ((_get(row, "recompute"),) if _get(row, "recompute")
+                       else UNSTATED_RECOMPUTE):
+            scenario["training"]["recompute"] = policy
+            data = runner(scenario)
+            assumed = None if _get(row, "recompute") else policy
+            if data.get("fits"):
+                break
     except (LlmsimError, ValueError, KeyError) as exc:
         return RowOutcome(source=source, name=name, fits=None, error=str(exc))
     fits = bool(data.get("fits"))
@@ -180,7 +192,8 @@ def score_row(row: Mapping[str, str], index: int, runner: Runner) -> RowOutcome:
                       measured_mfu=measured_mfu,
                       predicted_mfu=data.get("mfu") if fits and measured_mfu else None,
                       measured_mem_gib=_float(row, "peak_memory_gib"),
-                      predicted_mem_gib=data.get("memory_per_gpu_gib"))
+                      predicted_mem_gib=data.get("memory_per_gpu_gib"),
+                      assumed_recompute=assumed)
 
 
 def score_training(rows: Sequence[Mapping[str, str]], runner: Runner) -> list[RowOutcome]:
