@@ -115,13 +115,28 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
     hardware: dict[str, Any] = {"gpu": _get(row, "gpu"), "num_gpus": int(_get(row, "num_gpus"))}
     if _get(row, "gpus_per_node"):
         hardware["gpus_per_node"] = int(_get(row, "gpus_per_node"))
+    framework = _get(row, "framework") or DEFAULTS["framework"]
     training = {"parallel": parallel, "global_batch": int(_get(row, "global_batch")),
-                "micro_batch": _int(row, "micro_batch"), "seq_len": int(_get(row, "seq_len")),
+                "micro_batch": _micro_batch(row, parallel, framework),
+                "seq_len": int(_get(row, "seq_len")),
                 "precision": _get(row, "precision") or "bf16",
                 "recompute": _get(row, "recompute") or DEFAULTS["recompute"],
                 "schedule": schedule, "attention": _get(row, "attention") or DEFAULTS["attention"]}
-    training["framework"] = _get(row, "framework") or DEFAULTS["framework"]
+    training["framework"] = framework
     return {"name": name, "model": _get(row, "model"), "hardware": hardware, "training": training}
+
+
+def _micro_batch(row: Mapping[str, str], parallel: Mapping[str, Any], framework: str) -> int:
+    """The stated micro-batch; unstated, the framework's default: torchtitan splits each DP
+    rank's batch into pp micro-batches ("The default value will be the number of pipeline
+    stages", --experimental.pipeline_parallel_microbatches, config_manager.py at 9dec370);
+    otherwise `DEFAULTS`."""
+    if _get(row, "micro_batch"):
+        return int(_get(row, "micro_batch"))
+    local = int(_get(row, "global_batch")) // (parallel["dp"])
+    if framework == "torchtitan" and parallel["pp"] > 1 and local % parallel["pp"] == 0:
+        return local // parallel["pp"]
+    return int(DEFAULTS["micro_batch"])
 
 
 def _measured_tps(row: Mapping[str, str]) -> tuple[float | None, bool]:
