@@ -143,3 +143,14 @@ def test_cli_published_writes_the_table(tmp_path):
     assert "leave-one-source-out" in data["calibration"]
     text = readme.read_text()
     assert "| src-a | 2 |" in text and "--no-store --no-predictors" in text
+
+
+def test_unstated_micro_batch_follows_the_framework():
+    """torchtitan splits each DP rank's batch into pp micro-batches; others default to 1."""
+    row = {**ROW, "model": "llama-3-70b", "tp": "8", "pp": "4", "dp": "2", "num_gpus": "64",
+           "global_batch": "32", "micro_batch": "", "sp": "true"}
+    assert pub.row_scenario(row, "x")["training"]["micro_batch"] == 4  # 32 / 2 / 4
+    megatron = {**row, "framework": "megatron"}
+    assert pub.row_scenario(megatron, "x")["training"]["micro_batch"] == 1
+    stated = {**row, "micro_batch": "2"}
+    assert pub.row_scenario(stated, "x")["training"]["micro_batch"] == 2
