@@ -162,7 +162,7 @@ def published_cmd(kind: str, corpus: Path | None, sources: str | None, db_path: 
                     "rows": [{**dataclasses.asdict(o), "tps_error": o.tps_error}
                              for o in outcomes]})
         return
-    print_table(summary, list(pub.SUMMARY_COLUMNS),
+    print_table(pub.display_rows(summary),
                 title=f"validate published ({kind}); errors are % of measured, "
                       "tps = tokens/s/GPU")
     click.echo(f"calibration: {note}")

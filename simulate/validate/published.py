@@ -217,8 +217,8 @@ def score_training(rows: Sequence[Mapping[str, str]], runner: Runner) -> list[Ro
 
 
 def calibration_note() -> str:
-    return ("nothing is calibrated from this corpus: predictions use the roofline, the store and "
-            "the predictors only, so leave-one-source-out equals the plain score")
+    return ("no parameter is fitted on this corpus (the engine chain is built from operator "
+            "measurements only), so leave-one-source-out equals the plain score")
 
 
 SCORERS: dict[str, Callable[[Sequence[Mapping[str, str]], Runner], list[RowOutcome]]] = {
@@ -266,18 +266,30 @@ def _summary_row(source: str, rows: Sequence[RowOutcome]) -> dict[str, Any]:
 SUMMARY_COLUMNS = ("source", "n", "n_tps", "n_derived", "tps_mape_pct", "tps_median_pct",
                    "n_mfu", "mfu_mape_pct", "false_oom", "errors", "n_mem", "mem_mape_pct",
                    "mem_median_pct")
+LABELS = {"n_tps": "n tok/s", "n_derived": "of which derived", "tps_mape_pct": "tok/s/GPU MAPE %",
+          "tps_median_pct": "tok/s/GPU median %", "n_mfu": "n MFU", "mfu_mape_pct": "MFU MAPE %",
+          "false_oom": "false OOM", "errors": "not simulated", "n_mem": "n mem",
+          "mem_mape_pct": "mem MAPE %", "mem_median_pct": "mem median %"}
+
+
+def display_rows(summary: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """The summary with readable headers and one decimal (the CLI table and the README)."""
+    def cell(v: Any) -> str:
+        if v is None:
+            return ""
+        return f"{v:+.1f}" if isinstance(v, float) and v < 0 else (
+            f"{v:.1f}" if isinstance(v, float) else str(v))
+
+    return [{LABELS.get(c, c): cell(r.get(c)) for c in SUMMARY_COLUMNS} for r in summary]
 
 
 def markdown_table(summary: Sequence[Mapping[str, Any]], command: str, note: str) -> str:
     """The summary as a Markdown table, with the command that produced it."""
-    def cell(v: Any) -> str:
-        if v is None:
-            return ""
-        return f"{v:.1f}" if isinstance(v, float) else str(v)
-
-    lines = [f"`{command}` ({note}):", "", "| " + " | ".join(SUMMARY_COLUMNS) + " |",
-             "|" + "---|" * len(SUMMARY_COLUMNS)]
-    lines += ["| " + " | ".join(cell(r.get(c)) for c in SUMMARY_COLUMNS) + " |" for r in summary]
+    rows = display_rows(summary)
+    header = list(rows[0]) if rows else [LABELS.get(c, c) for c in SUMMARY_COLUMNS]
+    lines = [f"`{command}` ({note}):", "", "| " + " | ".join(header) + " |",
+             "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r[h] for h in header) + " |" for r in rows]
     return "\n".join(lines)
 
 

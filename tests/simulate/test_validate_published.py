@@ -143,6 +143,7 @@ def test_cli_published_writes_the_table(tmp_path):
     assert "leave-one-source-out" in data["calibration"]
     text = readme.read_text()
     assert "| src-a | 2 |" in text and "--no-store --no-predictors" in text
+    assert "tok/s/GPU MAPE %" in text and "false OOM" in text
 
 
 def test_unstated_micro_batch_follows_the_framework():
