@@ -175,3 +175,24 @@ def op_sac_bytes_per_layer(model, parallel: ParallelConfig, *, micro_batch: int,
     if tp > 1:
         per_token += 2 * e * h / tp  # reduce-scatter outputs of attention and MLP
     return per_token * tokens
+
+
+def fp8_saved_input_savings(model, parallel: ParallelConfig, *, micro_batch: int, seq_len: int,
+                            moe_layer: bool = False, activation_dtype_bytes: float = 2.0
+                            ) -> float:
+    """Bytes per layer that Transformer Engine's fp8 recipe saves against `activation_bytes_per_layer`.
+
+    TE quantises a linear layer's input to fp8 for the forward GEMM and saves that fp8 copy for
+    the weight-gradient GEMM (transformer_engine/pytorch/module/linear.py, layernorm_linear.py,
+    layernorm_mlp.py: the saved ``inputmat``/``ln_out`` is the quantised tensor). So the inputs
+    of QKV, the output projection, fc1 and fc2 take 1 byte instead of 2; norms' inputs and the
+    attention tensors stay bf16. MoE expert inputs are left at bf16 (not counted here).
+    """
+    tp = parallel.tp
+    rep = 1.0 / tp if parallel.sp else 1.0
+    _q, _k, _v, out = _attention_widths(model, tp)
+    saved = model.hidden * rep + out  # QKV input, output-projection input
+    if not moe_layer:
+        saved += model.hidden * rep + model.ffn_hidden / tp  # fc1 input, fc2 input
+    tokens = micro_batch * seq_len / parallel.cp
+    return (activation_dtype_bytes - 1.0) * saved * tokens

@@ -20,6 +20,7 @@ from analytical.activations import (
     DROPOUT_MASK_BYTES,
     activation_bytes_per_layer,
     check_tensor_parallel,
+    fp8_saved_input_savings,
     local_kv_heads,
     op_sac_bytes_per_layer,
 )
@@ -97,6 +98,11 @@ def framework_grad_bytes(framework: Framework, param_dtype_bytes: float = 2.0) -
     if framework in (Framework.MEGATRON, Framework.NEMO) and param_dtype_bytes == 2.0:
         return 4.0
     return param_dtype_bytes
+
+
+def _saves_fp8_inputs(framework: Framework) -> bool:
+    """Megatron and NeMo run fp8 through Transformer Engine, which saves fp8 linear inputs."""
+    return framework in (Framework.MEGATRON, Framework.NEMO)
 
 
 def _logit_bytes(framework: Framework) -> float:
@@ -177,14 +183,17 @@ def training_memory(model, parallel: ParallelConfig, *, micro_batch: int, seq_le
                     param_dtype_bytes: float = 2.0, grad_dtype_bytes: float = 2.0,
                     optimizer: str = "adam", lora_params: int | None = None,
                     flash_attention: bool = True, dropout: bool = False,
-                    framework: Framework = Framework.MEGATRON) -> TrainingMemory:
+                    framework: Framework = Framework.MEGATRON,
+                    fp8: bool = False) -> TrainingMemory:
     """Training memory of the first pipeline stage's GPU (the most loaded one).
 
     ``grad_dtype_bytes`` is 2 for bf16 gradients (the ZeRO paper) or 4 for fp32 main gradients
     (Megatron-LM's default). With ``lora_params`` (trainable adapter parameters of the whole
     model) the base weights are frozen: no gradients or optimizer states, and this GPU's adapter
-    share is taken in proportion to its share of the base weights. Raises SpecError for a layout
-    the model cannot take.
+    share is taken in proportion to its share of the base weights. ``framework`` selects each
+    framework's behaviour (torchtitan's per-op selective checkpointing and FSDP2 resharding, the
+    loss working set); ``fp8`` with Megatron/NeMo saves linear inputs in fp8 (Transformer
+    Engine). Raises SpecError for a layout the model cannot take.
     """
     _positive(micro_batch, "training.micro_batch")
     _positive(seq_len, "training.seq_len")
@@ -225,8 +234,12 @@ def training_memory(model, parallel: ParallelConfig, *, micro_batch: int, seq_le
                 and not is_moe):
             return op_sac_bytes_per_layer(model, parallel, micro_batch=micro_batch,
                                           seq_len=seq_len)
-        return activation_bytes_per_layer(model, parallel, recompute=policy, moe_layer=is_moe,
-                                          **layer_kw)
+        out = activation_bytes_per_layer(model, parallel, recompute=policy, moe_layer=is_moe,
+                                         **layer_kw)
+        if fp8 and policy != Recompute.FULL and _saves_fp8_inputs(framework):
+            out -= fp8_saved_input_savings(model, parallel, micro_batch=micro_batch,
+                                           seq_len=seq_len, moe_layer=is_moe)
+        return out
 
     per_mb = sum(stored(is_moe, recompute) for is_moe in stage.layer_is_moe)
     per_mb += _embedding_and_head_activations(model, parallel, stage, micro_batch, seq_len,

@@ -42,6 +42,7 @@ EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
     ("torchtitan per-op SAC", [(memory, "op_sac_bytes_per_layer", _selective_as_megatron)]),
     ("torchtitan no reshard under PP", [(memory, "_gathered_weights", _default_gather)]),
     ("loss working set per framework", [(memory, "_logit_bytes", lambda f: memory.LOGITS_BYTES)]),
+    ("TE fp8 saved linear inputs (megatron/nemo)", [(memory, "_saves_fp8_inputs", lambda f: False)]),
     ("unstated recompute: least that fits", [(pub, "UNSTATED_RECOMPUTE", ("none",))]),
     ("unstated micro-batch: torchtitan pp split",
      [(pub, "_micro_batch", lambda row, par, fw: int(row.get("micro_batch") or 1))]),

@@ -79,7 +79,7 @@ def spec_memory(model, t: TrainingSpec) -> TrainingMemory:
                            num_microbatches=t.num_microbatches,
                            dropout=model.norm == "layernorm",
                            flash_attention=t.attention == "flash",
-                           framework=t.framework,
+                           framework=t.framework, fp8=t.precision == DType.FP8,
                            grad_dtype_bytes=framework_grad_bytes(t.framework),
                            lora_params=(lora_trainable_params(model, t.lora_rank, t.lora_targets)
                                         if t.lora_rank else None))

@@ -71,3 +71,20 @@ def test_loss_working_set_per_framework():
                                  (Framework.COMPOSER, FUSED_BF16_CROSS_ENTROPY_BYTES)):
         got = _mem(par, framework, Recompute.FULL).activations_bytes
         assert got - base == pytest.approx((per_logit - LOGITS_BYTES) * logits)
+
+
+def test_transformer_engine_fp8_saves_linear_inputs_in_one_byte():
+    """QKV, output-projection, fc1 and fc2 inputs at 1 byte instead of 2 (Megatron/NeMo only)."""
+    par = ParallelConfig(tp=2, dp=4, sp=True, zero=1)
+    bf16 = _mem(par, Framework.MEGATRON, Recompute.SELECTIVE)
+    fp8 = _mem(par, Framework.MEGATRON, Recompute.SELECTIVE, fp8=True)
+    layers = stage_params(LLAMA, tp=2, pp=1, stage=0).layer_is_moe
+    per_token = LLAMA.hidden / 2 + LLAMA.hidden / 2 + LLAMA.hidden / 2 + LLAMA.ffn_hidden / 2
+    assert bf16.activations_bytes - fp8.activations_bytes == pytest.approx(
+        len(layers) * per_token * 8192)
+    titan = _mem(par, Framework.TORCHTITAN, Recompute.SELECTIVE)
+    assert _mem(par, Framework.TORCHTITAN, Recompute.SELECTIVE, fp8=True) == titan
+    # full recompute stores bf16 layer inputs; only the one re-run layer saves fp8 inputs
+    full = _mem(par, Framework.MEGATRON, Recompute.FULL)
+    fp8_full = _mem(par, Framework.MEGATRON, Recompute.FULL, fp8=True)
+    assert full.activations_bytes - fp8_full.activations_bytes == pytest.approx(per_token * 8192)
