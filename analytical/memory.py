@@ -226,33 +226,47 @@ def training_memory(model, parallel: ParallelConfig, *, micro_batch: int, seq_le
             grad_dtype_bytes=grad_dtype_bytes, optimizer=optimizer)
         weights += base
 
-    layer_kw = dict(micro_batch=micro_batch, seq_len=seq_len, flash_attention=flash_attention,
-                    dropout=dropout)
-
-    def stored(is_moe: bool, policy: Recompute) -> float:
-        if (framework == Framework.TORCHTITAN and policy == Recompute.SELECTIVE
-                and not is_moe):
-            return op_sac_bytes_per_layer(model, parallel, micro_batch=micro_batch,
-                                          seq_len=seq_len)
-        out = activation_bytes_per_layer(model, parallel, recompute=policy, moe_layer=is_moe,
-                                         **layer_kw)
-        if fp8 and policy != Recompute.FULL and _saves_fp8_inputs(framework):
-            out -= fp8_saved_input_savings(model, parallel, micro_batch=micro_batch,
-                                           seq_len=seq_len, moe_layer=is_moe)
-        return out
-
-    per_mb = sum(stored(is_moe, recompute) for is_moe in stage.layer_is_moe)
+    layer = _LayerActivations(model=model, parallel=parallel, micro_batch=micro_batch,
+                              seq_len=seq_len, flash_attention=flash_attention, dropout=dropout,
+                              framework=framework, fp8=fp8)
+    per_mb = sum(layer.stored(is_moe, recompute) for is_moe in stage.layer_is_moe)
     per_mb += _embedding_and_head_activations(model, parallel, stage, micro_batch, seq_len,
                                               dropout, _logit_bytes(framework))
     activations = per_mb * _inflight_factor(parallel, schedule, num_microbatches)
     if recompute != Recompute.NONE:
         # Backward re-runs one layer at a time, so what recompute dropped exists for one layer.
-        activations += max(stored(is_moe, Recompute.NONE) - stored(is_moe, recompute)
+        activations += max(layer.stored(is_moe, Recompute.NONE) - layer.stored(is_moe, recompute)
                            for is_moe in set(stage.layer_is_moe))
     return TrainingMemory(weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=opt,
                           activations_bytes=activations,
                           other_bytes=_gathered_weights(parallel, stage, framework,
                                                         param_dtype_bytes))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _LayerActivations:
+    """What one layer of one micro-batch stores under a recompute policy, per framework."""
+
+    model: object
+    parallel: ParallelConfig
+    micro_batch: int
+    seq_len: int
+    flash_attention: bool
+    dropout: bool
+    framework: Framework
+    fp8: bool
+
+    def stored(self, is_moe: bool, policy: Recompute) -> float:
+        kw = dict(micro_batch=self.micro_batch, seq_len=self.seq_len)
+        if (self.framework == Framework.TORCHTITAN and policy == Recompute.SELECTIVE
+                and not is_moe):
+            return op_sac_bytes_per_layer(self.model, self.parallel, **kw)
+        out = activation_bytes_per_layer(self.model, self.parallel, recompute=policy,
+                                         moe_layer=is_moe, flash_attention=self.flash_attention,
+                                         dropout=self.dropout, **kw)
+        if self.fp8 and policy != Recompute.FULL and _saves_fp8_inputs(self.framework):
+            out -= fp8_saved_input_savings(self.model, self.parallel, moe_layer=is_moe, **kw)
+        return out
 
 
 def _gathered_weights(parallel: ParallelConfig, stage: StageParams, framework: Framework,
