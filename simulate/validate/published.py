@@ -28,8 +28,9 @@ README_START = "<!-- validate-published:start -->"
 README_END = "<!-- validate-published:end -->"
 PEAK_MATCH_TOLERANCE = 0.01  # a stated peak within 1% of ours is the same denominator
 # Empty corpus fields and what the scorer assumes (datasets/validation/training/README.md).
-DEFAULTS = {"cp": 1, "ep": 1, "vpp": 1, "zero": 0, "micro_batch": 1, "recompute": "none",
-            "sp": False, "fsdp": False, "attention": "flash", "framework": "megatron"}
+DEFAULTS: dict[str, Any] = {"cp": 1, "ep": 1, "vpp": 1, "zero": 0, "micro_batch": 1,
+                            "recompute": "none", "sp": False, "fsdp": False,
+                            "attention": "flash", "framework": "megatron"}
 INTERLEAVED_VPP = 2  # "interleaved" with no stated vpp: the smallest interleaving
 # A row that does not state its recompute policy takes the first of these that fits, as a
 # practitioner sizing the run would (and as NeMo's auto-configurator searches recompute).
@@ -146,8 +147,9 @@ def _measured_tps(row: Mapping[str, str]) -> tuple[float | None, bool]:
     if tps:
         return tps, False
     tflops = _float(row, "tflops_per_gpu")
-    if tflops is None and _float(row, "mfu") and _float(row, "mfu_peak_tflops"):
-        tflops = _float(row, "mfu") * _float(row, "mfu_peak_tflops")
+    mfu, peak = _float(row, "mfu"), _float(row, "mfu_peak_tflops")
+    if tflops is None and mfu and peak:
+        tflops = mfu * peak
     if not tflops:
         return None, False
     seq = int(_get(row, "seq_len"))
