@@ -16,7 +16,7 @@ _JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON obj
 
 @click.group()
 def group() -> None:
-    """Validate the predictions against real runs on this CPU."""
+    """Validate the predictions against real runs: on this CPU, or published GPU runs."""
 
 
 def _status(label: str) -> None:
@@ -111,8 +111,8 @@ def ddp_cmd(db: Path | None, width: int, depth: int, batch: int, repeats: int, w
 
 
 @group.command("published")
-@click.option("--kind", type=click.Choice(["training"]), default="training", show_default=True,
-              help="Which published corpus to score (a registry: simulate.validate.published).")
+@click.option("--kind", default="training", show_default=True,
+              help="Which published corpus to score (simulate.validate.published.SCORERS).")
 @click.option("--corpus", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Corpus CSV (default: datasets/validation/<kind>/published_runs.csv).")
 @click.option("--sources", default=None, help="Comma-separated source ids to score (default: all).")
@@ -134,8 +134,11 @@ def published_cmd(kind: str, corpus: Path | None, sources: str | None, db_path: 
     import csv
     import dataclasses
 
+    from analytical.errors import UnknownNameError
     from simulate.validate import published as pub
 
+    if kind not in pub.SCORERS:
+        raise UnknownNameError("--kind", kind, sorted(pub.SCORERS))
     rows = pub.load_corpus(corpus or pub.CORPORA[kind])
     if sources:
         wanted = {s.strip() for s in sources.split(",") if s.strip()}
