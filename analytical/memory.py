@@ -63,6 +63,7 @@ MASTER_WEIGHT_BYTES = 4.0  # fp32 master copy kept when weights are stored in fe
 # PyTorch FSDP (and ZeRO-3) materialise the current layer's full weights plus the prefetched
 # next one (BackwardPrefetch.BACKWARD_PRE, forward_prefetch).
 ZERO3_GATHERED_LAYERS = 2
+TORCHTITAN_REDUCE_BYTES = 4.0  # FSDP2 reduce dtype in torchtitan: fp32 (mixed_precision_reduce)
 LOGITS_BYTES = 4.0  # fp32 logits kept for the vocab-parallel cross entropy (Megatron-LM)
 # Loss working set per logit where the framework runs a plain fp32 cross entropy on the whole
 # logits: torchtitan's loss_fn is cross_entropy(pred.float(), labels) (train.py at 9dec370). The
@@ -271,19 +272,23 @@ class _LayerActivations:
 
 def _gathered_weights(parallel: ParallelConfig, stage: StageParams, framework: Framework,
                       param_dtype_bytes: float) -> float:
-    """Unsharded weights ZeRO-3/FSDP holds beside the shards.
+    """Unsharded weights (and gradients) ZeRO-3/FSDP holds beside the shards.
 
     Default: the current layer plus the prefetched next one (`ZERO3_GATHERED_LAYERS`).
     torchtitan with pipeline parallelism sets FSDP2 ``reshard_after_forward=False``
     (parallelize_llama.py at 9dec370: "reshard_after_forward = False" when pp is enabled), so
-    the whole stage stays unsharded from its forward to its backward.
+    the whole stage stays unsharded from its forward to its backward; and torch's pipeline
+    stage turns gradient sync and resharding off for every micro-batch but the last
+    (torch/distributed/pipelining/stage.py, backward_maybe_with_nosync:
+    set_requires_gradient_sync(False)), so FSDP2 accumulates the stage's unsharded gradients
+    upcast to the reduce dtype (_fsdp_param.py, to_accumulated_grad_if_needed), fp32 in
+    torchtitan (--training.mixed_precision_reduce float32).
     """
     if parallel.zero_stage < 3:
         return 0.0
     if framework == Framework.TORCHTITAN and parallel.pp > 1:
-        return stage.total * param_dtype_bytes
+        return stage.total * (param_dtype_bytes + TORCHTITAN_REDUCE_BYTES)
     return ZERO3_GATHERED_LAYERS * stage.largest_layer * param_dtype_bytes
-
 
 
 def _embedding_and_head_activations(model, parallel: ParallelConfig, stage: StageParams,

@@ -40,7 +40,8 @@ EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
     ("mfu vs training-precision peak", []),  # handled in the runner wrapper
     ("megatron fp32 main grads", [(training, "framework_grad_bytes", lambda f, p=2.0: 2.0)]),
     ("torchtitan per-op SAC", [(memory, "op_sac_bytes_per_layer", _selective_as_megatron)]),
-    ("torchtitan no reshard under PP", [(memory, "_gathered_weights", _default_gather)]),
+    ("torchtitan no reshard under PP (+ fp32 unsharded grads)",
+     [(memory, "_gathered_weights", _default_gather)]),
     ("loss working set per framework", [(memory, "_logit_bytes", lambda f: memory.LOGITS_BYTES)]),
     ("TE fp8 saved linear inputs (megatron/nemo)", [(memory, "_saves_fp8_inputs", lambda f: False)]),
     ("unstated recompute: least that fits", [(pub, "UNSTATED_RECOMPUTE", ("none",))]),
