@@ -145,3 +145,54 @@ def _moe_stored(model, tp: int, e: float, rep: float) -> float:
     if model.shared_ffn_hidden:
         stored += _mlp_stored(model.shared_ffn_hidden / tp, model.gated_mlp, e)
     return stored
+
+
+def op_sac_bytes_per_layer(model, parallel: ParallelConfig, *, micro_batch: int, seq_len: int,
+                           activation_dtype_bytes: float = 2.0) -> float:
+    """Bytes one dense layer keeps under torchtitan's per-op selective activation checkpointing.
+
+    torchtitan (torchtitan/distributed/activation_checkpoint.py, ``_save_list`` and
+    ``_custom_policy``; parallelize_llama.py at 9dec370) saves the outputs of matmuls, SDPA and
+    TP reduce-scatters but recomputes every other ``aten.mm`` and all element-wise ops (norms,
+    RoPE, SiLU). Per layer the mm call order is wq, wk, wv, wo, w1, w3, w2, so the odd ones
+    (wq, wv, w1, w2) are saved; plus the checkpointed layer input, the SDPA output and, under TP,
+    the two reduce-scatter outputs (attention and MLP). Under TP a row-parallel mm output (w2)
+    is the full hidden width before its reduce-scatter.
+    """
+    tp, cp = parallel.tp, parallel.cp
+    check_tensor_parallel(model, tp)
+    if seq_len % cp:
+        raise SpecError("training.seq_len", f"seq_len={seq_len} is not divisible by cp={cp}")
+    e, h = float(activation_dtype_bytes), model.hidden
+    tokens = micro_batch * seq_len / cp
+    rep = 1.0 / tp if parallel.sp else 1.0
+    q, _k, v, out = _attention_widths(model, tp)
+    per_token = e * h * rep  # checkpointed layer input
+    per_token += e * (q + v)  # wq and wv outputs (mm #1 and #3)
+    per_token += e * out  # SDPA output (log-sum-exp is heads-wide, negligible)
+    per_token += e * model.ffn_hidden / tp  # w1 output (mm #5)
+    per_token += e * h  # w2 output (mm #7), full width before the reduce-scatter
+    if tp > 1:
+        per_token += 2 * e * h / tp  # reduce-scatter outputs of attention and MLP
+    return per_token * tokens
+
+
+def fp8_saved_input_savings(model, parallel: ParallelConfig, *, micro_batch: int, seq_len: int,
+                            moe_layer: bool = False, activation_dtype_bytes: float = 2.0
+                            ) -> float:
+    """Bytes per layer that Transformer Engine's fp8 recipe saves against `activation_bytes_per_layer`.
+
+    TE quantises a linear layer's input to fp8 for the forward GEMM and saves that fp8 copy for
+    the weight-gradient GEMM (transformer_engine/pytorch/module/linear.py, layernorm_linear.py,
+    layernorm_mlp.py: the saved ``inputmat``/``ln_out`` is the quantised tensor). So the inputs
+    of QKV, the output projection, fc1 and fc2 take 1 byte instead of 2; norms' inputs and the
+    attention tensors stay bf16. MoE expert inputs are left at bf16 (not counted here).
+    """
+    tp = parallel.tp
+    rep = 1.0 / tp if parallel.sp else 1.0
+    _q, _k, _v, out = _attention_widths(model, tp)
+    saved = model.hidden * rep + out  # QKV input, output-projection input
+    if not moe_layer:
+        saved += model.hidden * rep + model.ffn_hidden / tp  # fc1 input, fc2 input
+    tokens = micro_batch * seq_len / parallel.cp
+    return (activation_dtype_bytes - 1.0) * saved * tokens

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import StrEnum
 
 from analytical.activations import (
     DROPOUT_MASK_BYTES,
     activation_bytes_per_layer,
     check_tensor_parallel,
+    fp8_saved_input_savings,
     local_kv_heads,
+    op_sac_bytes_per_layer,
 )
 from analytical.dtypes import DType
 from analytical.errors import InfeasibleError, SpecError, UnknownNameError
@@ -28,6 +31,7 @@ from analytical.parallel import ParallelConfig, Recompute, Schedule
 from analytical.stage import StageParams, stage_params
 
 __all__ = [
+    "Framework",
     "TrainingMemory",
     "activation_bytes_per_layer",
     "kv_cache_bytes",
@@ -36,6 +40,18 @@ __all__ = [
     "training_memory",
     "weight_bytes",
 ]
+
+
+
+class Framework(StrEnum):
+    """The training framework whose memory and scheduling behaviour a scenario follows."""
+
+    MEGATRON = "megatron"  # Megatron-LM / Megatron-Core
+    NEMO = "nemo"  # NeMo (Megatron-Core underneath)
+    TORCHTITAN = "torchtitan"  # PyTorch FSDP2 / DTensor
+    DEEPSPEED = "deepspeed"
+    COMPOSER = "composer"  # MosaicML Composer / llm-foundry (PyTorch FSDP1)
+
 
 # fp32 optimizer state bytes per trainable parameter, without the master copy.
 OPTIMIZER_STATE_BYTES: dict[str, float] = {
@@ -47,7 +63,18 @@ MASTER_WEIGHT_BYTES = 4.0  # fp32 master copy kept when weights are stored in fe
 # PyTorch FSDP (and ZeRO-3) materialise the current layer's full weights plus the prefetched
 # next one (BackwardPrefetch.BACKWARD_PRE, forward_prefetch).
 ZERO3_GATHERED_LAYERS = 2
+TORCHTITAN_REDUCE_BYTES = 4.0  # FSDP2 reduce dtype in torchtitan: fp32 (mixed_precision_reduce)
 LOGITS_BYTES = 4.0  # fp32 logits kept for the vocab-parallel cross entropy (Megatron-LM)
+# Loss working set per logit where the framework runs a plain fp32 cross entropy on the whole
+# logits: torchtitan's loss_fn is cross_entropy(pred.float(), labels) (train.py at 9dec370). The
+# backward of log_softmax holds its saved fp32 output, the incoming fp32 gradient and the fp32
+# input gradient at once: 3 x 4 bytes per logit. Megatron's fused vocab-parallel cross entropy
+# keeps one fp32 copy (LOGITS_BYTES).
+FP32_CROSS_ENTROPY_BYTES = 12.0
+# llm-foundry's MPT defaults to loss_fn 'fused_crossentropy' (llmfoundry/models/mpt/
+# modeling_mpt.py), flash-attn's Triton cross entropy: it keeps the bf16 logits and writes their
+# gradient in place (flash_attn/losses/cross_entropy.py, inplace_backward).
+FUSED_BF16_CROSS_ENTROPY_BYTES = 2.0
 
 # Extra bytes per quantised weight for scales/zero points. int4: group size 128 with an fp16 scale
 # and a packed 4-bit zero point per group (AutoGPTQ/AutoAWQ layout) = 2.5 B / 128 weights.
@@ -58,6 +85,33 @@ QUANT_SCALE_BYTES_PER_PARAM: dict[DType, float] = {
     DType.INT4: 2.5 / INT4_GROUP_SIZE,
     DType.FP4: 1.0 / 16,
 }
+
+
+def framework_grad_bytes(framework: Framework, param_dtype_bytes: float = 2.0) -> float:
+    """Gradient bytes per parameter before any ZeRO sharding.
+
+    Megatron-LM (and NeMo on Megatron-Core) accumulates and reduces bf16 models' gradients in an
+    fp32 main-grad buffer (megatron/training/arguments.py: "bfloat16 requires gradient
+    accumulation and all-reduce to be performed in fp32"; docs/user-guide/features/
+    dist_optimizer.md: bf16 parameters with fp32 gradients take 18 bytes, 6 + 12/d with the
+    distributed optimizer). Others keep gradients in the parameter dtype (the ZeRO paper's 2).
+    """
+    if framework in (Framework.MEGATRON, Framework.NEMO) and param_dtype_bytes == 2.0:
+        return 4.0
+    return param_dtype_bytes
+
+
+def _saves_fp8_inputs(framework: Framework) -> bool:
+    """Megatron and NeMo run fp8 through Transformer Engine, which saves fp8 linear inputs."""
+    return framework in (Framework.MEGATRON, Framework.NEMO)
+
+
+def _logit_bytes(framework: Framework) -> float:
+    if framework == Framework.TORCHTITAN:
+        return FP32_CROSS_ENTROPY_BYTES
+    if framework == Framework.COMPOSER:
+        return FUSED_BF16_CROSS_ENTROPY_BYTES
+    return LOGITS_BYTES
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,14 +183,18 @@ def training_memory(model, parallel: ParallelConfig, *, micro_batch: int, seq_le
                     recompute: Recompute, schedule: Schedule, num_microbatches: int,
                     param_dtype_bytes: float = 2.0, grad_dtype_bytes: float = 2.0,
                     optimizer: str = "adam", lora_params: int | None = None,
-                    flash_attention: bool = True, dropout: bool = False) -> TrainingMemory:
+                    flash_attention: bool = True, dropout: bool = False,
+                    framework: Framework = Framework.MEGATRON,
+                    fp8: bool = False) -> TrainingMemory:
     """Training memory of the first pipeline stage's GPU (the most loaded one).
 
     ``grad_dtype_bytes`` is 2 for bf16 gradients (the ZeRO paper) or 4 for fp32 main gradients
     (Megatron-LM's default). With ``lora_params`` (trainable adapter parameters of the whole
     model) the base weights are frozen: no gradients or optimizer states, and this GPU's adapter
-    share is taken in proportion to its share of the base weights. Raises SpecError for a layout
-    the model cannot take.
+    share is taken in proportion to its share of the base weights. ``framework`` selects each
+    framework's behaviour (torchtitan's per-op selective checkpointing and FSDP2 resharding, the
+    loss working set); ``fp8`` with Megatron/NeMo saves linear inputs in fp8 (Transformer
+    Engine). Raises SpecError for a layout the model cannot take.
     """
     _positive(micro_batch, "training.micro_batch")
     _positive(seq_len, "training.seq_len")
@@ -169,31 +227,73 @@ def training_memory(model, parallel: ParallelConfig, *, micro_batch: int, seq_le
             grad_dtype_bytes=grad_dtype_bytes, optimizer=optimizer)
         weights += base
 
-    layer_kw = dict(micro_batch=micro_batch, seq_len=seq_len, flash_attention=flash_attention,
-                    dropout=dropout)
-    per_mb = sum(activation_bytes_per_layer(model, parallel, recompute=recompute,
-                                            moe_layer=is_moe, **layer_kw)
-                 for is_moe in stage.layer_is_moe)
+    layer = _LayerActivations(model=model, parallel=parallel, micro_batch=micro_batch,
+                              seq_len=seq_len, flash_attention=flash_attention, dropout=dropout,
+                              framework=framework, fp8=fp8)
+    per_mb = sum(layer.stored(is_moe, recompute) for is_moe in stage.layer_is_moe)
     per_mb += _embedding_and_head_activations(model, parallel, stage, micro_batch, seq_len,
-                                              dropout)
+                                              dropout, _logit_bytes(framework))
     activations = per_mb * _inflight_factor(parallel, schedule, num_microbatches)
     if recompute != Recompute.NONE:
         # Backward re-runs one layer at a time, so what recompute dropped exists for one layer.
-        activations += max(
-            activation_bytes_per_layer(model, parallel, recompute=Recompute.NONE,
-                                       moe_layer=is_moe, **layer_kw)
-            - activation_bytes_per_layer(model, parallel, recompute=recompute,
-                                         moe_layer=is_moe, **layer_kw)
-            for is_moe in set(stage.layer_is_moe))
-    other = 0.0
-    if zero >= 3:
-        other = ZERO3_GATHERED_LAYERS * stage.largest_layer * param_dtype_bytes
+        activations += max(layer.stored(is_moe, Recompute.NONE) - layer.stored(is_moe, recompute)
+                           for is_moe in set(stage.layer_is_moe))
     return TrainingMemory(weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=opt,
-                          activations_bytes=activations, other_bytes=other)
+                          activations_bytes=activations,
+                          other_bytes=_gathered_weights(parallel, stage, framework,
+                                                        param_dtype_bytes))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _LayerActivations:
+    """What one layer of one micro-batch stores under a recompute policy, per framework."""
+
+    model: object
+    parallel: ParallelConfig
+    micro_batch: int
+    seq_len: int
+    flash_attention: bool
+    dropout: bool
+    framework: Framework
+    fp8: bool
+
+    def stored(self, is_moe: bool, policy: Recompute) -> float:
+        kw = dict(micro_batch=self.micro_batch, seq_len=self.seq_len)
+        if (self.framework == Framework.TORCHTITAN and policy == Recompute.SELECTIVE
+                and not is_moe):
+            return op_sac_bytes_per_layer(self.model, self.parallel, **kw)
+        out = activation_bytes_per_layer(self.model, self.parallel, recompute=policy,
+                                         moe_layer=is_moe, flash_attention=self.flash_attention,
+                                         dropout=self.dropout, **kw)
+        if self.fp8 and policy != Recompute.FULL and _saves_fp8_inputs(self.framework):
+            out -= fp8_saved_input_savings(self.model, self.parallel, moe_layer=is_moe, **kw)
+        return out
+
+
+def _gathered_weights(parallel: ParallelConfig, stage: StageParams, framework: Framework,
+                      param_dtype_bytes: float) -> float:
+    """Unsharded weights (and gradients) ZeRO-3/FSDP holds beside the shards.
+
+    Default: the current layer plus the prefetched next one (`ZERO3_GATHERED_LAYERS`).
+    torchtitan with pipeline parallelism sets FSDP2 ``reshard_after_forward=False``
+    (parallelize_llama.py at 9dec370: "reshard_after_forward = False" when pp is enabled), so
+    the whole stage stays unsharded from its forward to its backward; and torch's pipeline
+    stage turns gradient sync and resharding off for every micro-batch but the last
+    (torch/distributed/pipelining/stage.py, backward_maybe_with_nosync:
+    set_requires_gradient_sync(False)), so FSDP2 accumulates the stage's unsharded gradients
+    upcast to the reduce dtype (_fsdp_param.py, to_accumulated_grad_if_needed), fp32 in
+    torchtitan (--training.mixed_precision_reduce float32).
+    """
+    if parallel.zero_stage < 3:
+        return 0.0
+    if framework == Framework.TORCHTITAN and parallel.pp > 1:
+        return stage.total * (param_dtype_bytes + TORCHTITAN_REDUCE_BYTES)
+    return ZERO3_GATHERED_LAYERS * stage.largest_layer * param_dtype_bytes
 
 
 def _embedding_and_head_activations(model, parallel: ParallelConfig, stage: StageParams,
-                                    micro_batch: int, seq_len: int, dropout: bool) -> float:
+                                    micro_batch: int, seq_len: int, dropout: bool,
+                                    logit_bytes: float = LOGITS_BYTES) -> float:
     """Per micro-batch: the embedding dropout mask on the first stage; on the last stage the
     final-norm and LM-head inputs and the fp32 logits (vocab split over tp)."""
     tokens = micro_batch * seq_len / parallel.cp
@@ -203,7 +303,7 @@ def _embedding_and_head_activations(model, parallel: ParallelConfig, stage: Stag
         out += DROPOUT_MASK_BYTES * model.hidden * rep * tokens
     if stage.has_lm_head:
         out += 2 * 2.0 * model.hidden * rep * tokens
-        out += LOGITS_BYTES * model.vocab / parallel.tp * tokens
+        out += logit_bytes * model.vocab / parallel.tp * tokens
     return out
 
 

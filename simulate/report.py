@@ -13,7 +13,9 @@ from analytical.ops import OpSpec, op_to_dict
 from simulate.training import GIB, TrainingResult
 
 MFU_NOTE = ("mfu = model FLOPs (ModelSpec.flops_per_token, no recompute) / (iteration time * "
-            "GPUs * dense bf16 peak), as Megatron-LM reports it, also for fp8 runs")
+            "GPUs * dense peak of the training precision: bf16/fp16, or fp8 for fp8 runs, as "
+            "Composer's GPU_AVAILABLE_FLOPS per precision); model_tflops_per_gpu is the same "
+            "numerator per GPU and second")
 
 
 def result_to_dict(result: TrainingResult) -> dict[str, Any]:
@@ -33,6 +35,9 @@ def result_to_dict(result: TrainingResult) -> dict[str, Any]:
         "iteration_time_s": result.iteration_time_s,
         "tokens_per_s": result.tokens_per_s,
         "tflops_per_gpu": result.tflops_per_gpu,
+        "model_tflops_per_gpu": result.tflops_per_gpu,
+        "tokens_per_s_per_gpu": (None if result.tokens_per_s is None
+                                 else result.tokens_per_s / result.num_gpus),
         "mfu": result.mfu,
         "memory_per_gpu_gib": result.memory_per_gpu_gib,
         "memory": memory,

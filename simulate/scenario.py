@@ -18,6 +18,7 @@ import yaml
 
 from analytical.dtypes import DType, parse_dtype
 from analytical.errors import SpecError
+from analytical.memory import Framework
 from analytical.parallel import ParallelConfig, Recompute, Schedule
 from simulate.fields import check_keys, int_field
 
@@ -25,7 +26,8 @@ TOP_KEYS = {"name", "description", "model", "hardware", "training", "inference",
             "colocate"}
 HARDWARE_KEYS = {"gpu", "num_gpus", "gpus_per_node"}
 TRAINING_KEYS = {"parallel", "global_batch", "micro_batch", "seq_len", "precision", "recompute",
-                 "schedule", "overlap", "dp_bucket_mb", "optimizer", "attention", "lora"}
+                 "schedule", "overlap", "dp_bucket_mb", "optimizer", "attention", "lora",
+                 "framework"}
 PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "vpp", "sp", "zero", "fsdp", "cp_algorithm"}
 OVERLAP_KEYS = {"tp_comm", "dp_grad", "param_gather", "compute_slowdown", "comm_sms"}
 TRAIN_PRECISIONS = (DType.BF16, DType.FP16, DType.FP8)
@@ -74,6 +76,7 @@ class TrainingSpec:
     attention: str = "flash"  # "unfused": QK^T and PV GEMMs with a materialised softmax
     lora_rank: int = 0  # > 0: LoRA fine-tuning, base weights frozen (survey T4.2)
     lora_targets: tuple[str, ...] = ()
+    framework: Framework = Framework.MEGATRON  # whose memory behaviour (analytical.memory)
 
     @property
     def num_microbatches(self) -> int:
@@ -195,6 +198,7 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
         dp_bucket_mb=float(bucket),
         cp_algorithm=cp_algorithm,
         attention=attention,
+        framework=_choice(block, "framework", path, source, Framework, "megatron"),
     )
 
 

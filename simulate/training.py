@@ -14,7 +14,7 @@ from typing import Any
 
 from analytical.dtypes import DType
 from analytical.hardware import HardwareSpec, get_hardware
-from analytical.memory import TrainingMemory, training_memory
+from analytical.memory import TrainingMemory, framework_grad_bytes, training_memory
 from analytical.model import load_model
 from analytical.ops import CollectiveKind, CollectiveSpec, MemoryBoundSpec, MemoryOpKind
 from analytical.stage import StageParams, is_moe_layer, stage_params
@@ -72,12 +72,15 @@ def _gpn(scenario: Scenario, hw: HardwareSpec) -> int:
     return scenario.cluster.gpus_per_node or hw.gpus_per_node
 
 
-def _memory(model, t: TrainingSpec) -> TrainingMemory:
+def spec_memory(model, t: TrainingSpec) -> TrainingMemory:
+    """The memory of one training spec, as `run_training` judges it (also the search's pruning)."""
     return training_memory(model, t.parallel, micro_batch=t.micro_batch, seq_len=t.seq_len,
                            recompute=t.recompute, schedule=t.schedule,
                            num_microbatches=t.num_microbatches,
                            dropout=model.norm == "layernorm",
                            flash_attention=t.attention == "flash",
+                           framework=t.framework, fp8=t.precision == DType.FP8,
+                           grad_dtype_bytes=framework_grad_bytes(t.framework),
                            lora_params=(lora_trainable_params(model, t.lora_rank, t.lora_targets)
                                         if t.lora_rank else None))
 
@@ -108,7 +111,7 @@ def run_training(scenario: Scenario, *, chain: EngineChain | None = None,
     hw = chain.hardware if chain is not None else get_hardware(scenario.cluster.gpu)
     source = None
     warnings = validate_layout(model, hw, scenario.cluster, t, source=source)
-    memory = _memory(model, t)
+    memory = spec_memory(model, t)
     m, gpus = t.num_microbatches, scenario.cluster.num_gpus
     flops = model.flops_per_token(t.seq_len, training=True) * t.global_batch * t.seq_len
     if t.lora_rank:  # frozen base: no weight-gradient GEMMs, so 4N instead of 6N per token
@@ -212,7 +215,7 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
         fits=True, iteration_time_s=iteration, tokens_per_s=tokens / iteration,
         tflops_per_gpu=base["model_flops_per_iteration"] / iteration / base["num_gpus"] / 1e12,
         mfu=base["model_flops_per_iteration"] / (iteration * base["num_gpus"]
-                                                 * hw.peak_flops(DType.BF16)),
+                                                 * hw.peak_flops(t.precision)),
         bubble_fraction=pipe.bubble_fraction(ref), breakdown_s=breakdown,
         engine_coverage=coverage, engines_available=dict(chain.available), critical_stage=ref,
         records=records if record else (), **base)

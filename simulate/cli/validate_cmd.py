@@ -16,7 +16,7 @@ _JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON obj
 
 @click.group()
 def group() -> None:
-    """Validate the predictions against real runs on this CPU."""
+    """Validate the predictions against real runs: on this CPU, or published GPU runs."""
 
 
 def _status(label: str) -> None:
@@ -108,3 +108,67 @@ def ddp_cmd(db: Path | None, width: int, depth: int, batch: int, repeats: int, w
     shown.update({f"engine_{k}_pct": v * 100 for k, v in check.engine_share.items()})
     shown.update({f"profile_{k}": v for k, v in check.profile.items()})
     print_mapping(shown, title="validate ddp (dp=2, gloo, CPU)")
+
+
+@group.command("published")
+@click.option("--kind", default="training", show_default=True,
+              help="Which published corpus to score (simulate.validate.published.SCORERS).")
+@click.option("--corpus", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Corpus CSV (default: datasets/validation/<kind>/published_runs.csv).")
+@click.option("--sources", default=None, help="Comma-separated source ids to score (default: all).")
+@click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Measurement store (default: $LLMSIM_DB or ~/.llmsim/llmsim.duckdb).")
+@click.option("--tracking-uri", default=None, help="MLflow tracking URI for the predictors.")
+@click.option("--no-store", is_flag=True, help="Do not use measured latencies.")
+@click.option("--no-predictors", is_flag=True, help="Do not use learned predictors.")
+@click.option("--rows", "rows_file", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Write every row's measured and predicted values as CSV.")
+@click.option("--write-readme", "readme", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Write the summary table between the validate-published "
+                                 "markers of this Markdown file.")
+@_JSON
+def published_cmd(kind: str, corpus: Path | None, sources: str | None, db_path: Path | None,
+                  tracking_uri: str | None, no_store: bool, no_predictors: bool,
+                  rows_file: Path | None, readme: Path | None, as_json: bool) -> None:
+    """Predict published training runs (the code path of simulate --json) and score them."""
+    import csv
+    import dataclasses
+
+    from analytical.errors import UnknownNameError
+    from simulate.validate import published as pub
+
+    if kind not in pub.SCORERS:
+        raise UnknownNameError("--kind", kind, sorted(pub.SCORERS))
+    rows = pub.load_corpus(corpus or pub.CORPORA[kind])
+    if sources:
+        wanted = {s.strip() for s in sources.split(",") if s.strip()}
+        rows = [r for r in rows if r.get("source") in wanted]
+    runner = pub.simulate_runner(store_path=db_path, use_store=not no_store,
+                                 use_predictors=not no_predictors, tracking_uri=tracking_uri)
+    outcomes = pub.SCORERS[kind](rows, runner)
+    summary = pub.summarize(outcomes)
+    note = pub.calibration_note()
+    if rows_file is not None:
+        with rows_file.open("w", newline="") as handle:
+            fields = [f.name for f in dataclasses.fields(pub.RowOutcome)] + ["tps_error"]
+            writer = csv.DictWriter(handle, fields)
+            writer.writeheader()
+            for o in outcomes:
+                writer.writerow({**dataclasses.asdict(o), "tps_error": o.tps_error})
+    if readme is not None:
+        flags = " ".join(f for f, on in (("--no-store", no_store),
+                                          ("--no-predictors", no_predictors)) if on)
+        command = f"llmsim validate published --kind {kind} {flags}".strip()
+        pub.write_readme(readme, pub.markdown_table(summary, command, note))
+    if as_json:
+        print_json({"kind": kind, "calibration": note, "summary": summary,
+                    "rows": [{**dataclasses.asdict(o), "tps_error": o.tps_error}
+                             for o in outcomes]})
+        return
+    print_table(pub.display_rows(summary),
+                title=f"validate published ({kind}); errors are % of measured, "
+                      "tps = tokens/s/GPU")
+    click.echo(f"calibration: {note}")
+    failed = [o for o in outcomes if o.fits is None]
+    for o in failed[:10]:
+        click.echo(f"not simulated: {o.name}: {o.error}")

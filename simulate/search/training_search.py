@@ -18,14 +18,13 @@ from typing import Any
 
 from analytical.errors import SpecError, UnknownNameError
 from analytical.hardware import HardwareSpec, get_hardware
-from analytical.memory import training_memory
 from analytical.model import load_model
 from simulate.engines import EngineChain
 from simulate.scenario import ClusterSpec, Scenario, apply_overrides, parse_training, read_document
 from simulate.search.executors import DEFAULT_EXECUTOR, chunked, default_workers, get_executor
 from simulate.search.pareto import pareto_front
 from simulate.search.space import enumerate_layouts, expand_space
-from simulate.training import run_training
+from simulate.training import run_training, spec_memory
 
 __all__ = ["TrainingSearchResult", "search_training", "evaluate_blocks", "worker_chain",
            "OBJECTIVES"]
@@ -80,10 +79,7 @@ def _gpu_counts(hw_block: Mapping[str, Any], source: str | None) -> list[int]:
 
 def _memory_fits(model, hw: HardwareSpec, spec) -> tuple[bool, float]:
     """The memory verdict `run_training` gives, computed without timing anything."""
-    mem = training_memory(model, spec.parallel, micro_batch=spec.micro_batch,
-                          seq_len=spec.seq_len, recompute=spec.recompute, schedule=spec.schedule,
-                          num_microbatches=spec.num_microbatches,
-                          dropout=model.norm == "layernorm")
+    mem = spec_memory(model, spec)
     return mem.total_bytes <= hw.memory_bytes, mem.total_bytes
 
 

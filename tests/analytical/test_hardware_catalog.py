@@ -25,7 +25,7 @@ from analytical.hardware import (
 
 SHIPPED = ("a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-80gb", "h100-sxm", "h100-pcie", "h200",
            "b200", "gh200", "l4", "l40s", "mi300x", "cpu", "b300", "gb200", "gb300", "mi325x",
-           "mi355x", "rtx-6000-ada", "rtx-pro-6000-server", "h20")
+           "mi355x", "rtx-6000-ada", "rtx-pro-6000-server", "h20", "h100-hbm2e-96gb")
 LLMSIM = Path(sys.executable).parent / "llmsim"
 
 

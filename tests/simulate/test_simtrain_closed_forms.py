@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from analytical.hardware import get_hardware
-from analytical.memory import training_memory
+from analytical.memory import Framework, training_memory
 from analytical.model import load_model
 from analytical.parallel import Schedule
 from simulate.engines import EngineChain, Estimate
@@ -107,7 +107,9 @@ def test_memory_equals_analytical_formulas():
     t = sc.training
     expected = training_memory(load_model("llama-3-8b"), t.parallel, micro_batch=1, seq_len=1024,
                                recompute=t.recompute, schedule=t.schedule,
-                               num_microbatches=t.num_microbatches, dropout=False)
+                               num_microbatches=t.num_microbatches, dropout=False,
+                               grad_dtype_bytes=4.0)  # Megatron (default): fp32 main grads
+    assert t.framework == Framework.MEGATRON
     assert r.memory == expected
 
 

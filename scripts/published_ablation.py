@@ -1,0 +1,87 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What each framework effect moves in ``llmsim validate published``: switch the effects on one
+at a time (cumulatively) and print the per-source table after each.
+
+Usage: python scripts/published_ablation.py [--store] [--sources a,b]
+(roofline only by default: --no-store --no-predictors). The effects are switched off by
+patching the functions that implement them, so each step runs the code the CLI runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack
+from typing import Any
+from unittest import mock
+
+import analytical.memory as memory
+import simulate.training as training
+from analytical.activations import activation_bytes_per_layer
+from analytical.dtypes import DType, parse_dtype
+from analytical.hardware import get_hardware
+from analytical.parallel import Recompute
+from simulate.validate import published as pub
+
+
+def _selective_as_megatron(model, parallel, *, micro_batch, seq_len, **_):
+    return activation_bytes_per_layer(model, parallel, micro_batch=micro_batch, seq_len=seq_len,
+                                      recompute=Recompute.SELECTIVE)
+
+
+def _default_gather(parallel, stage, framework, param_dtype_bytes):
+    if parallel.zero_stage < 3:
+        return 0.0
+    return memory.ZERO3_GATHERED_LAYERS * stage.largest_layer * param_dtype_bytes
+
+
+# (label, patches that switch the effect OFF); applied cumulatively from the last one backwards.
+EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
+    ("mfu vs training-precision peak", []),  # handled in the runner wrapper
+    ("megatron fp32 main grads", [(training, "framework_grad_bytes", lambda f, p=2.0: 2.0)]),
+    ("torchtitan per-op SAC", [(memory, "op_sac_bytes_per_layer", _selective_as_megatron)]),
+    ("torchtitan no reshard under PP (+ fp32 unsharded grads)",
+     [(memory, "_gathered_weights", _default_gather)]),
+    ("loss working set per framework", [(memory, "_logit_bytes", lambda f: memory.LOGITS_BYTES)]),
+    ("TE fp8 saved linear inputs (megatron/nemo)", [(memory, "_saves_fp8_inputs", lambda f: False)]),
+    ("unstated recompute: least that fits", [(pub, "UNSTATED_RECOMPUTE", ("none",))]),
+    ("unstated micro-batch: torchtitan pp split",
+     [(pub, "_micro_batch", lambda row, par, fw: int(row.get("micro_batch") or 1))]),
+]
+
+
+def _runner(base: Callable, bf16_mfu: bool) -> Callable:
+    def run(scenario: Mapping[str, Any]) -> Mapping[str, Any]:
+        data = dict(base(scenario))
+        if bf16_mfu and data.get("mfu") is not None:
+            hw = get_hardware(scenario["hardware"]["gpu"])
+            prec = parse_dtype(scenario["training"]["precision"])
+            data["mfu"] *= hw.peak_flops(prec) / hw.peak_flops(DType.BF16)
+        return data
+
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--store", action="store_true", help="use the store (no predictors)")
+    parser.add_argument("--sources", default=None)
+    args = parser.parse_args()
+    rows = pub.load_corpus()
+    if args.sources:
+        rows = [r for r in rows if r["source"] in args.sources.split(",")]
+    base = pub.simulate_runner(use_store=args.store, use_predictors=False)
+    for on in range(len(EFFECTS) + 1):
+        with ExitStack() as stack:
+            for _, patches in EFFECTS[on:]:
+                for target, name, value in patches:
+                    stack.enter_context(mock.patch.object(target, name, value))
+            outcomes = pub.score_training(rows, _runner(base, bf16_mfu=on == 0))
+        label = "baseline (all effects off)" if on == 0 else f"+ {EFFECTS[on - 1][0]}"
+        print(f"\n### {label}\n")
+        print(pub.markdown_table(pub.summarize(outcomes), "published_ablation.py",
+                                 pub.calibration_note()).split("\n", 2)[2])
+
+
+if __name__ == "__main__":
+    main()

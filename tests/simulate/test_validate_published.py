@@ -1,0 +1,157 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``llmsim validate published``: the corpus, the scorer registry, the README writer, and that a
+row's prediction is the one ``simulate --json`` prints for the same scenario."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from analytical.hardware import get_hardware
+from analytical.model import load_model
+from simulate.validate import published as pub
+
+ROW = {"source": "src-a", "url": "https://example.org/a", "section": "Table 1", "version": "v1",
+       "model": "llama-3-8b", "gpu": "h100-sxm", "num_gpus": "8", "gpus_per_node": "8",
+       "tp": "1", "pp": "1", "dp": "8", "cp": "", "ep": "", "vpp": "", "sp": "", "zero": "3",
+       "fsdp": "true", "global_batch": "16", "micro_batch": "2", "seq_len": "4096",
+       "precision": "bf16", "recompute": "selective", "schedule": "", "attention": "",
+       "framework": "torchtitan", "framework_version": "", "step_time_s": "",
+       "tokens_per_s_per_gpu": "6000", "tflops_per_gpu": "", "mfu": "", "mfu_peak_tflops": "",
+       "peak_memory_gib": "50", "notes": ""}
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLMSIM_HOME", str(tmp_path))
+    monkeypatch.setenv("LLMSIM_DB", str(tmp_path / "none.duckdb"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+
+
+def _corpus(tmp_path: Path) -> Path:
+    rows = [
+        ROW,
+        # Megatron GPT-3 175B: only TFLOP/s and MFU published (tokens/s derived), bf16 peak 312.
+        {**ROW, "source": "src-b", "model": "gpt3-175b", "gpu": "a100-sxm-80gb",
+         "num_gpus": "64", "tp": "8", "pp": "8", "dp": "1", "sp": "true", "zero": "0",
+         "fsdp": "", "global_batch": "64", "micro_batch": "1", "seq_len": "2048",
+         "recompute": "selective", "attention": "unfused", "framework": "megatron",
+         "tokens_per_s_per_gpu": "", "tflops_per_gpu": "160", "mfu": "0.514",
+         "mfu_peak_tflops": "312", "peak_memory_gib": ""},
+        # Llama-3-8B, distributed optimizer over 8 GPUs at 8k, recompute unstated: only full
+        # recompute fits (6 + 12/8 bytes per parameter leave no room for 32 stored layers).
+        {**ROW, "source": "src-b", "model": "llama-3-8b", "zero": "1", "fsdp": "",
+         "global_batch": "8", "micro_batch": "1", "seq_len": "8192", "recompute": "",
+         "framework": "megatron", "peak_memory_gib": ""},
+        # 70B with DDP on 8 GPUs cannot fit: a false OOM verdict.
+        {**ROW, "source": "src-a", "model": "llama-3-70b", "zero": "0", "fsdp": "false",
+         "recompute": "full", "peak_memory_gib": ""},
+    ]
+    path = tmp_path / "corpus.csv"
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, list(ROW))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def _runner():
+    return pub.simulate_runner(use_store=False, use_predictors=False)
+
+
+def test_shipped_corpus_has_sources_and_loadable_rows():
+    rows = pub.load_corpus()
+    assert len(rows) >= 60
+    assert len({r["source"] for r in rows}) >= 4
+    for r in rows:
+        assert r["url"].startswith("https://") and r["section"] and r["version"]
+        assert r["tokens_per_s_per_gpu"] or r["tflops_per_gpu"] or r["mfu"]
+    for name in {r["model"] for r in rows}:
+        load_model(name)
+    for gpu in {r["gpu"] for r in rows}:
+        get_hardware(gpu)
+
+
+def test_registry_and_scores(tmp_path):
+    assert set(pub.SCORERS) == set(pub.CORPORA) == {"training"}
+    outcomes = pub.SCORERS["training"](pub.load_corpus(_corpus(tmp_path)), _runner())
+    first, derived, unstated, oom = outcomes
+    assert first.fits and first.predicted_tps > 0 and first.tps_error is not None
+    assert first.mem_error is not None and first.assumed_recompute is None
+    assert derived.tps_derived and derived.measured_mfu == 0.514  # 312 = A100 bf16 peak
+    assert derived.predicted_mfu is not None and 0 < derived.predicted_mfu < 1
+    assert unstated.fits and unstated.assumed_recompute == "full"
+    assert oom.fits is False and oom.predicted_tps is None
+    summary = {r["source"]: r for r in pub.summarize(outcomes)}
+    assert summary["src-a"]["n"] == 2 and summary["src-a"]["false_oom"] == 1
+    assert summary["src-a"]["n_tps"] == 1 and summary["src-b"]["n_mfu"] == 1
+    assert summary["overall"]["n"] == 4 and summary["overall"]["false_oom"] == 1
+    expected = abs(first.tps_error) * 100
+    assert summary["src-a"]["tps_mape_pct"] == pytest.approx(expected)
+    per_source = [summary[s]["tps_mape_pct"] for s in ("src-a", "src-b")]
+    assert summary["mean of sources"]["tps_mape_pct"] == pytest.approx(sum(per_source) / 2)
+
+
+def test_mfu_not_compared_when_the_peak_differs(tmp_path):
+    row = {**ROW, "mfu": "0.4", "mfu_peak_tflops": "1979"}  # an fp8 peak on a bf16 run
+    outcome = pub.score_row(row, 0, _runner())
+    assert outcome.measured_mfu is None and outcome.mfu_error is None
+
+
+def test_row_prediction_equals_simulate_json(tmp_path):
+    from simulate.cli.simulate_cmd import command
+
+    outcome = pub.score_row(ROW, 0, _runner())
+    path = tmp_path / "row.yaml"
+    path.write_text(yaml.safe_dump(pub.row_scenario(ROW, "src-a-0")))
+    out = CliRunner().invoke(command, [str(path), "--json", "--no-store", "--no-predictors"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert data["tokens_per_s_per_gpu"] == pytest.approx(outcome.predicted_tps, rel=1e-12)
+    assert data["memory_per_gpu_gib"] == pytest.approx(outcome.predicted_mem_gib, rel=1e-12)
+
+
+def test_write_readme_replaces_between_markers(tmp_path):
+    path = tmp_path / "README.md"
+    path.write_text("# Title\n\nintro\n")
+    pub.write_readme(path, "table one")
+    pub.write_readme(path, "table two")
+    text = path.read_text()
+    assert text.startswith("# Title\n\nintro\n")
+    assert text.count(pub.README_START) == 1 and "table two" in text and "table one" not in text
+    path.write_text(text + "\n## After\n")
+    pub.write_readme(path, "table three")
+    assert path.read_text().endswith("## After\n") and "table three" in path.read_text()
+
+
+def test_cli_published_writes_the_table(tmp_path):
+    from simulate.cli.validate_cmd import group
+
+    readme = tmp_path / "README.md"
+    out = CliRunner().invoke(group, ["published", "--corpus", str(_corpus(tmp_path)),
+                                     "--no-store", "--no-predictors", "--write-readme",
+                                     str(readme), "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert [r["source"] for r in data["summary"]] == ["src-a", "src-b", "overall",
+                                                      "mean of sources"]
+    assert "leave-one-source-out" in data["calibration"]
+    text = readme.read_text()
+    assert "| src-a | 2 |" in text and "--no-store --no-predictors" in text
+    assert "tok/s/GPU MAPE %" in text and "false OOM" in text
+
+
+def test_unstated_micro_batch_follows_the_framework():
+    """torchtitan splits each DP rank's batch into pp micro-batches; others default to 1."""
+    row = {**ROW, "model": "llama-3-70b", "tp": "8", "pp": "4", "dp": "2", "num_gpus": "64",
+           "global_batch": "32", "micro_batch": "", "sp": "true"}
+    assert pub.row_scenario(row, "x")["training"]["micro_batch"] == 4  # 32 / 2 / 4
+    megatron = {**row, "framework": "megatron"}
+    assert pub.row_scenario(megatron, "x")["training"]["micro_batch"] == 1
+    stated = {**row, "micro_batch": "2"}
+    assert pub.row_scenario(stated, "x")["training"]["micro_batch"] == 2
