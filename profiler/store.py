@@ -113,7 +113,7 @@ class Store:
             self._insert_fingerprints([fingerprint]),
             self._con.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?)",
                               [run_id, command, sweep, fingerprint.id, utc_now()]),
-        ))
+        ), phase="start_run")
         return run_id
 
     def insert(self, measurements: Iterable[Measurement]) -> int:

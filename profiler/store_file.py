@@ -134,8 +134,8 @@ def shard_fault(path: Path) -> StoreError | None:
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'"
         ).fetchall()]
         for table in tables:
-            reader = con.execute(f'SELECT * FROM "{table}"').fetch_record_batch(65_536)
-            for _batch in reader:
+            result = con.execute(f'SELECT * FROM "{table}"')
+            while result.fetchmany(10_000):
                 pass
     except duckdb.Error as exc:
         return open_error(path, exc)
