@@ -19,7 +19,6 @@ import pandas as pd
 
 from analytical.errors import LlmsimError, SpecError
 from analytical.ops import OpSpec, op_fields, op_from_dict
-from analytical.paths import default_db_path
 
 TARGET_COLUMN = "median_s"
 
@@ -52,14 +51,14 @@ class TrainingData:
 
 
 def open_store(db_path: str | Path | None = None):
-    """The DuckDB store at ``db_path`` (default: `analytical.paths.default_db_path`)."""
-    from profiler.store import Store
+    """The store at ``db_path`` (default: `analytical.paths.default_db_path`) for training:
+    missing (named or default), locked or corrupt is a `StoreError` naming the file
+    (`profiler.store.open_for_reading`)."""
+    from profiler.store import open_for_reading
 
-    path = Path(db_path) if db_path is not None else default_db_path()
-    if not path.exists():
-        raise LlmsimError(f"{path}: no measurement store here; import or profile data first "
-                          "(llmsim db import-parquet datasets/measurements, llmsim profile run)")
-    return Store(path, read_only=True)
+    return open_for_reading(db_path, required=True, missing_hint=(
+        "import or profile data first (llmsim db import-parquet datasets/measurements, "
+        "llmsim profile run)"))
 
 
 def load_frame(store, hardware: str, family: str, *, dtype: str | None = None,

@@ -1,15 +1,21 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Move the `champion` alias only when a candidate beats the current champion.
+"""Move the `champion` alias only when a candidate earns it.
 
-Both versions are re-scored on the same rows: the candidate run's primary held-out split
-(``heldout_test.parquet``), restricted to rows the champion's own held-out model never saw
-either (its held-out rows), so neither side is scored on its training data. Each side is scored
-with its ``heldout_model`` (fitted without its held-out rows). A champion whose schema no longer
-loads cannot be scored and is replaced.
+Two gates, in order. First the baselines: on its run's primary held-out split the candidate's
+XGBoost MAPE must be below that of every baseline scored on the same rows (interpolation, table,
+random forest: `predictors.baselines`), so a model worse than a lookup never becomes champion,
+not even the first one. Then the current champion, if any: both versions are re-scored on the
+same rows, the candidate run's primary held-out split (``heldout_test.parquet``), restricted to
+rows the champion's own held-out model never saw either (its held-out rows), so neither side is
+scored on its training data. Each side is scored with its ``heldout_model`` (fitted without its
+held-out rows). A champion whose schema no longer loads cannot be scored and is replaced.
+``force`` promotes whatever the gates say; the reason still carries their verdict.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +24,7 @@ from analytical.errors import LlmsimError
 from analytical.hardware import get_hardware
 from analytical.ops import op_fields, op_from_dict
 from predictors.evaluate import ErrorMetrics, error_metrics
+from predictors.splits import PRIMARY_SPLIT
 from predictors.tracking import (
     ALIAS,
     HELDOUT_MODEL_DIR,
@@ -47,9 +54,33 @@ def _latest_version(client, name: str) -> str:
     return str(max(int(v.version) for v in versions))
 
 
+BASELINES = ("interp", "table", "rf")  # the baselines a run logs (`predictors.train`)
+PROMOTION_TAG = "promotion"  # on each model version: the last decision and why
+
+
+def beats_baselines(metrics: Mapping[str, float], split: str = PRIMARY_SPLIT
+                    ) -> tuple[bool, str]:
+    """Whether the run's XGBoost MAPE on ``split`` is below every logged baseline's, and why."""
+    xgb = metrics.get(f"{split}.xgb.mape")
+    scored = {b: float(metrics[f"{split}.{b}.mape"]) for b in BASELINES
+              if math.isfinite(metrics.get(f"{split}.{b}.mape", math.nan))}
+    if xgb is None or not math.isfinite(xgb):
+        return False, f"the run logged no {split} score"
+    if not scored:
+        return False, f"no baseline was scored on {split}, so nothing shows the model is useful"
+    best = min(scored, key=lambda b: (scored[b], b))
+    n = int(metrics.get(f"{split}.xgb.n", 0))
+    versus = f"{split} MAPE on {n} rows: XGBoost {xgb:.2f}% vs best baseline {best} " \
+             f"{scored[best]:.2f}%"
+    if xgb < scored[best]:
+        return True, f"beats every baseline ({versus})"
+    return False, f"does not beat the baselines ({versus})"
+
+
 def promote(hardware: str, family: str, *, version: str | None = None,
-            tracking_uri: str | None = None) -> Promotion:
-    """Compare ``version`` (default: latest) with the champion and move the alias if better."""
+            tracking_uri: str | None = None, force: bool = False) -> Promotion:
+    """Move the alias to ``version`` (default: latest) if it beats the baselines on its held-out
+    split and the champion on shared held-out rows; ``force`` moves it regardless."""
     client = client_for(tracking_uri)
     name = registered_name(hardware, family)
     candidate_v = str(version) if version is not None else _latest_version(client, name)
@@ -61,17 +92,38 @@ def promote(hardware: str, family: str, *, version: str | None = None,
 
     def decide(promoted: bool, reason: str, cand: ErrorMetrics | None = None,
                champ: ErrorMetrics | None = None) -> Promotion:
+        if force and not promoted:
+            promoted, reason = True, f"forced (--force); the gates said: {reason}"
         if promoted:
             client.set_registered_model_alias(name, ALIAS, candidate_v)
+        client.set_model_version_tag(name, candidate_v, PROMOTION_TAG,
+                                     f"{'promoted' if promoted else 'not promoted'}: {reason}")
+        if not promoted:
+            reason += (f"; to promote it anyway: llmsim train promote --hardware {hardware} "
+                       f"--op {family} --version {candidate_v} --force")
         return Promotion(name=name, candidate_version=candidate_v,
                          champion_version=None if current is None else str(current.version),
                          promoted=promoted, reason=reason, candidate=cand, champion=champ)
 
+    if current is not None and str(current.version) == candidate_v:
+        return Promotion(name=name, candidate_version=candidate_v, champion_version=candidate_v,
+                         promoted=False, reason=f"version {candidate_v} already is the champion",
+                         candidate=None, champion=None)
+    ok, why = beats_baselines(client.get_run(candidate_mv.run_id).data.metrics)
+    why = f"v{candidate_v} {why}"
     if current is None:
-        return decide(True, "no champion yet")
-    if str(current.version) == candidate_v:
-        return decide(False, f"version {candidate_v} already is the champion")
+        return decide(ok, f"no champion yet; {why}" if ok else why)
+    if not ok and not force:
+        return decide(False, why)
+    beat, verdict, cand, champ = _against_champion(client, hardware, family, candidate_v,
+                                                   candidate_mv, current)
+    return decide(ok and beat, verdict if ok else f"{why}; {verdict}", cand, champ)
 
+
+def _against_champion(client, hardware: str, family: str, candidate_v: str, candidate_mv,
+                      current) -> tuple[bool, str, ErrorMetrics, ErrorMetrics | None]:
+    """The second gate: candidate and champion re-scored on the same held-out rows; returns
+    (candidate wins, verdict, candidate metrics, champion metrics)."""
     rows = download_heldout_rows(client, candidate_mv.run_id)
     try:
         champion_rows = download_heldout_rows(client, current.run_id)
@@ -93,8 +145,8 @@ def promote(hardware: str, family: str, *, version: str | None = None,
     try:
         champ_model = download_model(client, current.run_id, HELDOUT_MODEL_DIR)
     except LlmsimError as exc:
-        return decide(True, f"champion v{current.version} cannot be scored ({exc})", cand)
+        return True, f"champion v{current.version} cannot be scored ({exc})", cand, None
     champ = error_metrics(measured, champ_model.predict(ops, hw))
     verdict = (f"held-out MAPE on {cand.n} rows{note}: candidate v{candidate_v} "
                f"{cand.mape:.3f}% vs champion v{current.version} {champ.mape:.3f}%")
-    return decide(cand.mape < champ.mape, verdict, cand, champ)
+    return cand.mape < champ.mape, verdict, cand, champ

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.measurement import StoreError
-from profiler.store import Store
+from profiler.store import open_for_reading
 from profiler.store_parquet import parquet_files
 from profiler.store_schema import FAMILIES
 
@@ -56,7 +56,7 @@ def load_ok_rows(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     frames = []
     if path.is_file() and path.suffix != ".parquet":
-        with Store(path, read_only=True) as store:
+        with open_for_reading(path) as store:
             for family in FAMILIES:
                 frame = store.frame(family, status="ok")
                 frames.append(frame.assign(family=family))

@@ -1,10 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """Run a sweep in this process into the store, resumably.
 
-Points whose key is already stored are skipped, the rest are measured in sweep order and each
-is committed as soon as it is measured, so a killed run (even ``kill -9``) loses at most the
-point in flight and a rerun picks up where it stopped. Collective points need one process per
-rank and are left to `profiler.dispatch.torchrun` (counted as ``deferred``).
+Points whose key is stored with status ok are skipped, the rest are measured in sweep order and
+each is committed (one transaction) as soon as it is measured, so a killed run (even ``kill -9``)
+loses at most the point in flight and a rerun picks up where it stopped. A point stored with any
+other status (error, timeout, oom, unsupported) is measured again on the next run and its row
+replaced (`Store.insert`): a failure caused by the input or the moment (a bad budget, a busy
+device) never blocks the point; an ok row is never replaced. Collective points need one process
+per rank and are left to `profiler.dispatch.torchrun` (counted as ``deferred``).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ class RunSummary:
     device: str
     hardware: str
     points: int  # single-process points in this shard
-    skipped: int  # already in the store (resumed)
+    skipped: int  # already stored with status ok (resumed)
     measured: int
     inserted: int
     deferred: int  # collective points, measured under torchrun
@@ -113,7 +116,7 @@ def run_sweep(sweep: Sweep, store_path: str | Path | None, *, device: str | None
     statuses: Counter[str] = Counter()
     inserted = measured = 0
     with Store(store_path) as store:
-        done = store.existing_keys(keys)
+        done = store.ok_keys(keys)
         todo = [(p, k) for p, k in zip(points, keys, strict=True) if k not in done]
         run_id = store.start_run(command=command or f"profile run {sweep.source or sweep.name}",
                                  sweep=sweep.name, fingerprint=fingerprint)
@@ -143,7 +146,7 @@ def _measure(point: SweepPoint, device: str, fingerprint: Fingerprint,
 
 def pending_points(sweep_points: Sequence[SweepPoint], store: Store,
                    fingerprint: Fingerprint) -> list[SweepPoint]:
-    """The points whose key is not yet in ``store`` (used by the torchrun worker)."""
+    """The points not yet stored with status ok (used by the torchrun worker)."""
     keys = [point_key(p.op, fingerprint, p.backend) for p in sweep_points]
-    done = store.existing_keys(keys)
+    done = store.ok_keys(keys)
     return [p for p, k in zip(sweep_points, keys, strict=True) if k not in done]

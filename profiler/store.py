@@ -10,7 +10,7 @@ folds them in. The schema is in `profiler.store_schema`; Parquet export/import i
 
 from __future__ import annotations
 
-import re
+import sys
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -25,46 +25,24 @@ from analytical.ops import OP_FAMILIES
 from analytical.paths import default_db_path
 from profiler.fingerprint import FINGERPRINT_FIELDS, Fingerprint
 from profiler.measurement import Measurement, Status, StoreError, point_key, shard_path
+from profiler.store_file import (
+    check_magic,
+    connect,
+    crash_point,
+    is_corrupt_error,
+    is_lock_error,
+    open_error,
+    shard_fault,
+    storage_info,
+)
 from profiler.store_rows import RooflineCache, fill_roofline, measurement_table, utc_now
 from profiler.store_schema import FAMILIES, FINGERPRINT_COLUMNS, SCHEMA_VERSION, ddl, family_columns
 
-__all__ = ["Measurement", "Status", "Store", "StoreError", "point_key", "shard_path"]
+__all__ = ["Measurement", "Status", "Store", "StoreError", "open_for_reading", "point_key",
+           "shard_path"]
 
 _FP_SELECT = ", ".join(f'f."{name}"' for name, _ in FINGERPRINT_COLUMNS
                        if name not in ("fingerprint_id", "hardware"))
-
-
-def _check_file(path: Path) -> None:
-    """Refuse a non-DuckDB file before DuckDB touches it (magic "DUCK" at byte 8)."""
-    if not path.exists() or path.stat().st_size == 0:
-        return
-    with path.open("rb") as handle:
-        header = handle.read(12)
-    if len(header) < 12 or header[8:12] != b"DUCK":
-        raise StoreError(f"{path}: not a DuckDB database (corrupt or another format); "
-                         "the file was left untouched")
-
-
-def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
-    _check_file(path)
-    if not read_only and path.exists() and path.stat().st_size == 0:
-        path.unlink()  # an empty placeholder (e.g. a temp file): DuckDB creates a new store
-    if read_only and not path.exists():
-        raise StoreError(f"{path}: no store at this path")
-    try:
-        return duckdb.connect(str(path), read_only=read_only)
-    except duckdb.Error as exc:
-        raise _open_error(path, exc) from None
-
-
-def _open_error(path: Path, exc: Exception) -> StoreError:
-    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    if "lock" in message.lower():
-        pid = re.search(r"PID (\d+)", message)
-        return StoreError(f"{path} is locked by another process (pid {pid.group(1) if pid else '?'})"
-                          "; DuckDB allows one writer per file: wait, or write a shard and "
-                          "`llmsim db merge` it")
-    return StoreError(f"{path}: cannot open the store (corrupt?): {message}")
 
 
 class Store:
@@ -73,15 +51,19 @@ class Store:
     def __init__(self, path: str | Path | None = None, *, read_only: bool = False) -> None:
         self.path = Path(path).expanduser() if path is not None else default_db_path()
         self.read_only = read_only
+        if read_only and not self.path.exists():
+            raise StoreError(f"{self.path}: no store at this path")
         if not read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._con = _connect(self.path, read_only)
+            if self.path.exists() and self.path.stat().st_size == 0:
+                self.path.unlink()  # an empty placeholder (a temp file): DuckDB creates a store
+        self._con = connect(self.path, read_only)
         self.roofline = RooflineCache()
         try:
             self._ensure_schema()
         except duckdb.Error as exc:
             self._con.close()
-            raise _open_error(self.path, exc) from None
+            raise open_error(self.path, exc) from None
         except BaseException:
             self._con.close()
             raise
@@ -131,13 +113,15 @@ class Store:
             self._insert_fingerprints([fingerprint]),
             self._con.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?)",
                               [run_id, command, sweep, fingerprint.id, utc_now()]),
-        ))
+        ), phase="start_run")
         return run_id
 
     def insert(self, measurements: Iterable[Measurement]) -> int:
-        """Store measurements in one transaction, skipping point keys already stored.
+        """Store measurements in one transaction; returns the number of rows written.
 
-        Returns the number of rows inserted. On any error nothing is written.
+        A point key stored with status ok is kept (skipped); one stored with another status
+        (error, timeout, oom, unsupported) is replaced by a row of another run, so a failed
+        point can be measured again. On any error nothing is written.
         """
         by_family: dict[str, list[Measurement]] = {}
         for m in measurements:
@@ -158,11 +142,11 @@ class Store:
             for family, table in tables.items():
                 inserted += self._insert_arrow(family, table)
 
-        self.transaction(work)
+        self.transaction(work, phase="insert")
         return inserted
 
-    def existing_keys(self, keys: Iterable[str]) -> set[str]:
-        """The subset of ``keys`` (point keys) already stored, whatever their status."""
+    def existing_keys(self, keys: Iterable[str], *, status: str | None = None) -> set[str]:
+        """The subset of ``keys`` (point keys) already stored (with ``status``, if given)."""
         wanted = pa.table({"point_key": pa.array(list(dict.fromkeys(keys)), pa.string())})
         if wanted.num_rows == 0:
             return set()
@@ -170,39 +154,60 @@ class Store:
         try:
             union = " UNION ALL ".join(
                 f'SELECT t.point_key FROM "{family}" t JOIN _wanted_keys w USING (point_key)'
+                + ("" if status is None else f" WHERE t.status = '{Status(status).value}'")
                 for family in FAMILIES)
             return {row[0] for row in self._read(union).fetchall()}
         finally:
             self._con.unregister("_wanted_keys")
 
+    def ok_keys(self, keys: Iterable[str]) -> set[str]:
+        """The subset of ``keys`` stored with status ok: the points a resumed sweep skips."""
+        return self.existing_keys(keys, status="ok")
+
     def merge(self, shard_paths: Iterable[str | Path]) -> tuple[int, int]:
-        """Fold worker shards into this store; returns (inserted, skipped). Idempotent."""
+        """Fold worker shards into this store; returns (inserted, skipped). Idempotent.
+
+        Each shard is one transaction, so an interrupted merge leaves whole shards merged and a
+        rerun completes it; a shard that cannot be read is named (not this store).
+        """
         inserted = skipped = 0
         for index, shard in enumerate(shard_paths):
             shard = Path(shard).expanduser()
             if shard.resolve() == self.path.resolve():
                 raise StoreError(f"{shard}: cannot merge a store into itself")
-            _check_file(shard)
             if not shard.exists():
                 raise StoreError(f"{shard}: no shard at this path")
+            check_magic(shard)
             alias = f"_shard{index}"
             try:
                 self._con.execute(f"ATTACH '{_sql_text(str(shard))}' AS {alias} (READ_ONLY)")
             except duckdb.Error as exc:
-                raise _open_error(shard, exc) from None
+                raise open_error(shard, exc) from None
             try:
                 got, total = self._merge_attached(alias, shard)
-            finally:
+            except StoreError:
                 self._con.execute(f"DETACH {alias}")
+                alias = ""
+                fault = shard_fault(shard)
+                if fault is not None:
+                    raise fault from None
+                raise
+            finally:
+                if alias:
+                    self._con.execute(f"DETACH {alias}")
             inserted += got
             skipped += total - got
+            crash_point("merge.between_shards")
+        self.fill_roofline()  # shard rows stored before the catalog knew their hardware
         return inserted, skipped
 
     def _merge_attached(self, alias: str, shard: Path) -> tuple[int, int]:
         try:
             version = self._con.execute(f"SELECT max(version) FROM {alias}.schema_version"
                                         ).fetchall()[0][0]
-        except duckdb.Error:
+        except duckdb.Error as exc:
+            if is_corrupt_error(exc):
+                raise open_error(shard, exc) from None
             raise StoreError(f"{shard}: not an llmsim store") from None
         if version != SCHEMA_VERSION:
             raise StoreError(f"{shard}: schema version {version}, expected {SCHEMA_VERSION}")
@@ -212,30 +217,35 @@ class Store:
             for table in ("fingerprints", "runs"):
                 self._con.execute(f'INSERT OR IGNORE INTO "{table}" SELECT * FROM {alias}."{table}"')
             for family in FAMILIES:
-                cols = ", ".join(f'"{name}"' for name, _ in family_columns(family))
                 counts[1] += self._con.execute(f'SELECT count(*) FROM {alias}."{family}"'
                                                ).fetchall()[0][0]
-                counts[0] += self._con.execute(
-                    f'INSERT OR IGNORE INTO "{family}" ({cols}) SELECT {cols} FROM '
-                    f'{alias}."{family}"').fetchall()[0][0]
+                counts[0] += self.upsert(family, f'{alias}."{family}"')
 
-        self.transaction(work)
+        self.transaction(work, phase="merge")
         return counts[0], counts[1]
 
-    def transaction(self, work: Callable[[], object]) -> None:
-        """Run ``work()`` inside one transaction; roll back on any error."""
+    def transaction(self, work: Callable[[], object], *, phase: str = "write") -> None:
+        """Run ``work()`` inside one transaction; roll back on any error.
+
+        ``phase`` names the crash points `<phase>.before_commit` / `<phase>.after_commit` of
+        the interruption tests (`profiler.store_file.crash_point`).
+        """
         if self.read_only:
             raise StoreError(f"{self.path}: opened read-only")
         self._con.execute("BEGIN TRANSACTION")
         try:
             work()
+            crash_point(f"{phase}.before_commit")
         except BaseException as exc:
             self._con.execute("ROLLBACK")
             if isinstance(exc, duckdb.Error):
+                if is_corrupt_error(exc) or is_lock_error(exc):
+                    raise open_error(self.path, exc) from None
                 raise StoreError(f"{self.path}: write failed, nothing stored: "
                                  f"{str(exc).splitlines()[0]}") from None
             raise
         self._con.execute("COMMIT")
+        crash_point(f"{phase}.after_commit")
 
     def _insert_fingerprints(self, fingerprints: Iterable[Fingerprint]) -> None:
         rows = [[fp.id, *(getattr(fp, name) for name in FINGERPRINT_FIELDS)]
@@ -246,21 +256,37 @@ class Store:
                 rows)
 
     def _insert_arrow(self, family: str, table: pa.Table) -> int:
-        """INSERT OR IGNORE an Arrow table holding exactly the family's columns."""
-        cols = ", ".join(f'"{name}"' for name, _ in family_columns(family))
+        """`_upsert` an Arrow table holding exactly the family's columns."""
         self._con.register("_batch", table)
         try:
-            return self._con.execute(f'INSERT OR IGNORE INTO "{family}" ({cols}) '
-                                     f"SELECT {cols} FROM _batch").fetchall()[0][0]
+            return self.upsert(family, "_batch")
         finally:
             self._con.unregister("_batch")
+
+    def upsert(self, family: str, source: str) -> int:
+        """Insert ``source``'s rows (a table or view with the family's columns); returns rows
+        written. A stored ok row is kept; a stored non-ok row is replaced by a row of another
+        run (a re-measured point), and kept when the same run's row comes again (merging or
+        importing twice). Runs inside the caller's transaction."""
+        cols = ", ".join(f'"{name}"' for name, _ in family_columns(family))
+        self._con.execute(
+            f'DELETE FROM "{family}" AS t USING (SELECT point_key, run_id FROM {source}) s '
+            "WHERE t.point_key = s.point_key AND t.status <> 'ok' "
+            "AND t.run_id IS DISTINCT FROM s.run_id")
+        return self._con.execute(f'INSERT OR IGNORE INTO "{family}" ({cols}) '
+                                 f"SELECT {cols} FROM {source}").fetchall()[0][0]
 
     def fill_roofline(self) -> int:
         """Compute missing roofline columns for hardware now in the catalog; returns rows set."""
         counts = []
         self.transaction(lambda: counts.extend(
-            fill_roofline(self._con, family, self.roofline) for family in FAMILIES))
+            fill_roofline(self._con, family, self.roofline) for family in FAMILIES),
+            phase="fill_roofline")
         return sum(counts)
+
+    def storage_info(self) -> dict[str, str]:
+        """The DuckDB library version and this file's storage format (`store_file`)."""
+        return {"db": str(self.path), **storage_info(self._con)}
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -269,6 +295,8 @@ class Store:
         try:
             return self._con.execute(sql, params or [])
         except duckdb.Error as exc:
+            if is_corrupt_error(exc) or is_lock_error(exc):
+                raise open_error(self.path, exc) from None
             raise StoreError(f"{self.path}: {str(exc).splitlines()[0]}") from None
 
     def query(self, sql: str) -> pd.DataFrame:
@@ -349,6 +377,34 @@ class Store:
                 self._con.unregister("_lookup_keys")
             result.update({key: float(value) for key, value in rows})
         return result
+
+
+_NOTED_MISSING: set[Path] = set()
+
+
+def open_for_reading(path: str | Path | None = None, *, required: bool = False,
+                     missing_hint: str = "pass --no-store to run without measurements"
+                     ) -> Store | None:
+    """The one way llmsim opens a store to read it (close it, or use it as a context manager).
+
+    A ``path`` given (``--db``, a ``store_path`` argument) is a store used: missing, locked by
+    another process, corrupt, or not an llmsim store is a `StoreError` naming the file and the
+    cause. ``path=None`` is the default store (`default_db_path`: ``$LLMSIM_DB``, else
+    ``$LLMSIM_HOME/llmsim.duckdb``): present, the same rules; missing, None, said once per
+    process on stderr, unless ``required`` (the command cannot work without one). Only the
+    caller's ``use_store=False`` (``--no-store``) skips the store.
+    """
+    named = path is not None
+    target = Path(path).expanduser() if named else default_db_path()
+    if not target.exists():
+        if named or required:
+            raise StoreError(f"{target}: no measurement store at this path; {missing_hint}")
+        if target not in _NOTED_MISSING:
+            _NOTED_MISSING.add(target)
+            print(f"note: no measurement store at {target} (the default); using the learned "
+                  "predictors and the roofline (--no-store silences this)", file=sys.stderr)
+        return None
+    return Store(target, read_only=True)
 
 
 def _sql_text(text: str) -> str:

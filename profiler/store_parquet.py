@@ -3,7 +3,10 @@
 
 Each file holds the family table's columns plus the fingerprint columns, so it is self-contained:
 `import_parquet` rebuilds fingerprints and rows from it alone (a fresh clone loads the curated
-sets in ``datasets/measurements/`` this way). Importing a file twice stores nothing twice.
+sets in ``datasets/measurements/`` this way). Importing a file twice stores nothing twice. Each
+file is one transaction and the derived roofline columns are filled afterwards for every row
+that lacks them, not only this import's: an import killed at any point is completed exactly by
+the next one (no row lost, none twice, no row left without its roofline).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import duckdb
 
 from profiler.measurement import StoreError
 from profiler.store import Store
+from profiler.store_file import crash_point
 from profiler.store_schema import FAMILIES, FINGERPRINT_COLUMNS, family_columns
 
 _FP_EXTRA = [name for name, _ in FINGERPRINT_COLUMNS if name not in ("fingerprint_id", "hardware")]
@@ -71,7 +75,7 @@ def import_parquet(store: Store, path: str | Path) -> tuple[int, int]:
 
     The family is the file stem (``gemm.parquet``); a file missing a column raises StoreError
     naming the file and column. Roofline columns are recomputed where the catalog knows the
-    hardware and the file had none.
+    hardware and the store has none, including rows an interrupted import left unfilled.
     """
     con = store.connection
     inserted = skipped = 0
@@ -89,24 +93,23 @@ def import_parquet(store: Store, path: str | Path) -> tuple[int, int]:
         missing = [name for name in needed if name not in present]
         if missing:
             raise StoreError(f"{file}: missing column {missing[0]!r} for family {family}")
-        cols = ", ".join(f'"{name}"' for name, _ in family_columns(family))
         fp_cols = ", ".join(f'"{name}"' for name, _ in FINGERPRINT_COLUMNS)
         counts = [0, 0]
 
-        def work(source: str = source, cols: str = cols, fp_cols: str = fp_cols,
-                 family: str = family, counts: list[int] = counts) -> None:
+        def work(source: str = source, fp_cols: str = fp_cols, family: str = family,
+                 counts: list[int] = counts) -> None:
             con.execute(f"INSERT OR IGNORE INTO fingerprints SELECT DISTINCT {fp_cols} "
                         f"FROM {source}")
             counts[1] = con.execute(f"SELECT count(*) FROM {source}").fetchall()[0][0]
-            counts[0] = con.execute(f'INSERT OR IGNORE INTO "{family}" ({cols}) '
-                                    f"SELECT {cols} FROM {source}").fetchall()[0][0]
+            counts[0] = store.upsert(family, source)
 
         try:
-            store.transaction(work)
+            store.transaction(work, phase="import")
         except duckdb.Error as exc:
             raise StoreError(f"{file}: cannot load: {exc}") from None
         inserted += counts[0]
         skipped += counts[1] - counts[0]
-    if inserted:
-        store.fill_roofline()
+        crash_point("import.between_files")
+    crash_point("import.before_fill")
+    store.fill_roofline()  # also repairs rows an interrupted import left without it
     return inserted, skipped

@@ -3,8 +3,11 @@
 
 Every answer is an `Estimate` naming the engine that produced it. Requests are batched and
 deduplicated by ``op.key``; answers are cached per chain, so a layer estimated once costs a dict
-lookup afterwards. A missing store file or registered model silently falls through to the next
-engine; `EngineChain.available` says which engines could answer. A champion is not asked about
+lookup afterwards. A store given is a store used: a named store that is missing, locked or corrupt
+is a `StoreError` (exit 2), and only ``use_store=False`` skips it; the default store missing is
+said once on stderr and the chain goes on without it (`profiler.store.open_for_reading`). A
+missing registered model falls through to the next engine; `EngineChain.available` says which
+engines could answer. A champion is not asked about
 an operator with a categorical value its training rows never held (a collective kind, a dtype:
 `predictors.domain`); the roofline answers it and its detail says why.
 """
@@ -45,6 +48,21 @@ def _tracking_store_exists(tracking_uri: str | None) -> bool:
     return True
 
 
+def checked_store(store_path: str | Path | None, use_store: bool = True) -> dict[str, object]:
+    """`EngineChain` store arguments checked once, here, before work fans out to processes:
+    a named store that cannot be used raises `StoreError` now (not once per worker), and a
+    missing default store is said once and becomes ``use_store=False``."""
+    if not use_store:
+        return {"store_path": None, "use_store": False}
+    from profiler.store import open_for_reading
+
+    store = open_for_reading(store_path)
+    if store is None:
+        return {"store_path": None, "use_store": False}
+    with store:
+        return {"store_path": str(store.path), "use_store": True}
+
+
 class EngineChain:
     """Ask each engine in `ENGINE_ORDER` until one answers, per operator shape."""
 
@@ -64,17 +82,9 @@ class EngineChain:
 
     @staticmethod
     def _open_store(store_path: str | Path | None) -> object | None:
-        from analytical.paths import default_db_path
+        from profiler.store import open_for_reading
 
-        path = Path(store_path) if store_path is not None else Path(default_db_path())
-        if not path.is_file():
-            return None
-        try:
-            from profiler.store import Store
-
-            return Store(path, read_only=True)
-        except (LlmsimError, OSError, ImportError):
-            return None
+        return open_for_reading(store_path)
 
     def _predictor(self, family: str) -> object | None:
         if family not in self._predictors:
@@ -93,13 +103,12 @@ class EngineChain:
 
     def _store_medians(self, family: str) -> dict[str, float]:
         """All of this hardware's measured medians of one family, read once (one query) and
-        kept: a serving simulation asks for hundreds of shapes one token count at a time."""
+        kept: a serving simulation asks for hundreds of shapes one token count at a time.
+        A store that fails to read (a corrupt block) raises `StoreError`: never a silent
+        fall-through to the roofline."""
         if family not in self._store_index:
-            try:
-                self._store_index[family] = self._store.medians_by_key(  # type: ignore[union-attr]
-                    family, self.hardware.name)
-            except LlmsimError:
-                self._store_index[family] = {}
+            self._store_index[family] = self._store.medians_by_key(  # type: ignore[union-attr]
+                family, self.hardware.name)
         return self._store_index[family]
 
     def estimate(self, op: OpSpec) -> Estimate:

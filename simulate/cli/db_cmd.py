@@ -2,6 +2,8 @@
 """``llmsim db``: inspect, query, compare, merge, export and import the measurement store.
 
 ``--db`` (or ``$LLMSIM_DB``) picks the DuckDB file; the default is ``$LLMSIM_HOME/llmsim.duckdb``.
+Commands that read open it with `profiler.store.open_for_reading` (missing, locked or corrupt:
+exit 2 naming the file); merge and the imports create it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import pandas as pd
 
 from profiler.importers import import_published
 from profiler.importers.curate import write_curated
-from profiler.store import Store
+from profiler.store import Store, open_for_reading
 from profiler.store_parquet import export_parquet, import_parquet
 from simulate.cli.output import print_json, print_table
 
@@ -39,6 +41,11 @@ def _plain(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
 
+def _reading(db: Path | None) -> Store:
+    return open_for_reading(db, required=True, missing_hint=(
+        "import or profile data first (llmsim db import-parquet datasets/measurements)"))
+
+
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return [{str(k): _plain(v) for k, v in row.items()}
             for row in frame.to_dict(orient="records")]
@@ -53,16 +60,19 @@ def group() -> None:
 @_DB
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def info(db: Path | None, as_json: bool) -> None:
-    """Row counts per provenance, hardware, family and status, and the fingerprints."""
-    with Store(db, read_only=True) as store:
+    """Row counts per provenance, hardware, family and status, the fingerprints, and the
+    DuckDB library and storage format (the oldest DuckDB, CLI included, that opens the file)."""
+    with _reading(db) as store:
         counts, fingerprints = store.info(), store.fingerprints()
-        path = store.path
+        storage = store.storage_info()
+    rows = int(counts["rows"].sum()) if len(counts) else 0
     if as_json:
-        print_json({"db": str(path), "rows": int(counts["rows"].sum()) if len(counts) else 0,
-                    "counts": _records(counts), "fingerprints": _records(fingerprints)})
+        print_json({**storage, "rows": rows, "counts": _records(counts),
+                    "fingerprints": _records(fingerprints)})
         return
-    print_table(_records(counts), title=f"{path}: {int(counts['rows'].sum()) if len(counts) else 0}"
-                " rows")
+    click.echo(f"DuckDB library {storage['duckdb_library']}; storage format "
+               f"{storage['storage_version']} (the oldest DuckDB that opens this file)")
+    print_table(_records(counts), title=f"{storage['db']}: {rows} rows")
     print_table(_records(fingerprints), ["fingerprint_id", "hardware", "device_name",
                                          "device_count", "torch", "cuda", "nccl", "host", "rows"],
                 title="fingerprints")
@@ -77,7 +87,7 @@ def query(sql: str, db: Path | None, as_json: bool, as_csv: bool) -> None:
     """Run one SQL statement on the store (read-only)."""
     if as_json and as_csv:
         raise click.UsageError("--json and --csv are exclusive")
-    with Store(db, read_only=True) as store:
+    with _reading(db) as store:
         frame = store.query(sql)
     if as_csv:
         click.echo(frame.to_csv(index=False), nl=False)
@@ -133,7 +143,7 @@ def merge(shards: tuple[Path, ...], db: Path | None) -> None:
 @_DB
 def export(directory: Path, where: str, db: Path | None) -> None:
     """Export the store as Parquet, one file per hardware and family."""
-    with Store(db, read_only=True) as store:
+    with _reading(db) as store:
         files = export_parquet(store, directory, where=where)
     click.echo(f"wrote {len(files)} file(s) under {directory}")
 
@@ -171,7 +181,7 @@ def import_parquet_cmd(path: Path, db: Path | None) -> None:
 @_DB
 def curate(source: str, out: Path, data_dir: Path | None, db: Path | None) -> None:
     """Write the curated subset of imported sets as Parquet (run import-published first)."""
-    with Store(db, read_only=True) as store:
+    with _reading(db) as store:
         files = write_curated(store, out, source=source, data_dir=data_dir)
     click.echo(f"wrote {len(files)} file(s) under {out}")
 

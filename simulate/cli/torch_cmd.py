@@ -27,18 +27,24 @@ from simulate.cli.output import print_json, print_mapping, print_table
 @click.option("--fsdp", "use_fsdp", is_flag=True, help="FSDP instead of DDP for --dp.")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Store (default: $LLMSIM_DB or ~/.llmsim/llmsim.duckdb).")
+@click.option("--no-store", is_flag=True, help="Do not use measured latencies.")
 @click.option("--tracking-uri", default=None, help="MLflow tracking URI for the predictors.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def command(factory: str | None, hf_config: str | None, inputs: str | None, mode: str,
             batch: int, seq_len: int, new_tokens: int, dtype: str, hardware: str, dp: int,
-            use_fsdp: bool, db: Path | None, tracking_uri: str | None, as_json: bool) -> None:
+            use_fsdp: bool, db: Path | None, no_store: bool, tracking_uri: str | None,
+            as_json: bool) -> None:
     """Trace a module weights-free and predict one step through the engine chain."""
+    from simulate.engines import checked_store
     from simulate.validate.torch_model import TorchTarget, predict_torch
+
+    store = checked_store(db, not no_store)  # before tracing: a bad --db fails at once
 
     target = TorchTarget(factory=factory, hf_config=hf_config, inputs=inputs, mode=mode,
                          batch=batch, seq_len=seq_len, new_tokens=new_tokens, dtype=dtype)
     _, prediction = predict_torch(target, hardware=hardware, dp=dp, use_fsdp=use_fsdp,
-                                  store_path=db, tracking_uri=tracking_uri)
+                                  store_path=store["store_path"],
+                                  use_store=bool(store["use_store"]), tracking_uri=tracking_uri)
     result = {"model": factory or hf_config, "mode": mode, "hardware": hardware, "dp": dp,
               "fsdp": use_fsdp, "step_time_s": prediction.overlap_s or prediction.serial_s,
               **prediction.to_dict()}

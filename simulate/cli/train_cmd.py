@@ -172,7 +172,13 @@ def all_cmd(min_rows, db, tracking_uri, seed, n_configs, max_train_rows, no_prom
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def report_cmd(tracking_uri, all_splits, per_provenance, markdown, write_readme, as_json) -> None:
     """Every champion's held-out error (XGBoost and the baselines), with n."""
-    from predictors.report import COLUMNS, champion_rows, markdown_table, write_readme_section
+    from predictors.report import (
+        COLUMNS,
+        champion_rows,
+        markdown_table,
+        without_champion,
+        write_readme_section,
+    )
     from predictors.splits import HELDOUT_LARGE, HELDOUT_SEQ, HELDOUT_SHAPE, RANDOM
 
     splits = (HELDOUT_SHAPE, HELDOUT_SEQ, HELDOUT_LARGE)
@@ -189,6 +195,10 @@ def report_cmd(tracking_uri, all_splits, per_provenance, markdown, write_readme,
         click.echo("no champions yet: run `llmsim train run --hardware H --op FAMILY`")
     else:
         print_table(rows, list(COLUMNS), title="Champion predictors: error in percent")
+    if not as_json and not markdown:
+        for row in without_champion(tracking_uri):
+            click.echo(f"{row['registered_model']}: no champion (newest v{row['version']}: "
+                       f"{row['reason']})")
 
 
 @group.command("promote")
@@ -196,12 +206,15 @@ def report_cmd(tracking_uri, all_splits, per_provenance, markdown, write_readme,
 @click.option("--op", required=True, type=click.Choice(_FAMILIES), help="Operator family.")
 @click.option("--version", default=None, help="Candidate version (default: the latest).")
 @click.option("--tracking-uri", default=None, help="MLflow tracking URI.")
+@click.option("--force", is_flag=True,
+              help="Promote even if it does not beat the baselines or the champion.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def promote_cmd(hardware, op, version, tracking_uri, as_json) -> None:
-    """Move the champion alias to --version only if it beats the champion on held-out rows."""
+def promote_cmd(hardware, op, version, tracking_uri, force, as_json) -> None:
+    """Move the champion alias to --version only if it beats the baselines on its held-out
+    split and the champion on held-out rows (or --force)."""
     from predictors.promote import promote
 
-    p = promote(hardware, op, version=version, tracking_uri=tracking_uri)
+    p = promote(hardware, op, version=version, tracking_uri=tracking_uri, force=force)
     d = {"registered_model": p.name, "candidate_version": p.candidate_version,
          "champion_version_before": p.champion_version, "promoted": p.promoted,
          "reason": p.reason, "candidate": p.candidate.as_dict() if p.candidate else None,

@@ -50,6 +50,12 @@ def cpu_cmd(models: str | None, modes: str, db: Path | None, tracking_uri: str |
     from simulate.validate.models import VALIDATION_MODELS
     from simulate.validate.report import UNKNOWN_COLUMNS, report_dict, table_rows, unknown_dict
 
+    if skip_profile:  # the store must already hold the shapes: check it before tracing
+        from profiler.store import open_for_reading
+        from simulate.validate.loop import validation_db_path
+
+        open_for_reading(db or validation_db_path(threads), missing_hint=(
+            "run without --skip-profile to measure the shapes into it")).close()
     names = tuple(m.strip() for m in models.split(",") if m.strip()) if models else tuple(
         VALIDATION_MODELS)
     config = LoopConfig(models=names, modes=tuple(m.strip() for m in modes.split(",")

@@ -30,7 +30,7 @@ from analytical.paths import llmsim_home
 from profiler.fingerprint import Fingerprint, current_fingerprint
 from profiler.measurement import point_key
 from profiler.runner import RunSummary, run_sweep
-from profiler.store import Store
+from profiler.store import open_for_reading
 from profiler.sweep import Sweep, SweepEntry, default_backends
 from profiler.timers import Budget
 from simulate.engines import EngineChain
@@ -147,7 +147,7 @@ def stored_medians(ops: Sequence[OpSpec], store_path: Path | str | None,
     if path is not None and not path.is_file():
         return {}
     out: dict[str, float] = {}
-    with Store(path, read_only=True) as store:
+    with open_for_reading(path, required=True) as store:
         for family, keys in wanted.items():
             frame = store.frame(family, hardware=fingerprint.hardware)
             if frame.empty:

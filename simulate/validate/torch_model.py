@@ -96,7 +96,8 @@ def trace_target(target: TorchTarget) -> TracedGraph:
 
 def predict_torch(target: TorchTarget, *, hardware: str = "cpu", dp: int = 1,
                   use_fsdp: bool = False, store_path: str | Path | None = None,
-                  tracking_uri: str | None = None) -> tuple[TracedGraph, TracedPrediction]:
+                  use_store: bool = True, tracking_uri: str | None = None
+                  ) -> tuple[TracedGraph, TracedPrediction]:
     """Trace, add the data-parallel collectives (``dp`` ranks on one node), price."""
     hw = get_hardware(hardware)
     traced = trace_target(target)
@@ -107,5 +108,5 @@ def predict_torch(target: TorchTarget, *, hardware: str = "cpu", dp: int = 1,
                             f"{hw.gpus_per_node}")
         traced = (fsdp(traced, dp=dp, ranks_per_node=ranks_per_node) if use_fsdp else
                   data_parallel(traced, dp=dp, ranks_per_node=ranks_per_node))
-    chain = EngineChain(hw, store_path=store_path, tracking_uri=tracking_uri)
+    chain = EngineChain(hw, store_path=store_path, use_store=use_store, tracking_uri=tracking_uri)
     return traced, price_traced(traced, chain, hw)

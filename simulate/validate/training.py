@@ -4,7 +4,8 @@
 Per family: the store's ok rows for the hardware (`predictors.dataset`), the standard recipe
 (`predictors.train.train_predictor`), an MLflow run and a new registered version
 (`predictors.tracking.log_training`), then `predictors.promote.promote`, which moves the
-``champion`` alias only if the new version beats the current champion on held-out rows.
+``champion`` alias only if the new version beats the baselines on its held-out split and the
+current champion on held-out rows.
 A family with too few rows is skipped with the reason; the engine chain then falls through
 to the roofline for shapes the store lacks.
 """

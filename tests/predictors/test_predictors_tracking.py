@@ -44,7 +44,8 @@ def test_run_registry_and_champion(tracked, llmsim_home):
     gated = {"model/extrapolator.ubj"} if tags["target"] == "gated" else set()
     assert model_files == {"model/model.ubj", "model/schema.json"} | gated
     assert str(llmsim_home / "mlartifacts") in run.info.artifact_uri
-    assert tracked.promotion.promoted and tracked.promotion.reason == "no champion yet"
+    assert tracked.promotion.promoted
+    assert tracked.promotion.reason.startswith("no champion yet; v1 beats every baseline")
 
     predictor = load_champion("h100-sxm", "gemm")
     assert predictor is load_champion("h100-sxm", "gemm")  # cached
@@ -59,10 +60,19 @@ def test_promote_compares_on_the_same_rows(tracked, gemm_frame):
     second = train_frame(gemm_frame, hardware="h100-sxm", family="gemm", config=weak,
                          auto_promote=False)
     decision = promote("h100-sxm", "gemm", version=second.logged.version)
-    assert not decision.promoted  # 3 trees cannot beat the champion
-    assert decision.candidate.n == decision.champion.n > 0
-    assert decision.candidate.mape > decision.champion.mape
-    assert "candidate v2" in decision.reason and "champion v1" in decision.reason
+    assert not decision.promoted  # 3 trees beat neither the baselines nor the champion
+    assert "v2 does not beat the baselines (heldout_shape MAPE" in decision.reason
+    assert "--version 2 --force" in decision.reason
+    assert load_champion("h100-sxm", "gemm").info.version == "1"
+    # forced: promoted, and both gates' verdicts are still computed and said
+    forced = promote("h100-sxm", "gemm", version=second.logged.version, force=True)
+    assert forced.promoted and forced.reason.startswith("forced (--force)")
+    assert forced.candidate.n == forced.champion.n > 0
+    assert forced.candidate.mape > forced.champion.mape
+    assert "candidate v2" in forced.reason and "champion v1" in forced.reason
+    back = promote("h100-sxm", "gemm", version="1")  # beats the baselines and champion v2
+    assert back.promoted and back.champion_version == "2"
+    assert back.candidate.mape < back.champion.mape
     again = promote("h100-sxm", "gemm", version="1")
     assert not again.promoted and "already is the champion" in again.reason
 

@@ -47,7 +47,7 @@ def module_file(tmp_path: Path) -> Path:
 
 
 def _run(args: list[str], tmp_path: Path) -> dict:
-    result = CliRunner().invoke(command, [*args, "--db", str(tmp_path / "none.duckdb"),
+    result = CliRunner().invoke(command, [*args, "--no-store",
                                           "--json"])
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)

@@ -156,8 +156,13 @@ def test_loop_trains_predictors_fast(tmp_path: Path) -> None:
     report = run_validation(config)
     train = report.stages["train"]
     assert set(train) == {"gemm", "memory", "attention"}
-    # gpt2's three modes need > 40 distinct memory-bound shapes: enough for a model
-    assert train["memory"]["status"] == "trained" and train["memory"]["promoted"]
+    # gpt2's three modes need > 40 distinct memory-bound shapes: enough for a model; it becomes
+    # champion only if it beats the baselines on its held-out shapes (a fast search on ~44
+    # noisy CPU shapes may not), and the reason says which
+    memory = train["memory"]
+    assert memory["status"] == "trained"
+    assert memory["promoted"] == ("beats every baseline" in memory["reason"])
     assert train["attention"]["status"] == "skipped"  # a handful of shapes
-    for row in report.rows:  # the chain without the store answers from XGBoost
-        assert row.predictor_xgb_share > 0 and math.isfinite(row.predictor_s)
+    for row in report.rows:  # without the store: XGBoost answers exactly when promoted
+        assert (row.predictor_xgb_share > 0) == memory["promoted"]
+        assert math.isfinite(row.predictor_s)
