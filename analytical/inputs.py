@@ -279,11 +279,13 @@ def check_latencies(values: Iterable[Any], what: str, *, source: str | None = No
                             f"{'>=' if allow_zero else '>'} 0, got {value!r}", source=source)
 
 
-def check_work(what: str, size: int, limit: int, unit: str, hint: str = "") -> None:
+def check_work(what: str, size: int, limit: int, unit: str, hint: str = "", *,
+               source: str | None = None) -> None:
     """Refuse work whose size is known up front and larger than ``limit``."""
     if size > limit:
         extra = f"; {hint}" if hint else ""
-        raise SpecError(what, f"would be {size:,} {unit}; the limit is {limit:,}{extra}")
+        raise SpecError(what, f"would be {size:,} {unit}; the limit is {limit:,}{extra}",
+                        source=source)
 
 
 def check_output_path(path: str | os.PathLike[str], what: str, *,

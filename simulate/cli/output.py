@@ -15,6 +15,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from analytical.errors import SpecError
+from analytical.inputs import check_output_path, check_path, show_path
+
 
 def _default(value: Any) -> Any:
     if isinstance(value, Enum):
@@ -74,3 +77,49 @@ def print_mapping(data: Mapping[str, Any], *, title: str | None = None) -> None:
     """Two-column key/value table."""
     print_table(({"field": k, "value": v} for k, v in data.items()), ["field", "value"],
                 title=title)
+
+
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+class OutputPath(click.ParamType):
+    """An output file (or folder) checked when the flag is parsed, before any long work: a bad
+    path, a missing or read-only folder or an unknown suffix is exit 2 naming the path."""
+
+    name = "path"
+
+    def __init__(self, suffixes: Sequence[str] | None = None, *, directory: bool = False) -> None:
+        self.suffixes = tuple(suffixes) if suffixes else None
+        self.directory = directory
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> Path:
+        if isinstance(value, Path):
+            return value
+        try:
+            return check_output_path(value, param.opts[0] if param else "output",
+                                     suffixes=self.suffixes, directory=self.directory)
+        except SpecError as exc:
+            self.fail(exc.reason, param, ctx)
+
+
+class InputPath(click.ParamType):
+    """An input path whose text the OS can take (no NUL byte, not absurdly long); whether the
+    file exists and parses is checked where it is read, with a named error."""
+
+    name = "path"
+
+    def __init__(self, *, exists: bool = False) -> None:
+        self.exists = exists
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> Path:
+        if isinstance(value, Path):
+            return value
+        try:
+            path = check_path(value, param.human_readable_name if param else "path")
+        except SpecError as exc:
+            self.fail(exc.reason, param, ctx)
+        if self.exists and not path.exists():
+            self.fail(f"no such file or folder: {show_path(path)}", param, ctx)
+        return path
