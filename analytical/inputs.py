@@ -289,8 +289,10 @@ def check_work(what: str, size: int, limit: int, unit: str, hint: str = "", *,
 
 
 def check_output_path(path: str | os.PathLike[str], what: str, *,
-                      suffixes: Sequence[str] | None = None, directory: bool = False) -> Path:
-    """Fail now, before long work, if ``path`` cannot be written (a file, or a folder to fill)."""
+                      suffixes: Sequence[str] | None = None, directory: bool = False,
+                      create_parents: bool = False) -> Path:
+    """Fail now, before long work, if ``path`` cannot be written (a file, or a folder to fill;
+    missing folders above it only where the writer creates them: ``directory``/``create_parents``)."""
     p = check_path(path, what)
     if suffixes is not None and p.suffix.lower() not in suffixes:
         raise SpecError(what, f"unknown suffix {p.suffix or '(none)'!r} for {show_path(p)}; "
@@ -307,6 +309,9 @@ def check_output_path(path: str | os.PathLike[str], what: str, *,
                 raise SpecError(what, f"cannot write {show_path(p)}: permission denied")
             return p
         target = p.parent
+        if not create_parents and not target.is_dir():
+            raise SpecError(what, f"cannot write {show_path(p)}: folder {show_path(target)} "
+                            f"{'is not a folder' if target.exists() else 'does not exist'}")
     existing = target
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent

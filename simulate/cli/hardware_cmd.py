@@ -23,7 +23,7 @@ from analytical.hardware import (
     hardware_names,
 )
 from analytical.inputs import check_output_path, load_yaml, output_errors
-from simulate.cli.output import OutputPath, print_json, print_mapping, print_table
+from simulate.cli.output import FiniteFloat, OutputPath, print_json, print_mapping, print_table
 
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 # JSON key -> table header
@@ -139,7 +139,7 @@ def _default_name(device: str) -> tuple[str, str | None]:
               help="File to write (default: $LLMSIM_HOME/hardware/<name>.yaml).")
 @click.option("--name", default=None,
               help="Catalog name (default: cpu, or <gpu>-calibrated on a GPU).")
-@click.option("--budget-s", type=click.FloatRange(min=0, min_open=True, max=86400), default=30.0, show_default=True,
+@click.option("--budget-s", type=FiniteFloat(min=0, min_open=True, max=86400), default=30.0, show_default=True,
               help="Rough wall-clock budget for all measurements, seconds.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("--reference", default=None,
@@ -156,7 +156,7 @@ def calibrate_cmd(out: Path | None, name: str | None, budget_s: float, device: s
     name = name or default_name
     reference = reference if reference is not None else default_reference
     target = out or user_hardware_dir() / f"{name}.yaml"
-    check_output_path(target, "--out", suffixes=(".yaml", ".yml"))
+    check_output_path(target, "--out", suffixes=(".yaml", ".yml"), create_parents=True)
     data = calibrate(device, name=name, budget_s=budget_s, reference=reference)
     with output_errors(target, "--out"):
         path = write_hardware_file(data, target)

@@ -103,6 +103,18 @@ class OutputPath(click.ParamType):
             self.fail(exc.reason, param, ctx)
 
 
+class FiniteFloat(click.FloatRange):
+    """A float flag in a range that is also finite: click's FloatRange lets ``nan`` through
+    (every comparison with NaN is false)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> float:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
 class InputPath(click.ParamType):
     """An input path whose text the OS can take (no NUL byte, not absurdly long); whether the
     file exists and parses is checked where it is read, with a named error."""

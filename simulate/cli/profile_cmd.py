@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from simulate.cli.output import InputPath, print_json, print_mapping, print_table
+from simulate.cli.output import FiniteFloat, InputPath, print_json, print_mapping, print_table
 
 _DB = click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
                    help="DuckDB store (default: $LLMSIM_DB or ~/.llmsim/llmsim.duckdb).")
@@ -104,7 +104,7 @@ def collectives_cmd(sweep: Path, nproc: int, nnodes: int, node_rank: int,
 @_DEVICE
 @click.option("--dry-run", is_flag=True, help="Print the sbatch script; submit nothing.")
 @click.option("--test-only", is_flag=True, help="sbatch --test-only: validate, do not run.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--timeout", "timeout_s", type=FiniteFloat(min=0, min_open=True), default=None,
               help="Give up waiting after this many seconds.")
 @_JSON
 def submit_cmd(sweep: Path, executor: str, partition: str | None, gpus_per_task: int | None,

@@ -11,7 +11,14 @@ import click
 
 from analytical.errors import InfeasibleError
 from analytical.inputs import output_errors
-from simulate.cli.output import PLOT_SUFFIXES, InputPath, OutputPath, print_json, print_table
+from simulate.cli.output import (
+    PLOT_SUFFIXES,
+    FiniteFloat,
+    InputPath,
+    OutputPath,
+    print_json,
+    print_table,
+)
 from simulate.scenario import apply_overrides, read_document
 from simulate.search.executors import DEFAULT_EXECUTOR, EXECUTORS
 from simulate.search.serving_search import search_serving
@@ -66,7 +73,7 @@ def _write_csv(path: Path, rows: list[dict], keys: list[str]) -> None:
               help="How many best layouts to print.")
 @click.option("--objective", type=click.Choice(sorted(OBJECTIVES)), default="tokens_per_s",
               show_default=True, help="Training: rank by tokens/s, MFU or cost per token.")
-@click.option("--usd-per-gpu-hour", type=click.FloatRange(min=0, min_open=True, max=1e6),
+@click.option("--usd-per-gpu-hour", type=FiniteFloat(min=0, min_open=True, max=1e6),
               help="Price for cost per token ($/GPU-h).")
 @click.option("--executor", type=click.Choice(sorted(EXECUTORS)), default=DEFAULT_EXECUTOR,
               show_default=True, help="Where the candidates are simulated.")
