@@ -44,8 +44,8 @@ def int_value(value: Any, field: str, *, source: str | None = None, minimum: int
     if isinstance(value, bool) or not isinstance(value, int):
         raise SpecError(field, f"must be an integer >= {minimum}, got {value!r}", source=source)
     if value < minimum or value > maximum:
-        raise SpecError(field, f"must be an integer in [{minimum}, {maximum:,}], got {value!r}",
-                        source=source)
+        wanted = f">= {minimum}" if maximum == MAX_INT else f"in [{minimum}, {maximum:,}]"
+        raise SpecError(field, f"must be an integer {wanted}, got {value!r}", source=source)
     return value
 
 

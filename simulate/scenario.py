@@ -132,9 +132,9 @@ def parse_parallel(block: Any, source: str | None, path: str = "training.paralle
     if cp_algorithm not in CP_ALGORITHMS:
         raise SpecError(f"{path}.cp_algorithm", f"unknown {cp_algorithm!r}; known: "
                         f"{', '.join(CP_ALGORITHMS)}", source=source)
+    sp, fsdp = _bool(block, "sp", path, source, False), _bool(block, "fsdp", path, source, False)
     try:
-        parallel = ParallelConfig(**kwargs, zero=zero, sp=_bool(block, "sp", path, source, False),
-                                  fsdp=_bool(block, "fsdp", path, source, False))
+        parallel = ParallelConfig(**kwargs, zero=zero, sp=sp, fsdp=fsdp)
     except SpecError as exc:
         raise SpecError(f"training.{exc.field}", exc.reason, source=source) from None
     return parallel, cp_algorithm
