@@ -367,6 +367,12 @@ def _models() -> Iterator[Case]:
     for cid, (body, match) in files.items():
         yield Case(id=f"model-file-{cid}", argv=("models", "show", "{d}/m.json"), match=match,
                    files={"m.json": body})
+    for cid in ("nan", "latin1", "deep", "invalid"):
+        body, match = files[cid]
+        yield Case(id=f"hf-config-{cid}", argv=("simulate-torch", "--hf-config", "{d}/m.json"),
+                   match=match, files={"m.json": body})
+    yield Case(id="hf-config-long", argv=("simulate-torch", "--hf-config", "x" * 100_000),
+               match="characters")
     scen = _load(DATA / "scenarios" / "gpt2-dp8-a100.yaml")
     scen["model"] = "m.json"
     yield Case(id="model-via-scenario", argv=("simulate", "{d}/s.yaml", *SIMULATE),
