@@ -28,7 +28,7 @@ from simulate.scenario import (
     parse_training,
 )
 
-__all__ = ["SearchSpace", "expand_space", "enumerate_layouts", "AUTO"]
+__all__ = ["AUTO", "SearchSpace", "enumerate_layouts", "expand_space", "parse_serving_space"]
 
 AUTO = "auto"
 PARALLEL_AXES = ("tp", "pp", "dp", "cp", "ep", "vpp", "sp", "zero", "fsdp")
@@ -219,3 +219,41 @@ def enumerate_layouts(space: SearchSpace, *, model, hw: HardwareSpec, cluster: C
             continue
         valid.append(block)
     return valid, raw
+
+
+_SERVING_INT_AXES = ("tp", "pp", "ep", "max_num_seqs", "chunk_size")
+
+
+def parse_serving_space(doc: Mapping[str, Any], axes: tuple[str, ...], *,
+                        source: str | None = None) -> tuple[Mapping[str, Any], int]:
+    """(the ``search`` block, hardware.num_gpus) of a serving search, every value checked: an
+    axis is a non-empty list; degrees and batch sizes integers >= 1; the product bounded."""
+    hardware = doc.get("hardware")
+    if not isinstance(hardware, Mapping):
+        raise SpecError("hardware", "expected a mapping", source=source)
+    num_gpus = int_value(hardware.get("num_gpus"), "hardware.num_gpus", source=source)
+    space = doc.get("search", {})
+    if not isinstance(space, Mapping):
+        raise SpecError("search", "expected a mapping", source=source)
+    bad = sorted((k for k in space if k not in axes), key=str)
+    if bad:
+        raise SpecError(f"search.{bad[0]}", f"unknown axis; known: {', '.join(axes)}",
+                        source=source)
+    size = 1
+    for axis, values in space.items():
+        path = f"search.{axis}"
+        if not isinstance(values, list) or not values:
+            raise SpecError(path, f"must be a non-empty list, got {values!r}", source=source)
+        check_work(path, len(values), MAX_LIST, "listed values", source=source)
+        for i, value in enumerate(values):
+            if axis in _SERVING_INT_AXES:
+                int_value(value, f"{path}[{i}]", source=source, maximum=MAX_RANGE)
+            elif axis == "disaggregated" and not isinstance(value, Mapping):
+                raise SpecError(f"{path}[{i}]", "expected {prefill: ..., decode: ...}",
+                                source=source)
+            elif axis in ("precision", "scheduler") and not isinstance(value, str):
+                raise SpecError(f"{path}[{i}]", f"expected a name, got {value!r}",
+                                source=source)
+        size *= len(values)
+    check_work("search", size, MAX_CANDIDATES, "candidate configurations", source=source)
+    return space, num_gpus

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -468,6 +469,22 @@ def _search() -> Iterator[Case]:
     yield _scenario("search-space-too-big", big, "candidate layouts", command="search")
 
 
+def _serving_search() -> Iterator[Case]:
+    base = _load(DATA / "scenarios" / "search" / "serving-llama3-70b-h100.yaml")
+    muts = [("search.tp", [0]), ("search.tp", ["x"]), ("search.tp", [NAN]), ("search.pp", 2),
+            ("search.max_num_seqs", []), ("search.chunk_size", [-1]),
+            ("search.precision", [5]), ("search.disaggregated", [1]),
+            ("search.batch", [1]), ("search.tp", list(range(1, 1100))),
+            ("hardware.num_gpus", "x"), ("hardware.num_gpus", NAN)]
+    for path, value in muts:
+        leaf = "batch" if path.endswith("batch") else _leaf(path)
+        yield _scenario(f"serving-search-{path}={_tag(value)}", _set(base, path, value),
+                        re.escape(leaf), command="search")
+    wide = _set(base, "search", {k: list(range(1, 60)) for k in ("tp", "pp", "ep",
+                                                                 "max_num_seqs")})
+    yield _scenario("serving-search-too-big", wide, "candidate configurations", command="search")
+
+
 def _parquet() -> Iterator[Case]:
     yield Case(id="parquet-garbage-compare", argv=("db", "compare", "{d}/a.parquet",
                                                    "{d}/a.parquet"),
@@ -477,7 +494,7 @@ def _parquet() -> Iterator[Case]:
 def cases() -> list[Case]:
     """Every case, in a fixed order, ids unique."""
     out = [*_training(), *_inference(), *_files(), *_sweeps(), *_hardware(), *_models(),
-           *_flags(), *_search(), *_parquet()]
+           *_flags(), *_search(), *_serving_search(), *_parquet()]
     ids = [c.id for c in out]
     if len(ids) != len(set(ids)):
         dupes = sorted({i for i in ids if ids.count(i) > 1})
