@@ -11,16 +11,16 @@ job of `analytical.calibrate`.
 from __future__ import annotations
 
 import functools
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from analytical.dtypes import DType, parse_dtype
 from analytical.errors import SpecError, UnknownNameError
+from analytical.inputs import check_path, load_yaml, show_path
 from analytical.paths import user_hardware_dir
 
 GB = 1e9
@@ -141,8 +141,9 @@ class _Reader:
                 return default
             raise SpecError(path, "missing", source=self.source)
         value = data[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SpecError(path, f"expected a number, got {value!r}", source=self.source)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(
+                value):
+            raise SpecError(path, f"expected a finite number, got {value!r}", source=self.source)
         if value < minimum or (positive and value <= 0):
             raise SpecError(path, f"must be {'>' if positive else '>='} {minimum}, got {value}",
                             source=self.source)
@@ -233,20 +234,16 @@ def hardware_names() -> list[str]:
 
 def load_hardware_file(path: str | Path) -> HardwareSpec:
     """Load one hardware YAML; errors name the file and the field."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise SpecError("(file)", "no such file", source=str(path)) from None
-    except yaml.YAMLError as exc:
-        raise SpecError("(yaml)", f"not valid YAML: {exc}".replace("\n", " "),
-                        source=str(path)) from None
-    return hardware_from_dict(data, source=str(path))
+    data = load_yaml(path, "hardware")
+    return hardware_from_dict(data, source=show_path(path))
 
 
 @functools.cache
 def get_hardware(name: str) -> HardwareSpec:
     """Catalog lookup by exact name, or a path to a YAML file; raises UnknownNameError."""
+    if not isinstance(name, str):
+        raise SpecError("hardware.gpu", f"expected a name, got {name!r}")
+    check_path(name, "hardware.gpu")
     if name.endswith((".yaml", ".yml")) or os.sep in name:
         return load_hardware_file(name)
     for folder in hardware_dirs():

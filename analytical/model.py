@@ -9,7 +9,6 @@ The architecture itself and its counts live in `analytical.model_spec`; reading 
 from __future__ import annotations
 
 import functools
-import json
 import os
 from dataclasses import fields
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 
 from analytical.dtypes import DType
 from analytical.errors import SpecError, UnknownNameError
+from analytical.inputs import check_path, load_json, show_path
 from analytical.model_hf import model_from_hf_config
 from analytical.model_spec import FAMILIES, ModelSpec
 
@@ -45,15 +45,12 @@ def model_names() -> list[str]:
 def load_model_file(path: str | Path, *, name: str | None = None) -> ModelSpec:
     """Read one ``config.json``; the name defaults to the file stem (or its folder for
     ``.../<model>/config.json``). Errors name the file and the key."""
-    path = Path(path)
+    path = check_path(path, "model")
     if path.is_dir():
         path = path / "config.json"
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise SpecError("(file)", "no such file", source=str(path)) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise SpecError("(json)", f"not valid JSON: {exc}", source=str(path)) from None
+    data = load_json(path, "config.json")
+    if not isinstance(data, dict):
+        raise SpecError("config.json", "top level must be a JSON object", source=show_path(path))
     if name is None:
         name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
     return model_from_hf_config(data, name=name, source=str(path))
@@ -62,6 +59,9 @@ def load_model_file(path: str | Path, *, name: str | None = None) -> ModelSpec:
 @functools.cache
 def load_model(name_or_path: str) -> ModelSpec:
     """Catalog lookup by exact name, or a path to a config.json; raises UnknownNameError."""
+    if not isinstance(name_or_path, str):
+        raise SpecError("model", f"expected a name or a config.json path, got {name_or_path!r}")
+    check_path(name_or_path, "model")
     if name_or_path.endswith(".json") or os.sep in name_or_path or "/" in name_or_path:
         return load_model_file(name_or_path)
     candidate = MODELS_DIR / f"{name_or_path}.json"

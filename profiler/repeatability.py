@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analytical.inputs import read_parquet
 from profiler.measurement import StoreError
 from profiler.store import open_for_reading
 from profiler.store_parquet import parquet_files
@@ -62,7 +63,7 @@ def load_ok_rows(path: str | Path) -> pd.DataFrame:
                 frames.append(frame.assign(family=family))
     else:
         for file in parquet_files(path):
-            frame = pd.read_parquet(file)
+            frame = read_parquet(file, "parquet")
             frames.append(frame[frame["status"] == "ok"].assign(family=file.stem))
     frames = [f for f in frames if not f.empty]
     if not frames:

@@ -20,10 +20,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from analytical.dtypes import DType, parse_dtype
 from analytical.errors import SpecError
+from analytical.inputs import check_work, load_yaml
 from analytical.ops import OP_FAMILIES, OpSpec, op_fields, op_from_dict
 from profiler.sweep_model import model_shapes
 from profiler.timers import Budget
@@ -48,6 +47,10 @@ _SHAPE_KINDS = ("grid", "sample", "list", "model")
 _SAMPLE_KEYS = ("count", "seed", "ranges", "log", "multiple", "choices")
 _BUDGET_KEYS = {"warmup_ms": "warmup_s", "measure_ms": "measure_s",
                 "min_reps": "min_reps", "max_reps": "max_reps"}
+# Our largest shipped sweep has ~4k points; each point costs at least its warm-up + measure
+# budget (0.125 s by default), so 100k points is already ~3.5 h of measuring. Larger grids are
+# refused before they are expanded (an 8-million-point grid would exhaust memory first).
+MAX_SWEEP_POINTS = 100_000
 
 
 def default_backends(family: str, device: str, dtype: DType) -> tuple[str, ...]:
@@ -105,13 +108,8 @@ class Sweep:
 
 def load_sweep(path: str | Path) -> Sweep:
     """Read and expand a sweep YAML file."""
+    data = load_yaml(path, "sweep")
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise SpecError("sweep", f"cannot read: {exc.strerror}", source=str(path)) from None
-    except yaml.YAMLError as exc:
-        raise SpecError("sweep", f"invalid YAML: {exc}", source=str(path)) from None
     return parse_sweep(data, source=str(path), default_name=path.stem)
 
 
@@ -129,6 +127,8 @@ def parse_sweep(data: Any, *, source: str = "<sweep>", default_name: str = "swee
         raise SpecError("families", "must be a non-empty list of family entries", source=source)
     entries = tuple(_entry(item, f"families[{i}]", budget, source)
                     for i, item in enumerate(families))
+    check_work("families", sum(len(e.ops) * max(1, len(e.backends)) for e in entries),
+               MAX_SWEEP_POINTS, "sweep points", "split the sweep into several files", source=source)
     return Sweep(name=str(mapping.get("name", default_name)), device=device, entries=entries,
                  source=source)
 
@@ -165,6 +165,8 @@ def _entry(item: Any, field: str, budget: Budget, source: str) -> SweepEntry:
     else:
         values = {"grid": _grid, "sample": _sample, "list": _list}[kind](
             family, shapes[kind], where, source)
+    check_work(where, len(values) * len(dtypes), MAX_SWEEP_POINTS, "sweep points",
+               "split the sweep into several files", source=source)
     ops: list[OpSpec] = []
     seen: set[str] = set()
     for dtype in dtypes:
@@ -213,6 +215,8 @@ def _grid(family: str, grid: Any, field: str, source: str) -> list[tuple[dict, s
                     raise SpecError(f"{field}.{key}[{i}]", f"expected a list of {len(names)} "
                                     f"values ({key}), got {item!r}", source=source)
         axes.append((names, [tuple(v) if len(names) > 1 else (v,) for v in values]))
+    check_work(field, math.prod(len(values) for _, values in axes), MAX_SWEEP_POINTS,
+               "grid points", "split the sweep into several files", source=source)
     out = []
     for combo in itertools.product(*(values for _, values in axes)):
         shape: dict[str, Any] = {}
@@ -238,6 +242,7 @@ def _sample(family: str, spec: Any, field: str, source: str) -> list[tuple[dict,
     count = spec.get("count")
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise SpecError(f"{field}.count", f"must be an integer >= 1, got {count!r}", source=source)
+    check_work(f"{field}.count", count, MAX_SWEEP_POINTS, "sampled points", source=source)
     seed = spec.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise SpecError(f"{field}.seed", f"must be an integer, got {seed!r}", source=source)
@@ -312,8 +317,10 @@ def _budget(raw: Any, base: Budget, field: str, source: str) -> Budget:
     _check_keys(raw, tuple(_BUDGET_KEYS), field, source)
     changes: dict[str, Any] = {}
     for key, value in raw.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SpecError(f"{field}.{key}", f"must be a number, got {value!r}", source=source)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(
+                value) or value < 0:
+            raise SpecError(f"{field}.{key}", f"must be a finite number >= 0, got {value!r}",
+                            source=source)
         changes[_BUDGET_KEYS[key]] = value / 1e3 if key.endswith("_ms") else value
     try:
         return replace(base, **changes)

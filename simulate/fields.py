@@ -1,28 +1,36 @@
 # SPDX-License-Identifier: Apache-2.0
 """Reading scenario blocks: unknown keys and bad numbers are errors that name the dotted path.
 
-Shared by the training scenario (`simulate.scenario`) and the inference/serving blocks
-(`simulate.inference.spec`), so both say the same thing about the same mistake.
+Shared by the training scenario (`simulate.scenario`), the inference/serving blocks
+(`simulate.inference.spec`), the workload (`simulate.serving.workload`) and the search space, so
+all say the same thing about the same mistake. Every number is checked where it is read: its type
+(a string or a bool is not a number), finiteness (YAML's ``.nan``/``.inf`` are floats), sign and
+range.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from analytical.errors import SpecError
 
-__all__ = ["check_keys", "int_field"]
+__all__ = ["check_keys", "float_field", "float_value", "int_field", "int_value",
+           "optional_float"]
+
+MAX_INT = 2**53  # beyond this a count is a typo (and stops being exact as a float)
 
 
 def check_keys(block: Any, path: str, allowed: set[str], required: set[str] = frozenset(),
                source: str | None = None) -> Mapping[str, Any]:
     """``block`` itself if it is a mapping with only ``allowed`` keys and every ``required``."""
     if not isinstance(block, Mapping):
-        raise SpecError(path, f"expected a mapping, got {type(block).__name__}", source=source)
-    unknown = sorted(set(block) - allowed)
+        raise SpecError(path or "(top level)", f"expected a mapping, got {type(block).__name__}",
+                        source=source)
+    unknown = sorted((k for k in block if k not in allowed), key=str)
     if unknown:
-        raise SpecError(f"{path}.{unknown[0]}" if path else unknown[0],
+        raise SpecError(f"{path}.{unknown[0]}" if path else str(unknown[0]),
                         f"unknown key; allowed: {', '.join(sorted(allowed))}", source=source)
     missing = sorted(required - set(block))
     if missing:
@@ -30,13 +38,63 @@ def check_keys(block: Any, path: str, allowed: set[str], required: set[str] = fr
     return block
 
 
-def int_field(block: Mapping[str, Any], key: str, path: str, *, source: str | None = None,
-              default: int | None = None, minimum: int = 1) -> int:
-    """``block[key]`` (or ``default``) as an integer >= ``minimum``; bools are not integers."""
-    value = block.get(key, default)
-    if value is None:
-        raise SpecError(f"{path}.{key}", "missing", source=source)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise SpecError(f"{path}.{key}", f"must be an integer >= {minimum}, got {value!r}",
-                        source=source)
+def int_value(value: Any, field: str, *, source: str | None = None, minimum: int = 1,
+              maximum: int = MAX_INT) -> int:
+    """``value`` as an integer in [minimum, maximum]; bools, floats and strings are refused."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(field, f"must be an integer >= {minimum}, got {value!r}", source=source)
+    if value < minimum or value > maximum:
+        wanted = f">= {minimum}" if maximum == MAX_INT else f"in [{minimum}, {maximum:,}]"
+        raise SpecError(field, f"must be an integer {wanted}, got {value!r}", source=source)
     return value
+
+
+def int_field(block: Mapping[str, Any], key: str, path: str, *, source: str | None = None,
+              default: int | None = None, minimum: int = 1, maximum: int = MAX_INT) -> int:
+    """``block[key]`` (or ``default``) as an integer in [minimum, maximum]."""
+    value = block.get(key, default)
+    field = f"{path}.{key}" if path else key
+    if value is None:
+        raise SpecError(field, "missing", source=source)
+    return int_value(value, field, source=source, minimum=minimum, maximum=maximum)
+
+
+def float_value(value: Any, field: str, *, source: str | None = None, minimum: float = 0.0,
+                maximum: float = math.inf, exclusive_min: bool = False,
+                exclusive_max: bool = False) -> float:
+    """``value`` as a finite float in the stated range; NaN, inf, bools and strings refused."""
+    low = "(" if exclusive_min else "["
+    high = ")" if exclusive_max or maximum == math.inf else "]"
+    wanted = f"a finite number in {low}{minimum:g}, {maximum:g}{high}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(field, f"must be {wanted}, got {value!r}", source=source)
+    number = float(value)
+    if not math.isfinite(number):
+        raise SpecError(field, f"must be {wanted}, got {value!r}", source=source)
+    too_low = number <= minimum if exclusive_min else number < minimum
+    too_high = number >= maximum if exclusive_max else number > maximum
+    if too_low or too_high:
+        raise SpecError(field, f"must be {wanted}, got {value!r}", source=source)
+    return number
+
+
+def float_field(block: Mapping[str, Any], key: str, path: str, *, source: str | None = None,
+                default: float | None = None, minimum: float = 0.0, maximum: float = math.inf,
+                exclusive_min: bool = False, exclusive_max: bool = False) -> float:
+    """``block[key]`` (or ``default``) as a checked finite float; missing is an error."""
+    value = block.get(key, default)
+    field = f"{path}.{key}" if path else key
+    if value is None:
+        raise SpecError(field, "missing", source=source)
+    return float_value(value, field, source=source, minimum=minimum, maximum=maximum,
+                       exclusive_min=exclusive_min, exclusive_max=exclusive_max)
+
+
+def optional_float(block: Mapping[str, Any], key: str, path: str, *,
+                   source: str | None = None, minimum: float = 0.0, maximum: float = math.inf,
+                   exclusive_min: bool = False) -> float | None:
+    """Like `float_field`, but an absent (or null) value is None."""
+    if block.get(key) is None:
+        return None
+    return float_field(block, key, path, source=source, minimum=minimum, maximum=maximum,
+                       exclusive_min=exclusive_min)

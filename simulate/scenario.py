@@ -8,19 +8,18 @@ need the model or the device live in `simulate.layout`; inference blocks in `sim
 
 from __future__ import annotations
 
-import json
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from analytical.dtypes import DType, parse_dtype
 from analytical.errors import SpecError
+from analytical.inputs import check_path, check_work, parse_json, parse_yaml, read_text, show_path
 from analytical.memory import Framework
 from analytical.parallel import ParallelConfig, Recompute, Schedule
-from simulate.fields import check_keys, int_field
+from simulate.fields import check_keys, float_field, int_field, optional_float
 
 TOP_KEYS = {"name", "description", "model", "hardware", "training", "inference", "serving",
             "colocate"}
@@ -33,6 +32,10 @@ OVERLAP_KEYS = {"tp_comm", "dp_grad", "param_gather", "compute_slowdown", "comm_
 TRAIN_PRECISIONS = (DType.BF16, DType.FP16, DType.FP8)
 CP_ALGORITHMS = ("ring", "all_gather")
 ATTENTION_KERNELS = ("flash", "unfused")  # unfused: Megatron-LM's 2021-22 core attention
+# The pipeline schedule is simulated event by event (pp * vpp * micro-batches events); Megatron
+# runs use tens to a few thousand micro-batches per iteration, so this bound only stops typos
+# (2^39 micro-batches would run for days) before any work starts.
+MAX_MICROBATCHES = 100_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,9 +135,9 @@ def parse_parallel(block: Any, source: str | None, path: str = "training.paralle
     if cp_algorithm not in CP_ALGORITHMS:
         raise SpecError(f"{path}.cp_algorithm", f"unknown {cp_algorithm!r}; known: "
                         f"{', '.join(CP_ALGORITHMS)}", source=source)
+    sp, fsdp = _bool(block, "sp", path, source, False), _bool(block, "fsdp", path, source, False)
     try:
-        parallel = ParallelConfig(**kwargs, zero=zero, sp=_bool(block, "sp", path, source, False),
-                                  fsdp=_bool(block, "fsdp", path, source, False))
+        parallel = ParallelConfig(**kwargs, zero=zero, sp=sp, fsdp=fsdp)
     except SpecError as exc:
         raise SpecError(f"training.{exc.field}", exc.reason, source=source) from None
     return parallel, cp_algorithm
@@ -143,15 +146,11 @@ def parse_parallel(block: Any, source: str | None, path: str = "training.paralle
 def _overlap(block: Any, source: str | None) -> OverlapSpec:
     path = "training.overlap"
     block = _check_keys(block or {}, path, OVERLAP_KEYS, source)
-    slowdown = block.get("compute_slowdown")
-    if slowdown is not None and (isinstance(slowdown, bool) or not isinstance(slowdown, (int, float))
-                                 or slowdown < 1.0):
-        raise SpecError(f"{path}.compute_slowdown", f"must be a number >= 1, got {slowdown!r}",
-                        source=source)
+    slowdown = optional_float(block, "compute_slowdown", path, source=source, minimum=1.0)
     return OverlapSpec(tp_comm=_bool(block, "tp_comm", path, source, False),
                        dp_grad=_bool(block, "dp_grad", path, source, True),
                        param_gather=_bool(block, "param_gather", path, source, True),
-                       compute_slowdown=None if slowdown is None else float(slowdown),
+                       compute_slowdown=slowdown,
                        comm_sms=_int(block, "comm_sms", path, source, 16, minimum=0))
 
 
@@ -165,10 +164,8 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
     if precision not in TRAIN_PRECISIONS:
         raise SpecError(f"{path}.precision", f"{precision} is not a training precision; use "
                         f"{', '.join(TRAIN_PRECISIONS)}", source=source)
-    bucket = block.get("dp_bucket_mb", 40.0)
-    if isinstance(bucket, bool) or not isinstance(bucket, (int, float)) or bucket <= 0:
-        raise SpecError(f"{path}.dp_bucket_mb", f"must be a positive number, got {bucket!r}",
-                        source=source)
+    bucket = float_field(block, "dp_bucket_mb", path, source=source, default=40.0,
+                         exclusive_min=True)
     attention = str(block.get("attention", "flash"))
     if attention not in ATTENTION_KERNELS:
         raise SpecError(f"{path}.attention", f"unknown {attention!r}; known: "
@@ -177,14 +174,8 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
     if optimizer != "adam":
         raise SpecError(f"{path}.optimizer", f"only 'adam' is modelled, got {optimizer!r}",
                         source=source)
-    lora_rank, lora_targets = 0, ()
-    if "lora" in block:
-        from simulate.lora import LoraConfig
-
-        lora = _check_keys(block["lora"], f"{path}.lora", {"rank", "targets"}, source)
-        cfg = LoraConfig(rank=lora.get("rank"), targets=tuple(lora.get("targets", ("q", "v"))))
-        lora_rank, lora_targets = cfg.rank, cfg.targets
-    return TrainingSpec(
+    lora_rank, lora_targets = _lora(block, path, source) if "lora" in block else (0, ())
+    spec = TrainingSpec(
         lora_rank=lora_rank,
         lora_targets=lora_targets,
         parallel=parallel,
@@ -200,19 +191,37 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
         attention=attention,
         framework=_choice(block, "framework", path, source, Framework, "megatron"),
     )
+    check_work(f"{path}.global_batch", spec.num_microbatches, MAX_MICROBATCHES,
+               "micro-batches per iteration", "raise micro_batch or dp, or lower global_batch")
+    return spec
+
+
+def _lora(block: Mapping[str, Any], path: str, source: str | None) -> tuple[int, tuple[str, ...]]:
+    from simulate.lora import LoraConfig
+
+    lora = _check_keys(block["lora"], f"{path}.lora", {"rank", "targets"}, source)
+    rank = _int(lora, "rank", f"{path}.lora", source)
+    targets = lora.get("targets", ["q", "v"])
+    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+        raise SpecError(f"{path}.lora.targets", f"must be a list of names, got {targets!r}",
+                        source=source)
+    cfg = LoraConfig(rank=rank, targets=tuple(targets))
+    return cfg.rank, cfg.targets
 
 
 def _coerce(text: str) -> Any:
     """An override value: YAML scalar rules (``8`` -> int, ``true`` -> bool, ``1e-3`` -> float)."""
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
+        return parse_yaml(text, "--set")
+    except SpecError as exc:
+        if exc.reason.startswith("refused"):  # an alias bomb or deep nesting is still refused
+            raise
         return text
 
 
 def apply_overrides(doc: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
     """Return a copy of ``doc`` with each ``a.b.c=value`` set (intermediate maps created)."""
-    result: dict[str, Any] = json.loads(json.dumps(doc))
+    result: dict[str, Any] = copy.deepcopy(dict(doc))
     for item in overrides:
         if "=" not in item:
             raise SpecError("--set", f"expected path=value, got {item!r}")
@@ -232,17 +241,12 @@ def apply_overrides(doc: Mapping[str, Any], overrides: Sequence[str]) -> dict[st
 
 def read_document(path: str | Path) -> dict[str, Any]:
     """Parse a YAML or JSON scenario file; errors name the file."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecError("scenario", f"cannot read {path}: {exc.strerror}", source=str(path)) from None
-    try:
-        doc = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise SpecError("scenario", f"not valid YAML/JSON: {exc}", source=str(path)) from None
+    path = check_path(path, "scenario")
+    text = read_text(path, "scenario")
+    parse = parse_json if path.suffix == ".json" else parse_yaml
+    doc = parse(text, "scenario", source=show_path(path))
     if not isinstance(doc, dict):
-        raise SpecError("scenario", "top level must be a mapping", source=str(path))
+        raise SpecError("scenario", "top level must be a mapping", source=show_path(path))
     return doc
 
 

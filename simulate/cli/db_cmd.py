@@ -18,14 +18,14 @@ from profiler.importers import import_published
 from profiler.importers.curate import write_curated
 from profiler.store import Store, open_for_reading
 from profiler.store_parquet import export_parquet, import_parquet
-from simulate.cli.output import print_json, print_table
+from simulate.cli.output import InputPath, OutputPath, print_json, print_table
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _DB = click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=None,
                    help="Store file (default: $LLMSIM_DB or $LLMSIM_HOME/llmsim.duckdb).")
 _SOURCE = click.option("--source", type=click.Choice(["aiconfigurator", "vidur", "all"]),
                        default="all", show_default=True, help="Published set(s).")
-_DATA_DIR = click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
+_DATA_DIR = click.option("--data-dir", type=InputPath(exists=True),
                          default=None, help="Folder holding aiconfigurator/ and vidur/ "
                          "(default: ../shared/data next to the checkout).")
 
@@ -98,8 +98,8 @@ def query(sql: str, db: Path | None, as_json: bool, as_csv: bool) -> None:
 
 
 @group.command()
-@click.argument("first", type=click.Path(exists=True, path_type=Path))
-@click.argument("second", type=click.Path(exists=True, path_type=Path))
+@click.argument("first", type=InputPath(exists=True))
+@click.argument("second", type=InputPath(exists=True))
 @click.option("--across-backends", is_flag=True,
               help="Match on op key alone: two software stacks measuring the same shapes.")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as a JSON list.")
@@ -126,7 +126,7 @@ def compare(first: Path, second: Path, across_backends: bool, as_json: bool) -> 
 
 @group.command()
 @click.argument("shards", nargs=-1, required=True,
-                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+                type=InputPath(exists=True))
 @_DB
 def merge(shards: tuple[Path, ...], db: Path | None) -> None:
     """Fold worker shards into the store (idempotent)."""
@@ -137,7 +137,7 @@ def merge(shards: tuple[Path, ...], db: Path | None) -> None:
 
 @group.command()
 @click.option("--parquet", "directory", required=True,
-              type=click.Path(file_okay=False, path_type=Path),
+              type=OutputPath(directory=True),
               help="Write <DIR>/<hardware>/<family>.parquet.")
 @click.option("--where", default="", help="SQL condition on the family table (alias t).")
 @_DB
@@ -163,7 +163,7 @@ def import_published_cmd(source: str, data_dir: Path, db: Path | None) -> None:
 
 
 @group.command("import-parquet")
-@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.argument("path", type=InputPath(exists=True))
 @_DB
 def import_parquet_cmd(path: Path, db: Path | None) -> None:
     """Load Parquet written by `db export` or `db curate` (a file or a folder)."""
@@ -174,7 +174,7 @@ def import_parquet_cmd(path: Path, db: Path | None) -> None:
 
 @group.command()
 @_SOURCE
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", type=OutputPath(directory=True),
               default=_REPO_ROOT / "datasets" / "measurements", show_default=True,
               help="Folder for <source>/<hardware>/<family>.parquet.")
 @_DATA_DIR

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
 from analytical.dtypes import DType
 from analytical.hardware import (
@@ -23,7 +22,8 @@ from analytical.hardware import (
     hardware_dirs,
     hardware_names,
 )
-from simulate.cli.output import print_json, print_mapping, print_table
+from analytical.inputs import check_output_path, load_yaml, output_errors
+from simulate.cli.output import FiniteFloat, OutputPath, print_json, print_mapping, print_table
 
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 # JSON key -> table header
@@ -60,7 +60,7 @@ def _file_of(name: str) -> Path | None:
 def _details(hw: HardwareSpec) -> dict[str, Any]:
     """Every field of a spec in human units, flat keys, for `show`."""
     path = _file_of(hw.name)
-    raw = yaml.safe_load(path.read_text()) if path else {}
+    raw = load_yaml(path, "hardware") if path else {}
     out: dict[str, Any] = {"name": hw.name, "vendor": hw.vendor, "kind": hw.kind,
                            "file": str(path or "")}
     for dtype in DType:
@@ -135,11 +135,11 @@ def _default_name(device: str) -> tuple[str, str | None]:
 
 
 @group.command("calibrate")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--out", type=OutputPath((".yaml", ".yml")), default=None,
               help="File to write (default: $LLMSIM_HOME/hardware/<name>.yaml).")
 @click.option("--name", default=None,
               help="Catalog name (default: cpu, or <gpu>-calibrated on a GPU).")
-@click.option("--budget-s", type=float, default=30.0, show_default=True,
+@click.option("--budget-s", type=FiniteFloat(min=0, min_open=True, max=86400), default=30.0, show_default=True,
               help="Rough wall-clock budget for all measurements, seconds.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("--reference", default=None,
@@ -155,8 +155,11 @@ def calibrate_cmd(out: Path | None, name: str | None, budget_s: float, device: s
     default_name, default_reference = _default_name(device)
     name = name or default_name
     reference = reference if reference is not None else default_reference
+    target = out or user_hardware_dir() / f"{name}.yaml"
+    check_output_path(target, "--out", suffixes=(".yaml", ".yml"), create_parents=True)
     data = calibrate(device, name=name, budget_s=budget_s, reference=reference)
-    path = write_hardware_file(data, out or user_hardware_dir() / f"{name}.yaml")
+    with output_errors(target, "--out"):
+        path = write_hardware_file(data, target)
     summary: dict[str, Any] = {"written": str(path), "name": name, "reference": reference}
     summary.update({f"peak_{k}_tflops": v for k, v in data["peak_dense_tflops"].items()})
     summary["memory_bw_gb_per_s"] = data["memory"]["bandwidth_gb_per_s"]

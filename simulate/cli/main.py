@@ -33,6 +33,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("simulate.cli.compare_cmd:command", "Predict two scenarios side by side."),
 }
 
+# Optional dependencies (import name -> what to install). XGBoost is not a base dependency on
+# purpose: its CPU wheel (`xgboost-cpu`) and full wheel (`xgboost`, with NCCL) install the same
+# package and must not both be present, so the user picks one through an extra.
+OPTIONAL: dict[str, str] = {
+    "xgboost": "pip install 'llmsim[cpu]' (or 'llmsim[gpu]' for the CUDA build)",
+    "ray": "pip install 'llmsim[search]' (or use --executor process)",
+    "transformers": "pip install 'llmsim[hf]'",
+    "triton": "pip install 'llmsim[gpu]'",
+}
+
 
 class _LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -85,13 +95,20 @@ def main(argv: list[str] | None = None) -> int:
     except click.Abort:
         click.echo("aborted", err=True)
         return 1
-    except click.ClickException as exc:
-        exc.show()
+    except click.ClickException as exc:  # bad flags: one line, as for any bad input
+        click.echo(f"error: {_one_line(_click_message(exc))}", err=True)
         return 2
     except LlmsimError as exc:
         if debug:
             raise
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {_one_line(str(exc))}", err=True)
+        return 2
+    except ModuleNotFoundError as exc:
+        root = (exc.name or "").split(".")[0]
+        if root not in OPTIONAL or debug:
+            raise
+        click.echo(f"error: this command needs {root!r}, which is not installed: "
+                   f"{OPTIONAL[root]}", err=True)
         return 2
     except Exception as exc:  # noqa: BLE001 - the one place internal errors are reported
         if debug:
@@ -99,6 +116,18 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug)", err=True)
         return 1
     return 0
+
+
+def _click_message(exc: click.ClickException) -> str:
+    """Click's message, prefixed with the command it concerns (``simulate: no such option``)."""
+    ctx = getattr(exc, "ctx", None)
+    message = exc.format_message()
+    return f"{ctx.command_path}: {message}" if ctx is not None else message
+
+
+def _one_line(text: str) -> str:
+    """Errors are one line on stderr; multi-line causes (YAML marks) are joined."""
+    return " ".join(text.split())
 
 
 if __name__ == "__main__":

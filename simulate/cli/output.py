@@ -24,6 +24,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from analytical.errors import SpecError
+from analytical.inputs import check_output_path, check_path, show_path
+
 WIDTH = 100  # columns a table may use (a terminal narrower than this gets its own width)
 _PAD = 3  # rich's per-column padding and border
 _TEXT_CAP = 34  # a text column wider than this folds instead of pushing columns off the table
@@ -217,3 +220,59 @@ def plain_help(command: click.Command) -> click.Command:
     for sub in getattr(command, "commands", {}).values():
         plain_help(sub)
     return command
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+class OutputPath(click.ParamType):
+    """An output file (or folder) checked when the flag is parsed, before any long work: a bad
+    path, a missing or read-only folder or an unknown suffix is exit 2 naming the path."""
+
+    name = "path"
+
+    def __init__(self, suffixes: Sequence[str] | None = None, *, directory: bool = False) -> None:
+        self.suffixes = tuple(suffixes) if suffixes else None
+        self.directory = directory
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> Path:
+        if isinstance(value, Path):
+            return value
+        try:
+            return check_output_path(value, param.opts[0] if param else "output",
+                                     suffixes=self.suffixes, directory=self.directory)
+        except SpecError as exc:
+            self.fail(exc.reason, param, ctx)
+
+
+class FiniteFloat(click.FloatRange):
+    """A float flag in a range that is also finite: click's FloatRange lets ``nan`` through
+    (every comparison with NaN is false)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> float:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+class InputPath(click.ParamType):
+    """An input path whose text the OS can take (no NUL byte, not absurdly long); whether the
+    file exists and parses is checked where it is read, with a named error."""
+
+    name = "path"
+
+    def __init__(self, *, exists: bool = False) -> None:
+        self.exists = exists
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> Path:
+        if isinstance(value, Path):
+            return value
+        try:
+            path = check_path(value, param.human_readable_name if param else "path")
+        except SpecError as exc:
+            self.fail(exc.reason, param, ctx)
+        if self.exists and not path.exists():
+            self.fail(f"no such file or folder: {show_path(path)}", param, ctx)
+        return path

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from simulate.cli.output import print_json, print_mapping, print_table
+from simulate.cli.output import FiniteFloat, InputPath, print_json, print_mapping, print_table
 
 _DB = click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
                    help="DuckDB store (default: $LLMSIM_DB or ~/.llmsim/llmsim.duckdb).")
@@ -29,7 +29,7 @@ def group() -> None:
 
 
 @group.command("expand")
-@click.argument("sweep", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("sweep", type=InputPath(exists=True))
 @click.option("--device", default="cpu", type=click.Choice(["cpu", "cuda"]),
               help="Device whose default backends to use.")
 @click.option("--shard", default=None, help="Only share i of N (i/N).")
@@ -49,11 +49,11 @@ def expand_cmd(sweep: Path, device: str, shard: str | None, as_json: bool) -> No
 
 
 @group.command("run")
-@click.argument("sweep", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("sweep", type=InputPath(exists=True))
 @_DB
 @_DEVICE
 @click.option("--shard", default=None, help="Measure only share i of N (i/N, i from 0).")
-@click.option("--threads", type=int, default=None, help="CPU: torch intra-op threads.")
+@click.option("--threads", type=click.IntRange(1, 4096), default=None, help="CPU: torch intra-op threads.")
 @click.option("--progress/--no-progress", default=True, help="Progress bar on stderr.")
 @_JSON
 def run_cmd(sweep: Path, db: Path | None, device: str | None, shard: str | None,
@@ -68,12 +68,12 @@ def run_cmd(sweep: Path, db: Path | None, device: str | None, shard: str | None,
 
 
 @group.command("collectives")
-@click.argument("sweep", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--nproc", type=int, required=True, help="Processes (devices) on this node.")
-@click.option("--nnodes", type=int, default=1, show_default=True)
-@click.option("--node-rank", type=int, default=0, show_default=True)
+@click.argument("sweep", type=InputPath(exists=True))
+@click.option("--nproc", type=click.IntRange(1, 1024), required=True, help="Processes (devices) on this node.")
+@click.option("--nnodes", type=click.IntRange(1, 100_000), default=1, show_default=True)
+@click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--master-addr", default=None, help="Rendezvous host (needed with --nnodes > 1).")
-@click.option("--master-port", type=int, default=None)
+@click.option("--master-port", type=click.IntRange(1, 65535), default=None)
 @_DB
 @click.option("--device", default="auto", show_default=True, help="cpu (gloo) or cuda (nccl).")
 @_JSON
@@ -90,21 +90,21 @@ def collectives_cmd(sweep: Path, nproc: int, nnodes: int, node_rank: int,
 
 
 @group.command("submit")
-@click.argument("sweep", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("sweep", type=InputPath(exists=True))
 @click.option("--executor", type=click.Choice(["slurm", "local"]), default="slurm",
               show_default=True)
 @click.option("--partition", default=None)
-@click.option("--gpus-per-task", type=int, default=None)
-@click.option("--cpus-per-task", type=int, default=None)
+@click.option("--gpus-per-task", type=click.IntRange(1, 1024), default=None)
+@click.option("--cpus-per-task", type=click.IntRange(1, 4096), default=None)
 @click.option("--time", "time_limit", default="01:00:00", show_default=True,
               help="Time limit per task ([D-]HH:MM:SS).")
-@click.option("--array-size", type=int, default=1, show_default=True,
+@click.option("--array-size", type=click.IntRange(1, 100_000), default=1, show_default=True,
               help="Tasks in the job array; task i measures shard i/N.")
 @_DB
 @_DEVICE
 @click.option("--dry-run", is_flag=True, help="Print the sbatch script; submit nothing.")
 @click.option("--test-only", is_flag=True, help="sbatch --test-only: validate, do not run.")
-@click.option("--timeout", "timeout_s", type=float, default=None,
+@click.option("--timeout", "timeout_s", type=FiniteFloat(min=0, min_open=True), default=None,
               help="Give up waiting after this many seconds.")
 @_JSON
 def submit_cmd(sweep: Path, executor: str, partition: str | None, gpus_per_task: int | None,

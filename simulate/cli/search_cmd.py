@@ -9,7 +9,16 @@ from pathlib import Path
 
 import click
 
-from simulate.cli.output import print_json, print_table
+from analytical.errors import InfeasibleError
+from analytical.inputs import output_errors
+from simulate.cli.output import (
+    PLOT_SUFFIXES,
+    FiniteFloat,
+    InputPath,
+    OutputPath,
+    print_json,
+    print_table,
+)
 from simulate.scenario import apply_overrides, read_document
 from simulate.search.executors import DEFAULT_EXECUTOR, EXECUTORS
 from simulate.search.serving_search import search_serving
@@ -46,23 +55,33 @@ def _plot(points: list[tuple[float, float]], frontier: list[tuple[float, float]]
     ax.set_ylabel(ylabel)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
+    with output_errors(path, "--plot"):
+        fig.savefig(path)
     plt.close(fig)
 
 
+def _write_csv(path: Path, rows: list[dict], keys: list[str]) -> None:
+    with output_errors(path, "--csv"), path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 @click.command(name="search")
-@click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--top", default=10, show_default=True, help="How many best layouts to print.")
+@click.argument("scenario", type=InputPath())
+@click.option("--top", default=10, show_default=True, type=click.IntRange(min=1),
+              help="How many best layouts to print.")
 @click.option("--objective", type=click.Choice(sorted(OBJECTIVES)), default="tokens_per_s",
               show_default=True, help="Training: rank by tokens/s, MFU or cost per token.")
-@click.option("--usd-per-gpu-hour", type=float, help="Price for cost per token ($/GPU-h).")
+@click.option("--usd-per-gpu-hour", type=FiniteFloat(min=0, min_open=True, max=1e6),
+              help="Price for cost per token ($/GPU-h).")
 @click.option("--executor", type=click.Choice(sorted(EXECUTORS)), default=DEFAULT_EXECUTOR,
               show_default=True, help="Where the candidates are simulated.")
-@click.option("--workers", type=int, help="Worker processes (default: all cores).")
+@click.option("--workers", type=click.IntRange(1, 1024), help="Worker processes (default: all cores).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("--csv", "csv_file", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--csv", "csv_file", type=OutputPath((".csv",)),
               help="Write every timed configuration as CSV.")
-@click.option("--plot", "plot_file", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--plot", "plot_file", type=OutputPath(PLOT_SUFFIXES),
               help="Write the frontier plot (PNG/SVG/PDF by suffix).")
 @click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
               help="Override a scenario field (repeatable).")
@@ -91,12 +110,13 @@ def command(scenario: Path, top: int, objective: str, usd_per_gpu_hour: float | 
     res = search_training(scenario, overrides=overrides, objective=objective,
                           usd_per_gpu_hour=usd_per_gpu_hour, executor=executor, workers=workers,
                           engines=engines)
+    if res.valid == 0:
+        raise InfeasibleError(f"none of the {res.candidates} candidate layouts passes the layout "
+                              "checks (degrees vs GPUs, heads, layers, batch); run `llmsim "
+                              "simulate` on one of them to see why")
     if csv_file is not None and res.rows:
         flat = [_flat(r) for r in res.rows]
-        with csv_file.open("w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(flat[0]))
-            writer.writeheader()
-            writer.writerows(flat)
+        _write_csv(csv_file, flat, list(flat[0]))
     if plot_file is not None and res.rows:
         _plot([(r["num_gpus"], r["tokens_per_s"]) for r in res.rows],
               [(r["num_gpus"], r["tokens_per_s"]) for r in res.frontier], "GPUs", "tokens/s",
@@ -122,7 +142,8 @@ def command(scenario: Path, top: int, objective: str, usd_per_gpu_hour: float | 
         print_table(front, ["gpus", "tp", "pp", "dp", "cp", "tokens/s", "MFU"],
                     title="Pareto frontier: tokens/s vs GPUs")
     else:
-        click.secho("no layout fits in memory", fg="red", err=True)
+        click.secho(f"no layout fits: {res.valid} valid layouts, {res.fit} fit in memory",
+                    fg="red", err=True)
 
 
 def _serving(scenario, overrides, executor, workers, engines, as_json, csv_file, plot_file,
@@ -135,10 +156,7 @@ def _serving(scenario, overrides, executor, workers, engines, as_json, csv_file,
                  **{k: v for k, v in r.items() if k not in ("config", "engine_coverage")}}
                 for r in res.rows]
         keys = list(dict.fromkeys(k for r in flat for k in r))
-        with csv_file.open("w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=keys)
-            writer.writeheader()
-            writer.writerows(flat)
+        _write_csv(csv_file, flat, keys)
     ok = [r for r in res.rows if r["fits"]]
     if plot_file is not None and ok:
         _plot([(r["tpot_p90_s"], r["tokens_per_s_per_gpu"]) for r in ok],

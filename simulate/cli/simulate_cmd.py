@@ -9,21 +9,22 @@ from pathlib import Path
 import click
 import yaml
 
+from analytical.inputs import output_errors, write_text
 from simulate.api import run
-from simulate.cli.output import print_json, print_table
+from simulate.cli.output import PLOT_SUFFIXES, InputPath, OutputPath, print_json, print_table
 from simulate.cli.quick_opts import quick_options
 from simulate.inference.outputs import inference_rows, plot_latency_cdfs
 from simulate.report import plot_breakdown, summary_rows
 
 
 @click.command(name="simulate")
-@click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("scenario", required=False, type=InputPath())
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("--trace", "trace_file", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--trace", "trace_file", type=OutputPath(),
               help="Write a Chrome/Perfetto trace (training iteration, or serving steps).")
-@click.option("--plot", "plot_file", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--plot", "plot_file", type=OutputPath(PLOT_SUFFIXES),
               help="Write a breakdown chart (training) or latency CDFs (inference), PNG/SVG/PDF.")
-@click.option("--emit-missing", "missing_file", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--emit-missing", "missing_file", type=OutputPath(),
               help="Write the operator shapes the store did not serve as a sweep YAML.")
 @click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
               help="Override a scenario field, e.g. --set training.parallel.tp=4 (repeatable).")
@@ -49,13 +50,15 @@ def command(scenario: Path, as_json: bool, trace_file: Path | None, plot_file: P
               trace=trace_file is not None)
     data = out.data
     if trace_file is not None and out.trace is not None:
-        trace_file.write_text(json.dumps(out.trace))
+        write_text(trace_file, json.dumps(out.trace), "--trace")
     if missing_file is not None and out.missing_sweep is not None:
-        missing_file.write_text(yaml.safe_dump(out.missing_sweep, sort_keys=False))
-    if plot_file is not None and out.training is not None and out.fits:
-        plot_breakdown(data, plot_file)
-    if plot_file is not None and out.latencies is not None:
-        plot_latency_cdfs(out.latencies, plot_file, title=out.scenario.name)
+        write_text(missing_file, yaml.safe_dump(out.missing_sweep, sort_keys=False),
+                   "--emit-missing")
+    with output_errors(plot_file or "", "--plot"):
+        if plot_file is not None and out.training is not None and out.fits:
+            plot_breakdown(data, plot_file)
+        if plot_file is not None and out.latencies is not None:
+            plot_latency_cdfs(out.latencies, plot_file, title=out.scenario.name)
     if as_json:
         print_json(data)
         return

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from simulate.cli.output import print_json, print_table
+from simulate.cli.output import InputPath, print_json, print_table
 from simulate.suite import run_suite
 
 
@@ -21,7 +21,7 @@ def _fmt(value) -> str:
 
 @click.command(name="suite")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON list.")
-@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--dir", "directory", type=InputPath(exists=True),
               help="Suite folder (default: datasets/scenarios/suite).")
 @click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Measurement store (default: $LLMSIM_DB or ~/.llmsim/llmsim.duckdb).")

@@ -18,12 +18,12 @@ from simulate.cli.output import print_json, print_mapping, print_table
               help="Callable returning the inputs (default: token ids [batch, seq-len]).")
 @click.option("--mode", type=click.Choice(["forward", "train_step", "generate"]),
               default="forward", show_default=True)
-@click.option("--batch", type=int, default=1, show_default=True)
-@click.option("--seq-len", type=int, default=128, show_default=True)
-@click.option("--new-tokens", type=int, default=8, show_default=True, help="generate mode.")
+@click.option("--batch", type=click.IntRange(1, 1_000_000), default=1, show_default=True)
+@click.option("--seq-len", type=click.IntRange(1, 10_000_000), default=128, show_default=True)
+@click.option("--new-tokens", type=click.IntRange(1, 1_000_000), default=8, show_default=True, help="generate mode.")
 @click.option("--dtype", default="fp32", show_default=True, help="--hf-config parameter dtype.")
 @click.option("--hardware", default="cpu", show_default=True, help="Hardware catalog name.")
-@click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel ranks.")
+@click.option("--dp", type=click.IntRange(1, 100_000), default=1, show_default=True, help="Data-parallel ranks.")
 @click.option("--fsdp", "use_fsdp", is_flag=True, help="FSDP instead of DDP for --dp.")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Store (default: $LLMSIM_DB or ~/.llmsim/llmsim.duckdb).")

@@ -13,7 +13,7 @@ import click
 
 from predictors.model import Target
 from predictors.train import TrainConfig
-from simulate.cli.output import print_json, print_table
+from simulate.cli.output import OutputPath, print_json, print_table
 
 _DEFAULTS = TrainConfig()
 _FAMILIES = ["gemm", "attention", "collective", "memory", "moe"]
@@ -26,12 +26,12 @@ def _common(func):
         click.option("--tracking-uri", default=None,
                      help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or SQLite under "
                      "$LLMSIM_HOME)."),
-        click.option("--seed", type=int, default=0, show_default=True),
-        click.option("--configs", "n_configs", type=int, default=_DEFAULTS.n_configs,
+        click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True),
+        click.option("--configs", "n_configs", type=click.IntRange(1, 10_000), default=_DEFAULTS.n_configs,
                      show_default=True, help="Hyper-parameter draws in the search (each fits "
                      "every target, log-latency free and monotone in work; gated and anchored "
                      "join two boosters)."),
-        click.option("--max-train-rows", type=int, default=_DEFAULTS.max_train_rows,
+        click.option("--max-train-rows", type=click.IntRange(min=1), default=_DEFAULTS.max_train_rows,
                      show_default=True,
                      help="Training rows per fit (larger sets are subsampled, seeded)."),
         click.option("--no-promote", is_flag=True,
@@ -139,7 +139,7 @@ def run_cmd(hardware, op, provenance, dtype, target, db, tracking_uri, seed, n_c
 
 
 @group.command("all")
-@click.option("--min-rows", type=int, default=50, show_default=True)
+@click.option("--min-rows", type=click.IntRange(min=1), default=50, show_default=True)
 @_common
 def all_cmd(min_rows, db, tracking_uri, seed, n_configs, max_train_rows, no_promote,
             as_json) -> None:
@@ -167,7 +167,7 @@ def all_cmd(min_rows, db, tracking_uri, seed, n_configs, max_train_rows, no_prom
               help="The newest version per (model, provenance) instead of the champions; the "
               "champion's version is marked with *.")
 @click.option("--markdown", is_flag=True, help="Print a Markdown table.")
-@click.option("--write-readme", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--write-readme", type=OutputPath((".md",)), default=None,
               help="Replace the accuracy-table section of this README.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def report_cmd(tracking_uri, all_splits, per_provenance, markdown, write_readme, as_json) -> None:

@@ -30,10 +30,10 @@ def _status(label: str) -> None:
               help="Comma-separated: forward, train_step (forward + backward), generate.")
 @_DB
 @click.option("--tracking-uri", default=None, help="MLflow tracking URI for the predictors.")
-@click.option("--repeats", type=int, default=10, show_default=True,
+@click.option("--repeats", type=click.IntRange(1, 10_000), default=10, show_default=True,
               help="Timed calls of each real model (median).")
-@click.option("--warmup", type=int, default=3, show_default=True)
-@click.option("--threads", type=int, default=1, show_default=True,
+@click.option("--warmup", type=click.IntRange(0, 10_000), default=3, show_default=True)
+@click.option("--threads", type=click.IntRange(1, 4096), default=1, show_default=True,
               help="torch intra-op threads for profiling and timing alike (1 resists other "
                    "load on the machine best).")
 @click.option("--skip-profile", is_flag=True, help="Use what the store holds; profile nothing.")
@@ -93,11 +93,11 @@ def cpu_cmd(models: str | None, modes: str, db: Path | None, tracking_uri: str |
 
 @group.command("ddp")
 @_DB
-@click.option("--width", type=int, default=512, show_default=True)
-@click.option("--depth", type=int, default=4, show_default=True)
-@click.option("--batch", type=int, default=64, show_default=True, help="Rows per rank.")
-@click.option("--repeats", type=int, default=10, show_default=True)
-@click.option("--warmup", type=int, default=3, show_default=True)
+@click.option("--width", type=click.IntRange(1, 65_536), default=512, show_default=True)
+@click.option("--depth", type=click.IntRange(1, 1_000), default=4, show_default=True)
+@click.option("--batch", type=click.IntRange(1, 1_000_000), default=64, show_default=True, help="Rows per rank.")
+@click.option("--repeats", type=click.IntRange(1, 10_000), default=10, show_default=True)
+@click.option("--warmup", type=click.IntRange(0, 10_000), default=3, show_default=True)
 @_JSON
 def ddp_cmd(db: Path | None, width: int, depth: int, batch: int, repeats: int, warmup: int,
             as_json: bool) -> None:

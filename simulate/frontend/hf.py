@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -19,6 +18,7 @@ import torch
 
 from analytical.dtypes import DType, parse_dtype
 from analytical.errors import LlmsimError, SpecError, UnknownNameError
+from analytical.inputs import check_path, load_json
 from simulate.frontend.graph import TracedGraph
 from simulate.frontend.trace import trace_module
 
@@ -47,17 +47,14 @@ def load_hf_config_dict(source: Mapping[str, Any] | str | Path) -> dict[str, Any
     if isinstance(source, Mapping):
         values, where = dict(source), None
     else:
-        path = Path(source)
+        path = check_path(source, "--hf-config")
         if not path.is_file():
             path = MODELS_DIR / f"{source}.json"
         if not path.is_file():
             known = sorted(p.stem for p in MODELS_DIR.glob("*.json"))
             raise UnknownNameError("model config", str(source), known)
         where = str(path)
-        try:
-            values = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise SpecError("config", f"not valid JSON: {exc}", source=where) from None
+        values = load_json(path, "config.json")
     if not isinstance(values, dict) or not isinstance(values.get("model_type"), str):
         raise SpecError("model_type", "a Hugging Face config needs a model_type string",
                         source=where)

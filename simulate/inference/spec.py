@@ -13,7 +13,7 @@ from typing import Any
 
 from analytical.dtypes import DType, parse_dtype
 from analytical.errors import SpecError
-from simulate.fields import check_keys, int_field
+from simulate.fields import check_keys, float_field, int_field, optional_float
 
 PRECISIONS = (DType.BF16, DType.FP16, DType.FP8, DType.FP4, DType.INT8, DType.INT4)
 
@@ -24,12 +24,17 @@ def pos_int(block: Mapping[str, Any], key: str, path: str, default: int | None =
 
 def fraction(block: Mapping[str, Any], key: str, path: str, default: float, *,
              allow_one: bool = True, allow_zero: bool = True) -> float:
-    value = block.get(key, default)
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok or value < 0 or value > 1 or (not allow_one and value == 1) or (
-            not allow_zero and value == 0):
-        raise SpecError(f"{path}.{key}", f"must be a number in [0, 1], got {value!r}")
-    return float(value)
+    return float_field(block, key, path, default=default, minimum=0.0, maximum=1.0,
+                       exclusive_min=not allow_zero, exclusive_max=not allow_one)
+
+
+def _targets(value: Any, path: str, known: tuple[str, ...]) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(t, str) for t in value):
+        raise SpecError(path, f"must be a non-empty list of names, got {value!r}")
+    bad = sorted(set(value) - set(known))
+    if bad:
+        raise SpecError(path, f"unknown {bad[0]!r}; known: {', '.join(known)}")
+    return tuple(value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,11 +67,30 @@ class InferenceSpec:
         return self.tp * self.pp * self.dp
 
 
+MAX_TOKENS = 10_000_000  # a prompt or generation length beyond any model's context
+
+
 def _length(block: Mapping[str, Any], key: str, path: str) -> Any:
+    """A fixed length, or a ``{dist: uniform|lognormal, ...}`` mapping checked field by field."""
     value = block.get(key)
-    if isinstance(value, Mapping):
-        return dict(value)
-    return pos_int(block, key, path)
+    if not isinstance(value, Mapping):
+        return int_field(block, key, path, maximum=MAX_TOKENS)
+    where = f"{path}.{key}"
+    dist = value.get("dist", "uniform")
+    if dist == "uniform":
+        d = check_keys(value, where, {"dist", "min", "max"})
+        lo = int_field(d, "min", where, default=1, maximum=MAX_TOKENS)
+        hi = int_field(d, "max", where, default=1, maximum=MAX_TOKENS)
+        if lo > hi:
+            raise SpecError(where, f"need min <= max, got min={lo}, max={hi}")
+        return {"dist": "uniform", "min": lo, "max": hi}
+    if dist == "lognormal":
+        d = check_keys(value, where, {"dist", "mean", "sigma", "max"}, {"mean"})
+        mean = float_field(d, "mean", where, minimum=1.0, maximum=MAX_TOKENS)
+        sigma = float_field(d, "sigma", where, default=0.5, maximum=10.0)
+        cap = int_field(d, "max", where, default=max(1, int(10 * mean)), maximum=MAX_TOKENS)
+        return {"dist": "lognormal", "mean": mean, "sigma": sigma, "max": cap}
+    raise SpecError(f"{where}.dist", f"unknown {dist!r}; known: uniform, lognormal")
 
 
 def parse_inference(block: Any, path: str = "inference", *,
@@ -102,11 +126,8 @@ def parse_inference(block: Any, path: str = "inference", *,
     if "lora" in b:
         lo = check_keys(b["lora"], f"{path}.lora", {"rank", "targets", "adapters"}, {"rank"})
         lora_rank = pos_int(lo, "rank", f"{path}.lora")
-        targets = tuple(lo.get("targets", ("qkv", "o", "gate_up", "down")))
-        bad = sorted(set(targets) - {"qkv", "o", "gate_up", "down"})
-        if bad:
-            raise SpecError(f"{path}.lora.targets", f"unknown {bad[0]!r}; known: qkv, o, "
-                            "gate_up, down")
+        targets = _targets(lo.get("targets", ["qkv", "o", "gate_up", "down"]),
+                           f"{path}.lora.targets", ("qkv", "o", "gate_up", "down"))
         adapters = pos_int(lo, "adapters", f"{path}.lora", 1)
     return InferenceSpec(
         tp=pos_int(par, "tp", f"{path}.parallel", 1), pp=pos_int(par, "pp", f"{path}.parallel", 1),
@@ -155,9 +176,7 @@ def parse_serving(block: Any, path: str = "serving") -> ServingSpec:
                         f"unknown {scheduler!r}; known: continuous, chunked_prefill, static")
     arrival = check_keys(b["arrival"], f"{path}.arrival",
                          {"process", "qps", "cv", "num_requests", "seed", "concurrency", "trace"})
-    overhead = b.get("step_overhead_ms", 0.0)
-    if isinstance(overhead, bool) or not isinstance(overhead, (int, float)) or overhead < 0:
-        raise SpecError(f"{path}.step_overhead_ms", f"must be >= 0, got {overhead!r}")
+    overhead = float_field(b, "step_overhead_ms", path, default=0.0, maximum=3.6e6)
     budget_key = "chunk_size" if "chunk_size" in b else "max_batched_tokens"
     slo = check_keys(b.get("slo", {}), f"{path}.slo", {"ttft_s", "tpot_s"})
     pools: dict[str, PoolSpec] = {}
@@ -175,9 +194,16 @@ def parse_serving(block: Any, path: str = "serving") -> ServingSpec:
         max_batched_tokens=pos_int(b, budget_key, path, 2048 if scheduler == "chunked_prefill"
                                    else 8192),
         block_size=pos_int(b, "block_size", path, 16),
-        preemption=str(b.get("preemption", "recompute")),
+        preemption=_preemption(b.get("preemption", "recompute"), path),
         step_overhead_s=float(overhead) / 1e3,
         gpu_memory_utilization=fraction(b, "gpu_memory_utilization", path, 0.9, allow_zero=False),
-        slo_ttft_s=slo.get("ttft_s"), slo_tpot_s=slo.get("tpot_s"),
+        slo_ttft_s=optional_float(slo, "ttft_s", f"{path}.slo", exclusive_min=True),
+        slo_tpot_s=optional_float(slo, "tpot_s", f"{path}.slo", exclusive_min=True),
         prefill_pool=pools.get("prefill"), decode_pool=pools.get("decode"),
     )
+
+
+def _preemption(value: Any, path: str) -> str:
+    if value not in ("recompute", "swap"):
+        raise SpecError(f"{path}.preemption", f"unknown {value!r}; known: recompute, swap")
+    return str(value)

@@ -26,6 +26,7 @@ from analytical.model import load_model
 from simulate.scenario import apply_overrides, read_document
 from simulate.search.executors import DEFAULT_EXECUTOR, chunked, default_workers, get_executor
 from simulate.search.pareto import pareto_front
+from simulate.search.space import parse_serving_space
 from simulate.search.training_search import worker_chain
 
 __all__ = ["ServingSearchResult", "search_serving", "evaluate_serving", "SERVING_AXES"]
@@ -159,14 +160,7 @@ def search_serving(scenario: str | Path | Mapping[str, Any], *, overrides: Seque
     for key in ("inference", "model", "hardware"):
         if key not in doc:
             raise SpecError(key, "a serving search needs it", source=source)
-    space = doc.get("search", {})
-    if not isinstance(space, Mapping):
-        raise SpecError("search", "expected a mapping", source=source)
-    bad = sorted(set(space) - set(SERVING_AXES))
-    if bad:
-        raise SpecError(f"search.{bad[0]}", f"unknown axis; known: {', '.join(SERVING_AXES)}",
-                        source=source)
-    num_gpus = int(doc["hardware"]["num_gpus"])
+    space, num_gpus = parse_serving_space(doc, SERVING_AXES, source=source)
     slo = dict(doc.get("serving", {}).get("slo", {}))
     engines = dict(engines or {"use_store": True, "use_predictors": True})
     workers = workers or default_workers()

@@ -17,6 +17,8 @@ from typing import Any
 
 from analytical.errors import SpecError
 from analytical.hardware import HardwareSpec
+from analytical.inputs import check_work
+from simulate.fields import int_value
 from simulate.layout import validate_layout
 from simulate.scenario import (
     PARALLEL_KEYS,
@@ -26,12 +28,17 @@ from simulate.scenario import (
     parse_training,
 )
 
-__all__ = ["SearchSpace", "expand_space", "enumerate_layouts", "AUTO"]
+__all__ = ["AUTO", "SearchSpace", "enumerate_layouts", "expand_space", "parse_serving_space"]
 
 AUTO = "auto"
 PARALLEL_AXES = ("tp", "pp", "dp", "cp", "ep", "vpp", "sp", "zero", "fsdp")
 TRAINING_AXES = ("micro_batch", "recompute", "schedule", "precision")
 SEARCH_AXES = PARALLEL_AXES + TRAINING_AXES
+# Enumeration validates every raw combination (~1e4 per second on one core), so a space larger
+# than this is refused before enumeration starts; narrow an axis instead.
+MAX_CANDIDATES = 1_000_000
+MAX_RANGE = 2**20  # the largest degree or micro-batch a {min, max} range may reach
+MAX_LIST = 1_000  # values listed for one axis
 
 
 def _pow2(lo: int, hi: int) -> list[int]:
@@ -82,11 +89,16 @@ def _values(raw: Any, axis: str, path: str, model, hw: HardwareSpec,
     if isinstance(raw, list):
         if not raw:
             raise SpecError(path, "an empty list leaves nothing to search", source=source)
-        return list(dict.fromkeys(raw))
+        check_work(path, len(raw), MAX_LIST, "listed values", source=source)
+        try:
+            return list(dict.fromkeys(raw))
+        except TypeError:
+            raise SpecError(path, "list values must be scalars", source=source) from None
     if isinstance(raw, Mapping):
-        if set(raw) != {"min", "max"} or not all(isinstance(raw[k], int) and raw[k] >= 1
-                                                 for k in ("min", "max")):
+        if set(raw) != {"min", "max"}:
             raise SpecError(path, "a range is {min: int >= 1, max: int >= 1}", source=source)
+        for key in ("min", "max"):
+            int_value(raw[key], f"{path}.{key}", source=source, maximum=MAX_RANGE)
         values = _pow2(raw["min"], raw["max"])
         if not values:
             raise SpecError(path, f"no power of two in [{raw['min']}, {raw['max']}]",
@@ -148,7 +160,11 @@ def expand_space(training: Mapping[str, Any], *, model, hw: HardwareSpec, cluste
                                  source)
     fixed = {k: v for k, v in training.items() if k not in TRAINING_AXES and k != "parallel"}
     fixed_parallel = {k: v for k, v in parallel.items() if k not in PARALLEL_AXES}
-    return SearchSpace(axes=axes, fixed=fixed, fixed_parallel=fixed_parallel, derive_dp=derive_dp)
+    space = SearchSpace(axes=axes, fixed=fixed, fixed_parallel=fixed_parallel,
+                        derive_dp=derive_dp)
+    check_work("training", space.size, MAX_CANDIDATES, "candidate layouts",
+               "narrow an axis (a list or a {min, max} range)", source=source)
+    return space
 
 
 def _candidate(space: SearchSpace, combo: dict[str, Any], num_gpus: int) -> dict[str, Any] | None:
@@ -203,3 +219,41 @@ def enumerate_layouts(space: SearchSpace, *, model, hw: HardwareSpec, cluster: C
             continue
         valid.append(block)
     return valid, raw
+
+
+_SERVING_INT_AXES = ("tp", "pp", "ep", "max_num_seqs", "chunk_size")
+
+
+def parse_serving_space(doc: Mapping[str, Any], axes: tuple[str, ...], *,
+                        source: str | None = None) -> tuple[Mapping[str, Any], int]:
+    """(the ``search`` block, hardware.num_gpus) of a serving search, every value checked: an
+    axis is a non-empty list; degrees and batch sizes integers >= 1; the product bounded."""
+    hardware = doc.get("hardware")
+    if not isinstance(hardware, Mapping):
+        raise SpecError("hardware", "expected a mapping", source=source)
+    num_gpus = int_value(hardware.get("num_gpus"), "hardware.num_gpus", source=source)
+    space = doc.get("search", {})
+    if not isinstance(space, Mapping):
+        raise SpecError("search", "expected a mapping", source=source)
+    bad = sorted((k for k in space if k not in axes), key=str)
+    if bad:
+        raise SpecError(f"search.{bad[0]}", f"unknown axis; known: {', '.join(axes)}",
+                        source=source)
+    size = 1
+    for axis, values in space.items():
+        path = f"search.{axis}"
+        if not isinstance(values, list) or not values:
+            raise SpecError(path, f"must be a non-empty list, got {values!r}", source=source)
+        check_work(path, len(values), MAX_LIST, "listed values", source=source)
+        for i, value in enumerate(values):
+            if axis in _SERVING_INT_AXES:
+                int_value(value, f"{path}[{i}]", source=source, maximum=MAX_RANGE)
+            elif axis == "disaggregated" and not isinstance(value, Mapping):
+                raise SpecError(f"{path}[{i}]", "expected {prefill: ..., decode: ...}",
+                                source=source)
+            elif axis in ("precision", "scheduler") and not isinstance(value, str):
+                raise SpecError(f"{path}[{i}]", f"expected a name, got {value!r}",
+                                source=source)
+        size *= len(values)
+    check_work("search", size, MAX_CANDIDATES, "candidate configurations", source=source)
+    return space, num_gpus

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import csv
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +12,15 @@ from typing import Any
 import numpy as np
 
 from analytical.errors import SpecError
+from analytical.inputs import check_path, check_work, read_csv_rows
+from simulate.fields import check_keys, float_field, float_value, int_field, int_value
+
+# The serving loop steps every request through prefill and decode; a million requests run for
+# hours, so larger workloads are refused before any is generated (sample fewer requests: latency
+# percentiles settle within a few thousand).
+MAX_REQUESTS = 200_000
+MAX_TOKENS = 10_000_000
+ARRIVAL_KEYS = {"process", "qps", "cv", "num_requests", "seed", "concurrency", "trace"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,25 +48,24 @@ class Workload:
 
 
 def _lengths(rng: np.random.Generator, n: int, spec: Any, field: str) -> np.ndarray:
-    """A length column: an int (fixed) or {dist: uniform|lognormal, ...}."""
-    if isinstance(spec, int) and not isinstance(spec, bool) and spec > 0:
-        return np.full(n, spec, dtype=np.int64)
-    if isinstance(spec, Mapping):
-        dist = spec.get("dist", "uniform")
-        if dist == "uniform":
-            lo, hi = int(spec.get("min", 1)), int(spec.get("max", 1))
-            if not 0 < lo <= hi:
-                raise SpecError(field, f"need 0 < min <= max, got {lo}, {hi}")
-            return rng.integers(lo, hi + 1, size=n)
-        if dist == "lognormal":
-            mean, sigma = float(spec.get("mean", 0)), float(spec.get("sigma", 0.5))
-            if mean <= 0:
-                raise SpecError(f"{field}.mean", "must be > 0 (the median length)")
-            values = rng.lognormal(np.log(mean), sigma, size=n)
-            cap = int(spec.get("max", 10 * mean))
-            return np.clip(np.rint(values), 1, cap).astype(np.int64)
-        raise SpecError(f"{field}.dist", f"unknown {dist!r}; known: uniform, lognormal")
-    raise SpecError(field, f"expected a positive int or a distribution mapping, got {spec!r}")
+    """A length column: an int (fixed) or {dist: uniform|lognormal, ...}; every number checked
+    here too, since benchmarks build workloads without a scenario."""
+    if not isinstance(spec, Mapping):
+        return np.full(n, int_value(spec, field, maximum=MAX_TOKENS), dtype=np.int64)
+    dist = spec.get("dist", "uniform")
+    if dist == "uniform":
+        lo = int_field(spec, "min", field, default=1, maximum=MAX_TOKENS)
+        hi = int_field(spec, "max", field, default=1, maximum=MAX_TOKENS)
+        if lo > hi:
+            raise SpecError(field, f"need min <= max, got {lo}, {hi}")
+        return rng.integers(lo, hi + 1, size=n)
+    if dist == "lognormal":
+        mean = float_field(spec, "mean", field, minimum=1.0, maximum=MAX_TOKENS)
+        sigma = float_field(spec, "sigma", field, default=0.5, maximum=10.0)
+        cap = int_field(spec, "max", field, default=max(1, int(10 * mean)), maximum=MAX_TOKENS)
+        values = rng.lognormal(math.log(mean), sigma, size=n)
+        return np.clip(np.rint(values), 1, cap).astype(np.int64)
+    raise SpecError(f"{field}.dist", f"unknown {dist!r}; known: uniform, lognormal")
 
 
 def poisson_arrivals(rng: np.random.Generator, n: int, qps: float) -> np.ndarray:
@@ -79,17 +87,21 @@ def make_workload(arrival: Mapping[str, Any], *, input_len: Any, output_len: Any
                   prefix_hit: float = 0.0, base_dir: Path | None = None,
                   field: str = "serving.arrival") -> Workload:
     """Build a workload from the scenario's ``serving.arrival`` block."""
+    check_keys(arrival, field, ARRIVAL_KEYS)
+    prefix_hit = float_value(prefix_hit, "inference.prefix_cache.hit_ratio", maximum=1.0,
+                             exclusive_max=True)
     if "trace" in arrival:
-        path = Path(arrival["trace"])
+        if not isinstance(arrival["trace"], str):
+            raise SpecError(f"{field}.trace", f"must be a file path, got {arrival['trace']!r}")
+        path = check_path(arrival["trace"], f"{field}.trace")
         if base_dir is not None and not path.is_absolute():
             path = base_dir / path
         from simulate.serving.trace_formats import trace_workload  # noqa: PLC0415 - cycle
         return trace_workload(path, arrival, prefix_hit=prefix_hit, field=field)
     process = arrival.get("process", "poisson")
-    n = arrival.get("num_requests")
-    if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
-        raise SpecError(f"{field}.num_requests", f"must be a positive int, got {n!r}")
-    seed = arrival.get("seed", 0)
+    n = int_field(arrival, "num_requests", field)
+    check_work(f"{field}.num_requests", n, MAX_REQUESTS, "requests")
+    seed = int_field(arrival, "seed", field, default=0, minimum=0)
     rng = np.random.default_rng(seed)
     ins = _lengths(rng, n, input_len, "inference.input_len")
     outs = _lengths(rng, n, output_len, "inference.output_len")
@@ -100,7 +112,7 @@ def make_workload(arrival: Mapping[str, Any], *, input_len: Any, output_len: Any
         times = gamma_arrivals(rng, n, _positive(arrival, "qps", field),
                                _positive(arrival, "cv", field))
     elif process == "closed":
-        concurrency = int(_positive(arrival, "concurrency", field))
+        concurrency = int_field(arrival, "concurrency", field, maximum=MAX_REQUESTS)
         times = np.zeros(n)
     elif process == "burst":  # everything at t=0: the static-batch / offline-throughput case
         times = np.zeros(n)
@@ -121,35 +133,40 @@ def _cached(input_len: int, prefix_hit: float) -> int:
 
 
 def _positive(block: Mapping[str, Any], key: str, field: str) -> float:
-    value = block.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise SpecError(f"{field}.{key}", f"must be a positive number, got {value!r}")
-    return float(value)
+    """A finite rate or ratio > 0 (qps, cv); 1e6 requests/s is beyond any single deployment."""
+    return float_field(block, key, field, exclusive_min=True, maximum=1e6)
 
 
-def load_trace(path: Path, *, prefix_hit: float = 0.0) -> Workload:
+def load_trace(path: Path, *, prefix_hit: float = 0.0,
+               field: str = "serving.arrival.trace") -> Workload:
     """A CSV with columns arrival_s, input_len, output_len (and optionally cached_prefix)."""
-    if not path.is_file():
-        raise SpecError("serving.arrival.trace", f"no such file: {path}")
-    reqs = []
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        need = {"arrival_s", "input_len", "output_len"}
-        missing = need - set(reader.fieldnames or ())
-        if missing:
-            raise SpecError("serving.arrival.trace", f"{path}: missing columns {sorted(missing)}")
-        for i, row in enumerate(reader):
-            try:
-                arrival, inp, out = float(row["arrival_s"]), int(row["input_len"]), int(
-                    row["output_len"])
-            except ValueError as exc:
-                raise SpecError("serving.arrival.trace", f"{path} line {i + 2}: {exc}") from None
-            if inp <= 0 or out <= 0 or arrival < 0:
-                raise SpecError("serving.arrival.trace",
-                                f"{path} line {i + 2}: lengths must be > 0 and arrival >= 0")
-            cached = int(row["cached_prefix"]) if row.get("cached_prefix") else _cached(
-                inp, prefix_hit)
-            reqs.append(Request(id=i, arrival_s=arrival, input_len=inp, output_len=out,
-                                cached_prefix=min(cached, inp - 1)))
+    _, rows = read_csv_rows(path, field, required=("arrival_s", "input_len", "output_len"),
+                            max_rows=MAX_REQUESTS)
+    reqs = [_trace_request(i, row, prefix_hit, field, path) for i, row in enumerate(rows)]
     reqs.sort(key=lambda r: (r.arrival_s, r.id))
     return Workload(requests=tuple(reqs))
+
+
+def _trace_request(i: int, row: Mapping[str, str | None], prefix_hit: float, field: str,
+                   path: Path) -> Request:
+    """One CSV row (line i + 2) as a request; each cell is parsed and range-checked."""
+    where = f"{field} line {i + 2}"
+
+    def number(column: str, kind: type, minimum: float) -> Any:
+        text = row.get(column)
+        try:
+            value = kind(str(text).strip())
+        except (TypeError, ValueError):
+            raise SpecError(f"{where}.{column}", f"not a{'n integer' if kind is int else ' number'}:"
+                            f" {text!r}", source=str(path)) from None
+        if kind is float:
+            return float_value(value, f"{where}.{column}", minimum=minimum, source=str(path))
+        return int_value(value, f"{where}.{column}", minimum=int(minimum), maximum=MAX_TOKENS,
+                         source=str(path))
+
+    arrival, inp = number("arrival_s", float, 0.0), number("input_len", int, 1)
+    out = number("output_len", int, 1)
+    cached = number("cached_prefix", int, 0) if row.get("cached_prefix") else _cached(
+        inp, prefix_hit)
+    return Request(id=i, arrival_s=arrival, input_len=inp, output_len=out,
+                   cached_prefix=min(cached, inp - 1))

@@ -179,7 +179,7 @@ def test_malformed_yaml_names_the_file(tmp_path):
     path = _write(tmp_path, "name: [unclosed\n  vendor: x\n")
     with pytest.raises(SpecError) as info:
         load_hardware_file(path)
-    assert info.value.field == "(yaml)" and info.value.source == str(path)
+    assert info.value.field == "hardware" and info.value.source == str(path)
 
 
 def test_unknown_gpu_lists_known_names():

@@ -62,12 +62,25 @@ def test_save_load_roundtrip_and_fresh_process(trained, tmp_path, predict_in_fre
     assert np.array_equal(fresh, here)
 
 
-def test_committed_fixture_keeps_loading():
+# Predictions are exp(float32 tree sum) x a roofline: libm's exp and SIMD summation may round
+# the last bits differently on another CPU (seen: 2e-16 relative on an AMD EPYC), so committed
+# values are compared with this tolerance, far below any modelling effect.
+CROSS_MACHINE_RTOL = 1e-9
+
+
+def test_committed_fixture_keeps_loading(tmp_path):
+    import xgboost as xgb
+
     expected = json.loads((FIXTURE / "expected.json").read_text())
     model = LatencyModel.load(FIXTURE / "gemm-h100-sxm")
     x = np.array([[float.fromhex(v) for v in row] for row in expected["features"]])
     want = np.array([float.fromhex(v) for v in expected["predicted_s"]])
-    assert np.array_equal(model.predict_features(x), want)
+    np.testing.assert_allclose(model.predict_features(x), want, rtol=CROSS_MACHINE_RTOL, atol=0)
+    # the raw margins are compared exactly only between boosters this process loaded itself
+    again = LatencyModel.load(model.save(tmp_path / "again"))
+    margins = [m.booster.predict(xgb.DMatrix(x, nthread=1), output_margin=True)
+               for m in (model, again)]
+    assert np.array_equal(margins[0], margins[1])
     predictor = load_predictor_dir(FIXTURE / "gemm-h100-sxm")
     assert predictor.family == "gemm" and predictor.hardware == "h100-sxm"
 
