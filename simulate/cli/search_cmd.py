@@ -100,9 +100,9 @@ def command(scenario: Path, top: int, objective: str, usd_per_gpu_hour: float | 
     """
     from simulate.engines import checked_store
 
+    doc = apply_overrides(read_document(scenario), overrides)  # input errors before the store
     engines = {**checked_store(db_path, not no_store), "use_predictors": not no_predictors,
                "tracking_uri": tracking_uri}
-    doc = apply_overrides(read_document(scenario), overrides)
     if "training" not in doc:
         _serving(scenario, overrides, executor, workers, engines, as_json, csv_file, plot_file,
                  top)

@@ -38,6 +38,10 @@ def command(factory: str | None, hf_config: str | None, inputs: str | None, mode
     from simulate.engines import checked_store
     from simulate.validate.torch_model import TorchTarget, predict_torch
 
+    if hf_config is not None:  # the user's file is checked before the store note
+        from simulate.frontend.hf import load_hf_config_dict
+
+        load_hf_config_dict(hf_config)
     store = checked_store(db, not no_store)  # before tracing: a bad --db fails at once
 
     target = TorchTarget(factory=factory, hf_config=hf_config, inputs=inputs, mode=mode,

@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from analytical.errors import SpecError
+from analytical.inputs import MAX_TRACE_BYTES, read_text
 from simulate.serving.workload import (
     Request,
     Workload,
@@ -102,12 +103,11 @@ def detect_format(path: Path) -> TraceFormat:
 
 
 def _first_line(path: Path) -> str:
-    if not path.is_file():
-        raise SpecError(FIELD, f"no such file: {path}")
-    with path.open(encoding="utf-8-sig") as fh:
-        for line in fh:
-            if line.strip():
-                return line.strip()
+    """The first non-blank line, read through the input contract (a folder, a missing file, a
+    NUL byte or a non-UTF-8 file is a named error)."""
+    for line in read_text(path, FIELD, limit=MAX_TRACE_BYTES).splitlines():
+        if line.strip():
+            return line.strip()
     raise SpecError(FIELD, f"{path}: empty file")
 
 

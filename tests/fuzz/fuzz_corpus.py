@@ -194,7 +194,7 @@ def _serving(base: dict) -> Iterator[Case]:
 
 def _traces(base: dict) -> Iterator[Case]:
     header = b"arrival_s,input_len,output_len\n"
-    bodies = {"empty": (b"", "column"), "header-only": (header, "no rows"),
+    bodies = {"empty": (b"", "column|empty"), "header-only": (header, "no rows"),
               "missing-col": (b"arrival_s,input_len\n0,1\n", "missing columns"),
               "arrival-nan": (header + b"nan,10,10\n", "arrival_s"),
               "arrival-neg": (header + b"-1,10,10\n", "arrival_s"),
