@@ -45,7 +45,7 @@ def _pass(nodes: Sequence[Node], est: Mapping[str, Estimate], *, tp_overlap: boo
     for node in nodes:
         e = est[node.op.key]
         t = e.latency_s * node.count
-        engine_s[e.engine] = engine_s.get(e.engine, 0.0) + t
+        add_engine_time(engine_s, {e.engine: e.latency_s}, node.count)
         if node.stream == "compute":
             compute += t
             if node.op.family == "attention":
@@ -81,7 +81,8 @@ def block_cost(block: Block, est: Mapping[str, Estimate], *, tp_overlap: bool,
                      bwd=_pass(block.bwd, est, tp_overlap=tp_overlap, slowdown=slowdown))
 
 
-def add_engine_time(total: dict[str, float], part: Mapping[str, float], times: float) -> None:
-    """total[engine] += part[engine] * times."""
+def add_engine_time(total: dict[str, float], part: Mapping[str, float], times: float = 1.0
+                    ) -> None:
+    """total[engine] += part[engine] * times: the one place engine seconds are summed."""
     for engine, value in part.items():
         total[engine] = total.get(engine, 0.0) + value * times
