@@ -26,7 +26,8 @@ TOP_KEYS = {"name", "description", "model", "hardware", "training", "inference",
 HARDWARE_KEYS = {"gpu", "num_gpus", "gpus_per_node"}
 TRAINING_KEYS = {"parallel", "global_batch", "micro_batch", "seq_len", "precision", "recompute",
                  "schedule", "overlap", "dp_bucket_mb", "optimizer", "attention", "lora"}
-PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "vpp", "sp", "zero", "fsdp", "cp_algorithm"}
+PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "fsdp",
+                 "cp_algorithm"}
 OVERLAP_KEYS = {"tp_comm", "dp_grad", "param_gather", "compute_slowdown", "comm_sms"}
 TRAIN_PRECISIONS = (DType.BF16, DType.FP16, DType.FP8)
 CP_ALGORITHMS = ("ring", "all_gather")
@@ -130,7 +131,9 @@ def parse_parallel(block: Any, source: str | None, path: str = "training.paralle
         raise SpecError(f"{path}.cp_algorithm", f"unknown {cp_algorithm!r}; known: "
                         f"{', '.join(CP_ALGORITHMS)}", source=source)
     try:
-        parallel = ParallelConfig(**kwargs, zero=zero, sp=_bool(block, "sp", path, source, False),
+        parallel = ParallelConfig(**kwargs, zero=zero, etp=_int(block, "etp", path, source, 0,
+                                                                 minimum=0),
+                                  sp=_bool(block, "sp", path, source, False),
                                   fsdp=_bool(block, "fsdp", path, source, False))
     except SpecError as exc:
         raise SpecError(f"training.{exc.field}", exc.reason, source=source) from None
