@@ -16,6 +16,8 @@ Routing is taken as balanced: every expert gets tokens * top_k / experts. Two to
 
 from __future__ import annotations
 
+from typing import Any
+
 from analytical.errors import SpecError
 from analytical.layer_spec import Node
 from analytical.layers import Ctx, coll, dense_mlp, gemm, mem
@@ -59,7 +61,7 @@ def moe_block(c: Ctx) -> list[Node]:
     _check(c, split)
     rows = c.rows if split else c.tokens  # tokens entering the router on this rank
     h, k, e = m.hidden, m.top_k, m.num_experts
-    moe = dict(tokens=rows, hidden=h, experts=e, top_k=k, dtype=act)
+    moe: dict[str, Any] = dict(tokens=rows, hidden=h, experts=e, top_k=k, dtype=act)
     nodes = [*gemm("router", rows, e, h, act),  # routers stay in high precision
              Node(name="dispatch", op=MoESpec(kind=MoEOpKind.DISPATCH, **moe))]
     routed_bytes = rows * k * h * act.bytes

@@ -15,6 +15,7 @@ sec. 4.2.2). Shapes: T = tokens on this rank, h = hidden, d = head dim, f = MLP 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from analytical.dtypes import DType
 from analytical.errors import SpecError
@@ -169,8 +170,9 @@ def attention_core(model: ModelSpec, sh: Sharding, batch: TokenBatch, phase: Lay
     q, kv = batch.q_len // sh.cp, batch.context // sh.cp
     if not flash:
         return _unfused_core(batch.seqs * heads, q, kv, qk_dim, v_dim, dtype, dropout)
-    att = dict(batch=batch.seqs, heads=heads, kv_heads=kv_heads, head_dim=qk_dim, dtype=dtype,
-               phase=Phase.DECODE if phase == LayerPhase.DECODE else Phase.PREFILL)
+    att: dict[str, Any] = dict(
+        batch=batch.seqs, heads=heads, kv_heads=kv_heads, head_dim=qk_dim, dtype=dtype,
+        phase=Phase.DECODE if phase == LayerPhase.DECODE else Phase.PREFILL)
     nodes = [Node(name="attention", op=AttentionSpec(q_len=q, kv_len=kv, causal=True, **att),
                   core=True)]
     if sh.cp == 1:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from analytical.errors import SpecError
+from analytical.layer_spec import LoraSpec, Param, Sharding
 from analytical.memory import training_memory
 from analytical.model import load_model
 from analytical.parallel import ParallelConfig, Recompute, Schedule
-from analytical.layer_spec import LoraSpec, Param, Sharding
 from simulate.graph import TrainStep, layer_block
 from simulate.lora import (
     LoraConfig,

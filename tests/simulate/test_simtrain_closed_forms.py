@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from analytical.hardware import get_hardware
+from analytical.layer_spec import Sharding
 from analytical.memory import training_memory
 from analytical.model import load_model
 from analytical.parallel import Schedule
 from simulate.engines import EngineChain, Estimate
-from analytical.layer_spec import Sharding
 from simulate.graph import TrainStep, embedding_block, head_block, layer_block
 from simulate.overlap import overlap_window, share_link
 from simulate.scenario import load_scenario

@@ -37,7 +37,8 @@ def _estimate(calls: list[int]):
             elif isinstance(op, AttentionSpec):
                 out.append((PAIR * op.score_pairs * op.batch, "xgboost"))
             else:
-                out.append((1e-9 + op.flops / 1e15, "store" if op.family == "gemm" else "roofline"))
+                engine = "store" if op.family == "gemm" else "roofline"
+                out.append((1e-9 + op.flops / 1e15, engine))
         return out
 
     return estimate
