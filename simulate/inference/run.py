@@ -75,7 +75,8 @@ def plan_instance(model: ModelSpec, hw: HardwareSpec, *, tp: int, pp: int, ep: i
     """Lay one instance out, check it fits, and build its step-cost tables."""
     shard = inference_sharding(tp=tp, pp=pp, ep=ep, gpus_per_node=hw.gpus_per_node)
     check_sharding(model, shard)
-    weights = mem.weight_bytes(model, dtype=weight_dtype, tp=tp, pp=pp, ep=ep) + lora_bytes
+    weights = mem.weight_bytes(model, dtype=weight_dtype, tp=tp, pp=pp, ep=ep,
+                               etp=shard.expert_tp) + lora_bytes
     reserve = activation_reserve_bytes(model, shard, serving.max_batched_tokens,
                                        serving.max_num_seqs)
     usable = hw.memory_bytes * serving.gpu_memory_utilization * memory_fraction
