@@ -86,3 +86,42 @@ def add_engine_time(total: dict[str, float], part: Mapping[str, float], times: f
     """total[engine] += part[engine] * times: the one place engine seconds are summed."""
     for engine, value in part.items():
         total[engine] = total.get(engine, 0.0) + value * times
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpEvent:
+    """One operator on a track of a pass's timeline, seconds from the pass's start."""
+
+    name: str
+    stream: str  # "compute" or the communication stream ("tp", "cp", "ep", "fsdp")
+    start_s: float
+    end_s: float
+
+
+_HIDDEN = ("fsdp",)  # prefetched behind compute (see the module docstring)
+
+
+def pass_timeline(nodes: Sequence[Node], est: Mapping[str, Estimate], *,
+                  tp_overlap: bool) -> list[OpEvent]:
+    """Operators of one pass laid on tracks, for the trace: compute back to back; a collective
+    starts when the compute before it ends (and its stream is free) and holds compute back
+    unless it is overlapped (TP with ``tp_overlap``, the CP ring, FSDP prefetch). The overlap
+    slowdown is not drawn: the trace scales the pass to its simulated duration."""
+    cursor = 0.0
+    free: dict[str, float] = {}
+    events: list[OpEvent] = []
+    for node in nodes:
+        t = est[node.op.key].latency_s * node.count
+        if node.stream == "compute":
+            events.append(OpEvent(name=node.name, stream="compute", start_s=cursor,
+                                  end_s=cursor + t))
+            cursor += t
+            continue
+        start = max(cursor, free.get(node.stream, 0.0))
+        free[node.stream] = start + t
+        events.append(OpEvent(name=node.name, stream=node.stream, start_s=start, end_s=start + t))
+        ring = node.stream == "cp" and getattr(node.op, "kind", "") == "send_recv"
+        hidden = node.stream in _HIDDEN or ring or (node.stream == "tp" and tp_overlap)
+        if not hidden:
+            cursor = start + t
+    return events

@@ -18,8 +18,9 @@ from analytical.layer_spec import CpAlgorithm, LoraSpec, Precision, Sharding, ra
 from analytical.memory import TrainingMemory, training_memory
 from analytical.model import load_model
 from analytical.ops import CollectiveKind, CollectiveSpec, MemoryBoundSpec, MemoryOpKind
+from analytical.parallel import ParallelConfig
 from analytical.stage import StageParams, is_moe_layer, stage_params
-from simulate.costs import BlockCost, add_engine_time, block_cost
+from simulate.costs import BlockCost, OpEvent, add_engine_time, block_cost, pass_timeline
 from simulate.engines import ENGINE_ORDER, EngineChain
 from simulate.graph import Block, TrainStep, embedding_block, head_block, layer_block
 from simulate.layout import validate_layout
@@ -27,6 +28,7 @@ from simulate.lora import lora_trainable_params
 from simulate.overlap import default_compute_slowdown, share_link
 from simulate.scenario import Scenario, TrainingSpec
 from simulate.schedule import PipelineResult, TaskRecord, simulate_pipeline
+from simulate.trace import expand_ops
 
 __all__ = ["GIB", "TrainingResult", "run_training"]
 
@@ -210,6 +212,9 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
     coverage = {e: engine_s[ref].get(e, 0.0) / total_engine for e in ENGINE_ORDER}
     tokens = t.global_batch * t.seq_len
     records = pipe.records + tuple(r for s in range(par.pp) for r in extra[s]["records"])
+    if record:  # operators and collectives inside the first micro-batch of each stage
+        records += tuple(expand_ops(pipe.records, _op_timelines(model, par, blocks, est,
+                                                                t.overlap.tp_comm)))
     return TrainingResult(
         fits=True, iteration_time_s=iteration, tokens_per_s=tokens / iteration,
         tflops_per_gpu=base["model_flops_per_iteration"] / iteration / base["num_gpus"] / 1e12,
@@ -218,6 +223,31 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
         bubble_fraction=pipe.bubble_fraction(ref), breakdown_s=breakdown,
         engine_coverage=coverage, engines_available=dict(chain.available), critical_stage=ref,
         records=records if record else (), **base)
+
+
+def _op_timelines(model, par: ParallelConfig, blocks: dict[Any, Block], est: dict[str, Any],
+                  tp_overlap: bool) -> dict[tuple[int, int, str], list[OpEvent]]:
+    """Each (stage, chunk) pass's operators end to end: embedding, layers, head forward; the
+    reverse in backward (`simulate.costs.pass_timeline` per block)."""
+    passes = {k: (pass_timeline(b.fwd, est, tp_overlap=tp_overlap),
+                  pass_timeline(b.bwd, est, tp_overlap=tp_overlap)) for k, b in blocks.items()}
+    n_virtual = par.pp * par.vpp
+    per_chunk = math.ceil(model.layers / n_virtual)
+    out: dict[tuple[int, int, str], list[OpEvent]] = {}
+    for v in range(n_virtual):
+        keys: list[Any] = ["embedding"] if v == 0 else []
+        keys += [is_moe_layer(model, i)
+                 for i in range(v * per_chunk, min((v + 1) * per_chunk, model.layers))]
+        keys += ["head"] if v == n_virtual - 1 else []
+        for direction, index, order in (("F", 0, keys), ("B", 1, keys[::-1])):
+            events: list[OpEvent] = []
+            offset = 0.0
+            for key in order:
+                events += [replace(e, start_s=e.start_s + offset, end_s=e.end_s + offset)
+                           for e in passes[key][index]]
+                offset = max((e.end_s for e in events), default=offset)
+            out[(v % par.pp, v // par.pp, direction)] = events
+    return out
 
 
 def _after_pipeline(model, hw: HardwareSpec, t: TrainingSpec, chain: EngineChain,

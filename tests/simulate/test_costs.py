@@ -7,7 +7,7 @@ import pytest
 
 from analytical.layer_spec import Node
 from analytical.ops import AttentionSpec, CollectiveKind, CollectiveSpec, GemmSpec
-from simulate.costs import add_engine_time, block_cost
+from simulate.costs import add_engine_time, block_cost, pass_timeline
 from simulate.engines import Estimate
 from simulate.graph import Block
 
@@ -63,3 +63,14 @@ def test_add_engine_time():
     add_engine_time(total, {"store": 2.0, "roofline": 1.0}, 3)
     add_engine_time(total, {"roofline": 0.5})
     assert total == {"store": 7.0, "roofline": 3.5}
+
+
+def test_pass_timeline_exposed_and_hidden_collectives():
+    est = _est(gemm=2.0, attn=3.0, tp=1.5)
+    nodes = (Node(name="g", op=GEMM), Node(name="ar", op=_coll(), stream="tp"),
+             Node(name="a", op=ATTN))
+    exposed = pass_timeline(nodes, est, tp_overlap=False)
+    assert [(e.name, e.stream, e.start_s, e.end_s) for e in exposed] == [
+        ("g", "compute", 0.0, 2.0), ("ar", "tp", 2.0, 3.5), ("a", "compute", 3.5, 6.5)]
+    hidden = pass_timeline(nodes, est, tp_overlap=True)
+    assert hidden[2].start_s == 2.0  # attention starts while the all-reduce runs
