@@ -148,17 +148,7 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
     gpn = _gpn(scenario, hw)
     slowdown = t.overlap.compute_slowdown or default_compute_slowdown(hw, t.overlap.comm_sms)
     step = _train_step(t, gpn)
-    # Per-layer parameters on this rank, for ZeRO-3/FSDP gathers.
-    one = stage_params(model, tp=par.tp, pp=1, vpp=1, ep=par.ep, stage=0, etp=par.etp)
-    n_moe = sum(one.layer_is_moe)
-    blocks: dict[Any, Block] = {}
-    kinds = {False, True} if model.is_moe else {False}
-    for moe in kinds:
-        if moe and n_moe == 0 or not moe and n_moe == model.layers:
-            continue
-        blocks[moe] = layer_block(model, step, moe=moe, layer_params_per_rank=one.largest_layer)
-    blocks["embedding"] = embedding_block(model, step)
-    blocks["head"] = head_block(model, step)
+    blocks = _blocks(model, par, step)
     ops = [n.op for b in blocks.values() for n in (*b.fwd, *b.bwd)]
     act_bytes = step.tokens * model.hidden * step.precision.act.bytes
     act_bytes /= par.tp if par.sp else 1
@@ -170,28 +160,7 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
                                                  slowdown=slowdown) for k, b in blocks.items()}
     p2p_s = est[p2p.key].latency_s if par.pp > 1 else 0.0
 
-    # Per stage and chunk: forward/backward time of one micro-batch.
-    n_virtual = par.pp * par.vpp
-    per_chunk = math.ceil(model.layers / n_virtual)  # as analytical.stage.stage_layers
-    fwd = [[0.0] * par.vpp for _ in range(par.pp)]
-    bwd = [[0.0] * par.vpp for _ in range(par.pp)]
-    compute = [0.0] * par.pp
-    engine_s: list[dict[str, float]] = [{} for _ in range(par.pp)]
-    for v in range(n_virtual):
-        stage, chunk = v % par.pp, v // par.pp
-        parts: list[BlockCost] = [costs[is_moe_layer(model, i)]
-                                  for i in range(v * per_chunk,
-                                                 min((v + 1) * per_chunk, model.layers))]
-        if v == 0:
-            parts.append(costs["embedding"])
-        if v == n_virtual - 1:
-            parts.append(costs["head"])
-        for c in parts:
-            fwd[stage][chunk] += c.fwd.elapsed_s
-            bwd[stage][chunk] += c.bwd.elapsed_s
-            compute[stage] += m * (c.fwd.compute_s + c.bwd.compute_s)
-            add_engine_time(engine_s[stage], c.fwd.engine_s, m)
-            add_engine_time(engine_s[stage], c.bwd.engine_s, m)
+    fwd, bwd, compute, engine_s = _stage_passes(model, par, costs, m)
     pipe = simulate_pipeline(schedule=t.schedule, pp=par.pp, vpp=par.vpp, num_microbatches=m,
                              fwd_s=fwd, bwd_s=bwd, p2p_s=p2p_s, record=record)
     if par.pp > 1:
@@ -225,20 +194,61 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
         records=records if record else (), **base)
 
 
+def _blocks(model, par: ParallelConfig, step: TrainStep) -> dict[Any, Block]:
+    """The distinct blocks of a rank: dense and/or MoE layer (keyed False/True), embedding, head.
+    Per-layer parameters on this rank size the ZeRO-3/FSDP gathers."""
+    one = stage_params(model, tp=par.tp, pp=1, vpp=1, ep=par.ep, stage=0, etp=par.etp)
+    n_moe = sum(one.layer_is_moe)
+    blocks: dict[Any, Block] = {}
+    for moe in ({False, True} if model.is_moe else {False}):
+        if moe and n_moe == 0 or not moe and n_moe == model.layers:
+            continue
+        blocks[moe] = layer_block(model, step, moe=moe, layer_params_per_rank=one.largest_layer)
+    blocks["embedding"] = embedding_block(model, step)
+    blocks["head"] = head_block(model, step)
+    return blocks
+
+
+def _chunk_blocks(model, par: ParallelConfig) -> list[list[Any]]:
+    """Block keys of each virtual chunk v (stage v % pp, chunk v // pp), in forward order:
+    embedding first, layers (as `analytical.stage.stage_layers`), head last."""
+    n_virtual = par.pp * par.vpp
+    per_chunk = math.ceil(model.layers / n_virtual)
+    out = []
+    for v in range(n_virtual):
+        keys: list[Any] = ["embedding"] if v == 0 else []
+        keys += [is_moe_layer(model, i)
+                 for i in range(v * per_chunk, min((v + 1) * per_chunk, model.layers))]
+        out.append(keys + (["head"] if v == n_virtual - 1 else []))
+    return out
+
+
+def _stage_passes(model, par: ParallelConfig, costs: dict[Any, BlockCost], m: int):
+    """Per stage and chunk: forward/backward time of one micro-batch; per stage: compute time
+    and engine seconds of all ``m`` micro-batches."""
+    fwd = [[0.0] * par.vpp for _ in range(par.pp)]
+    bwd = [[0.0] * par.vpp for _ in range(par.pp)]
+    compute = [0.0] * par.pp
+    engine_s: list[dict[str, float]] = [{} for _ in range(par.pp)]
+    for v, keys in enumerate(_chunk_blocks(model, par)):
+        stage, chunk = v % par.pp, v // par.pp
+        for c in (costs[k] for k in keys):
+            fwd[stage][chunk] += c.fwd.elapsed_s
+            bwd[stage][chunk] += c.bwd.elapsed_s
+            compute[stage] += m * (c.fwd.compute_s + c.bwd.compute_s)
+            add_engine_time(engine_s[stage], c.fwd.engine_s, m)
+            add_engine_time(engine_s[stage], c.bwd.engine_s, m)
+    return fwd, bwd, compute, engine_s
+
+
 def _op_timelines(model, par: ParallelConfig, blocks: dict[Any, Block], est: dict[str, Any],
                   tp_overlap: bool) -> dict[tuple[int, int, str], list[OpEvent]]:
     """Each (stage, chunk) pass's operators end to end: embedding, layers, head forward; the
     reverse in backward (`simulate.costs.pass_timeline` per block)."""
     passes = {k: (pass_timeline(b.fwd, est, tp_overlap=tp_overlap),
                   pass_timeline(b.bwd, est, tp_overlap=tp_overlap)) for k, b in blocks.items()}
-    n_virtual = par.pp * par.vpp
-    per_chunk = math.ceil(model.layers / n_virtual)
     out: dict[tuple[int, int, str], list[OpEvent]] = {}
-    for v in range(n_virtual):
-        keys: list[Any] = ["embedding"] if v == 0 else []
-        keys += [is_moe_layer(model, i)
-                 for i in range(v * per_chunk, min((v + 1) * per_chunk, model.layers))]
-        keys += ["head"] if v == n_virtual - 1 else []
+    for v, keys in enumerate(_chunk_blocks(model, par)):
         for direction, index, order in (("F", 0, keys), ("B", 1, keys[::-1])):
             events: list[OpEvent] = []
             offset = 0.0
