@@ -200,12 +200,12 @@ def training_memory(model, parallel: ParallelConfig, *, micro_batch: int, seq_le
     _positive(seq_len, "training.seq_len")
     _positive(num_microbatches, "training.num_microbatches")
     stage = stage_params(model, tp=parallel.tp, pp=parallel.pp, vpp=parallel.vpp,
-                         ep=parallel.ep, stage=0)
+                         ep=parallel.ep, stage=0, etp=parallel.etp)
     zero, dense_shard = parallel.zero_stage, parallel.shard_group
     if dense_shard % parallel.ep:
         raise SpecError("parallel.ep", f"ep={parallel.ep} must divide dp*cp={dense_shard} "
                         "(experts are tensor-parallel over tp)")
-    expert_shard = dense_shard // parallel.ep
+    expert_shard = parallel.expert_shard_group  # dp*cp/ep when etp = tp
 
     if lora_params is None:
         dense = model_states_bytes(stage.dense, zero_stage=zero, shard=dense_shard,
@@ -312,7 +312,8 @@ def _high_precision(dtype: DType) -> DType:
     return dtype if dtype.bytes >= 2 else DType.BF16
 
 
-def weight_bytes(model, *, dtype: DType, tp: int = 1, pp: int = 1, ep: int = 1) -> float:
+def weight_bytes(model, *, dtype: DType, tp: int = 1, pp: int = 1, ep: int = 1,
+                 etp: int = 0) -> float:
     """Inference weight bytes on the most-loaded GPU (first or last pipeline stage).
 
     Transformer-block linear weights take ``dtype`` plus its scale overhead
@@ -323,7 +324,7 @@ def weight_bytes(model, *, dtype: DType, tp: int = 1, pp: int = 1, ep: int = 1) 
     other_bytes = _high_precision(dtype).bytes
     best = 0.0
     for stage_index in {0, pp - 1}:
-        stage = stage_params(model, tp=tp, pp=pp, ep=ep, stage=stage_index)
+        stage = stage_params(model, tp=tp, pp=pp, ep=ep, stage=stage_index, etp=etp)
         total = stage.linear * linear_bytes + (stage.total - stage.linear) * other_bytes
         best = max(best, total)
     return best

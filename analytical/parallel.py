@@ -3,7 +3,10 @@
 
 Convention (see analytical/README.md): every parallel axis has a *degree*; the GPU count of a
 training job is tp * pp * dp * cp, and expert parallelism (ep) splits the experts inside the
-dp * cp (* tp, with expert tensor parallel 1) ranks, as in Megatron-Core's MoE layout.
+dp * cp * tp ranks, each expert split over ``etp`` ranks (the expert tensor-parallel degree,
+default tp as in Megatron-Core: megatron/training/arguments.py sets
+``expert_tensor_parallel_size = tensor_model_parallel_size`` when unset); experts are replicated
+over the remaining expert-data-parallel ranks, tp * dp * cp / (etp * ep).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class ParallelConfig:
     dp: int = 1  # data parallel replicas
     cp: int = 1  # context parallel (sequence split for attention)
     ep: int = 1  # expert parallel
+    etp: int = 0  # expert tensor parallel; 0 = tp (Megatron-Core's default)
     vpp: int = 1  # virtual pipeline chunks per stage (interleaved schedule)
     sp: bool = False  # sequence parallel for the TP region (norms, dropout)
     zero: int = 0  # ZeRO stage 0-3 over dp (and cp)
@@ -45,6 +49,8 @@ class ParallelConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise SpecError(f"parallel.{name}", f"must be an integer >= 1, got {value!r}")
+        if isinstance(self.etp, bool) or not isinstance(self.etp, int) or self.etp < 0:
+            raise SpecError("parallel.etp", f"must be an integer >= 0, got {self.etp!r}")
         if self.zero not in (0, 1, 2, 3):
             raise SpecError("parallel.zero", f"must be 0, 1, 2 or 3, got {self.zero!r}")
         if self.sp and self.tp == 1:
@@ -53,6 +59,15 @@ class ParallelConfig:
     @property
     def world_size(self) -> int:
         return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp or self.tp
+
+    @property
+    def expert_shard_group(self) -> int:
+        """Ranks that hold the same experts (expert data parallel): tp*dp*cp / (etp*ep)."""
+        return max(1, self.tp * self.dp * self.cp // (self.expert_tp * self.ep))
 
     @property
     def zero_stage(self) -> int:

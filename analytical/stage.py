@@ -5,8 +5,9 @@ Layout (Megatron-LM / Megatron-Core conventions): layers are cut into pp * vpp c
 and stage i holds chunks i, i + pp, i + 2*pp, ... (a stage gets ceil(layers / (pp*vpp)) layers
 per chunk, the last ones fewer); the embedding sits on the first stage, the final norm and LM
 head on the last. Attention, MLP, expert and vocabulary matrices are split over tp; norms and
-routers are replicated. Routed experts are split over ep, each expert also over tp (expert
-tensor-parallel degree = tp, Megatron-Core's default). Memory totals live in `analytical.memory`.
+routers are replicated. Routed experts are split over ep, each expert also over ``etp`` ranks
+(0 = tp, Megatron-Core's default; see `analytical.parallel`). Memory totals live in
+`analytical.memory`.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def stage_layers(layers: int, *, pp: int, vpp: int = 1, stage: int = 0) -> list[
 
 
 def stage_params(model, *, tp: int = 1, pp: int = 1, vpp: int = 1, ep: int = 1,
-                 stage: int = 0) -> StageParams:
+                 stage: int = 0, etp: int = 0) -> StageParams:
     """Parameters of ``stage`` on one GPU; raises SpecError naming the parallel degree that does
     not divide the model."""
     for name, value in (("tp", tp), ("pp", pp), ("vpp", vpp), ("ep", ep)):
@@ -68,7 +69,8 @@ def stage_params(model, *, tp: int = 1, pp: int = 1, vpp: int = 1, ep: int = 1,
     attention = model.attention_params_per_layer / tp
     norms = model.norm_params_per_layer
     dense_mlp = model.dense_mlp_params / tp
-    experts = model.num_experts // ep * model.expert_params / tp if model.is_moe else 0.0
+    experts = (model.num_experts // ep * model.expert_params / (etp or tp) if model.is_moe
+               else 0.0)
     shared = model.shared_expert_params / tp
     moe_dense = shared + model.router_params_per_layer
 

@@ -45,7 +45,7 @@ def _pass(nodes: Sequence[Node], est: Mapping[str, Estimate], *, tp_overlap: boo
     for node in nodes:
         e = est[node.op.key]
         t = e.latency_s * node.count
-        engine_s[e.engine] = engine_s.get(e.engine, 0.0) + t
+        add_engine_time(engine_s, {e.engine: e.latency_s}, node.count)
         if node.stream == "compute":
             compute += t
             if node.op.family == "attention":
@@ -81,7 +81,47 @@ def block_cost(block: Block, est: Mapping[str, Estimate], *, tp_overlap: bool,
                      bwd=_pass(block.bwd, est, tp_overlap=tp_overlap, slowdown=slowdown))
 
 
-def add_engine_time(total: dict[str, float], part: Mapping[str, float], times: float) -> None:
-    """total[engine] += part[engine] * times."""
+def add_engine_time(total: dict[str, float], part: Mapping[str, float], times: float = 1.0
+                    ) -> None:
+    """total[engine] += part[engine] * times: the one place engine seconds are summed."""
     for engine, value in part.items():
         total[engine] = total.get(engine, 0.0) + value * times
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpEvent:
+    """One operator on a track of a pass's timeline, seconds from the pass's start."""
+
+    name: str
+    stream: str  # "compute" or the communication stream ("tp", "cp", "ep", "fsdp")
+    start_s: float
+    end_s: float
+
+
+_HIDDEN = ("fsdp",)  # prefetched behind compute (see the module docstring)
+
+
+def pass_timeline(nodes: Sequence[Node], est: Mapping[str, Estimate], *,
+                  tp_overlap: bool) -> list[OpEvent]:
+    """Operators of one pass laid on tracks, for the trace: compute back to back; a collective
+    starts when the compute before it ends (and its stream is free) and holds compute back
+    unless it is overlapped (TP with ``tp_overlap``, the CP ring, FSDP prefetch). The overlap
+    slowdown is not drawn: the trace scales the pass to its simulated duration."""
+    cursor = 0.0
+    free: dict[str, float] = {}
+    events: list[OpEvent] = []
+    for node in nodes:
+        t = est[node.op.key].latency_s * node.count
+        if node.stream == "compute":
+            events.append(OpEvent(name=node.name, stream="compute", start_s=cursor,
+                                  end_s=cursor + t))
+            cursor += t
+            continue
+        start = max(cursor, free.get(node.stream, 0.0))
+        free[node.stream] = start + t
+        events.append(OpEvent(name=node.name, stream=node.stream, start_s=start, end_s=start + t))
+        ring = node.stream == "cp" and getattr(node.op, "kind", "") == "send_recv"
+        hidden = node.stream in _HIDDEN or ring or (node.stream == "tp" and tp_overlap)
+        if not hidden:
+            cursor = start + t
+    return events

@@ -27,7 +27,8 @@ HARDWARE_KEYS = {"gpu", "num_gpus", "gpus_per_node"}
 TRAINING_KEYS = {"parallel", "global_batch", "micro_batch", "seq_len", "precision", "recompute",
                  "schedule", "overlap", "dp_bucket_mb", "optimizer", "attention", "lora",
                  "framework"}
-PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "vpp", "sp", "zero", "fsdp", "cp_algorithm"}
+PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "fsdp",
+                 "cp_algorithm"}
 OVERLAP_KEYS = {"tp_comm", "dp_grad", "param_gather", "compute_slowdown", "comm_sms"}
 TRAIN_PRECISIONS = (DType.BF16, DType.FP16, DType.FP8)
 CP_ALGORITHMS = ("ring", "all_gather")
@@ -137,7 +138,8 @@ def parse_parallel(block: Any, source: str | None, path: str = "training.paralle
                         f"{', '.join(CP_ALGORITHMS)}", source=source)
     sp, fsdp = _bool(block, "sp", path, source, False), _bool(block, "fsdp", path, source, False)
     try:
-        parallel = ParallelConfig(**kwargs, zero=zero, sp=sp, fsdp=fsdp)
+        parallel = ParallelConfig(**kwargs, zero=zero, sp=sp, fsdp=fsdp,
+                                  etp=_int(block, "etp", path, source, 0, minimum=0))
     except SpecError as exc:
         raise SpecError(f"training.{exc.field}", exc.reason, source=source) from None
     return parallel, cp_algorithm

@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Chrome / Perfetto trace-event JSON of a simulated iteration: one process per pipeline stage,
-one thread (track) per stream (compute, p2p, dp). Times are microseconds, as the format wants
-(Trace Event Format, "Duration events" / complete events ``ph: X``)."""
+one thread (track) per stream: micro-batch tasks (compute), pipeline sends (p2p), gradient sync
+(dp), and inside the detailed micro-batches each operator on an operator track (ops) and each
+collective on its communication track (tp, cp, ep, fsdp). Times are microseconds, as the format
+wants (Trace Event Format, "Duration events" / complete events ``ph: X``)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,37 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from analytical.errors import SpecError
+from simulate.costs import OpEvent
 from simulate.schedule import TaskRecord
 
-STREAM_TIDS = {"compute": 0, "p2p": 1, "dp": 2}
+STREAM_TIDS = {"compute": 0, "p2p": 1, "dp": 2, "ops": 3, "tp": 4, "cp": 5, "ep": 6, "fsdp": 7}
+
+
+def expand_ops(records: Sequence[TaskRecord],
+               timelines: Mapping[tuple[int, int, str], Sequence[OpEvent]], *,
+               microbatches: int = 1) -> list[TaskRecord]:
+    """Operator records inside the first ``microbatches`` micro-batches of each stage.
+
+    ``timelines[(stage, chunk, "F"|"B")]`` is the pass's operator timeline (`pass_timeline` of
+    each block, end to end); it is scaled onto the task's simulated span. Task names are the
+    schedule's labels: ``F3`` / ``B3`` (micro-batch 3), ``F3.c1`` (chunk 1, interleaved).
+    """
+    out: list[TaskRecord] = []
+    for r in records:
+        if r.stream != "compute" or r.name[:1] not in ("F", "B"):
+            continue
+        mb, _, chunk = r.name[1:].partition(".c")
+        if not mb.isdigit() or int(mb) >= microbatches:
+            continue
+        events = timelines.get((r.stage, int(chunk or 0), r.name[0]), ())
+        span = max((e.end_s for e in events), default=0.0)
+        if span <= 0:
+            continue
+        scale = (r.end_s - r.start_s) / span
+        out += [TaskRecord(stage=r.stage, stream="ops" if e.stream == "compute" else e.stream,
+                           name=e.name, start_s=r.start_s + e.start_s * scale,
+                           end_s=r.start_s + e.end_s * scale) for e in events]
+    return out
 
 
 def chrome_trace(records: Sequence[TaskRecord], *, name: str) -> dict[str, Any]:

@@ -13,21 +13,25 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from analytical.dtypes import DType
-from analytical.hardware import HardwareSpec, get_hardware
+from analytical.hardware import GIB, HardwareSpec, get_hardware
+from analytical.layer_spec import CpAlgorithm, LoraSpec, Precision, Sharding, ranks_per_node
 from analytical.memory import TrainingMemory, framework_grad_bytes, training_memory
 from analytical.model import load_model
 from analytical.ops import CollectiveKind, CollectiveSpec, MemoryBoundSpec, MemoryOpKind
+from analytical.parallel import ParallelConfig
 from analytical.stage import StageParams, is_moe_layer, stage_params
-from simulate.costs import BlockCost, add_engine_time, block_cost
+from simulate.costs import BlockCost, OpEvent, add_engine_time, block_cost, pass_timeline
 from simulate.engines import ENGINE_ORDER, EngineChain
-from simulate.graph import Sharding, embedding_block, head_block, layer_block
+from simulate.graph import Block, TrainStep, embedding_block, head_block, layer_block
 from simulate.layout import validate_layout
-from simulate.lora import frozen_base_block, lora_block_ops, lora_trainable_params
+from simulate.lora import lora_trainable_params
 from simulate.overlap import default_compute_slowdown, share_link
 from simulate.scenario import Scenario, TrainingSpec
 from simulate.schedule import PipelineResult, TaskRecord, simulate_pipeline
+from simulate.trace import expand_ops
 
-GIB = 2**30
+__all__ = ["GIB", "TrainingResult", "run_training"]
+
 GRAD_COMM_BYTES = 2.0  # gradients reduced in bf16 (Megatron's default grad_reduce_in_fp32=False)
 
 
@@ -61,11 +65,7 @@ class TrainingResult:
         return self.memory.total_bytes / GIB
 
 
-def _rpn(group: int, stride: int, gpn: int) -> int:
-    """Members of a group with rank ``stride`` that share one node of ``gpn`` GPUs."""
-    if stride >= gpn:
-        return 1
-    return math.gcd(group, max(1, gpn // stride))
+_rpn = ranks_per_node
 
 
 def _gpn(scenario: Scenario, hw: HardwareSpec) -> int:
@@ -92,6 +92,24 @@ def _lora_stage(model, t: TrainingSpec, sp: StageParams) -> StageParams:
     layers = len(sp.layer_is_moe)
     local = adapters * layers / model.layers / t.parallel.tp
     return replace(sp, dense=local, expert=0.0)
+
+
+def _train_step(t: TrainingSpec, gpn: int) -> TrainStep:
+    """Sharding and precision of one rank, ranks placed in Megatron-Core's order (tp fastest,
+    then cp, then dp; experts: etp fastest, then ep)."""
+    par = t.parallel
+    fsdp_group = par.dp * par.cp if par.zero_stage >= 3 else 1
+    sh = Sharding(tp=par.tp, cp=par.cp, ep=par.ep, etp=par.etp, sp=par.sp,
+                  tp_rpn=_rpn(par.tp, 1, gpn), cp_rpn=_rpn(par.cp, par.tp, gpn),
+                  ep_rpn=_rpn(par.ep, par.expert_tp, gpn), fsdp_group=fsdp_group,
+                  fsdp_rpn=_rpn(fsdp_group, par.tp, gpn),
+                  cp_algorithm=CpAlgorithm(t.cp_algorithm))
+    precision = Precision(gemm=DType.FP8 if t.precision == DType.FP8 else t.precision,
+                          act=DType.FP16 if t.precision == DType.FP16 else DType.BF16)
+    lora = LoraSpec(rank=t.lora_rank, targets=t.lora_targets) if t.lora_rank else None
+    return TrainStep(sharding=sh, micro_batch=t.micro_batch, seq_len=t.seq_len,
+                     precision=precision, recompute=t.recompute,
+                     flash=t.attention == "flash", lora=lora)
 
 
 def _collective(kind: CollectiveKind, size: float, group: int, rpn: int) -> CollectiveSpec:
@@ -132,34 +150,10 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
     par, m = t.parallel, t.num_microbatches
     gpn = _gpn(scenario, hw)
     slowdown = t.overlap.compute_slowdown or default_compute_slowdown(hw, t.overlap.comm_sms)
-    fsdp_group = par.dp * par.cp if par.zero_stage >= 3 else 1
-    sh = Sharding(micro_batch=t.micro_batch, seq_len=t.seq_len, tp=par.tp, cp=par.cp, ep=par.ep,
-                  sp=par.sp, tp_rpn=_rpn(par.tp, 1, gpn), cp_rpn=_rpn(par.cp, par.tp, gpn),
-                  ep_rpn=_rpn(par.ep, par.tp, gpn), fsdp_group=fsdp_group,
-                  fsdp_rpn=_rpn(fsdp_group, par.tp, gpn), cp_algorithm=t.cp_algorithm,
-                  gemm_dtype=DType.FP8 if t.precision == DType.FP8 else t.precision,
-                  act_dtype=DType.FP16 if t.precision == DType.FP16 else DType.BF16,
-                  recompute=t.recompute, flash_attention=t.attention == "flash")
-    # Per-layer parameters on this rank, for ZeRO-3/FSDP gathers.
-    one = stage_params(model, tp=par.tp, pp=1, vpp=1, ep=par.ep, stage=0)
-    n_moe = sum(one.layer_is_moe)
-    blocks = {}
-    kinds = {False, True} if model.is_moe else {False}
-    for moe in kinds:
-        if moe and n_moe == 0 or not moe and n_moe == model.layers:
-            continue
-        per_layer = one.largest_layer
-        blocks[moe] = layer_block(model, sh, moe=moe, layer_params_per_rank=per_layer)
-    blocks["embedding"] = embedding_block(model, sh)
-    blocks["head"] = head_block(model, sh)
-    if t.lora_rank:  # frozen base weights: drop their wgrad GEMMs, add the adapters' GEMMs
-        tokens = t.micro_batch * t.seq_len // par.cp
-        adapters = lora_block_ops(model, rank=t.lora_rank, targets=t.lora_targets,
-                                  tokens=tokens, tp=par.tp, dtype=sh.act_dtype)
-        blocks = {k: frozen_base_block(b, *(adapters if k in (False, True) else ((), ())))
-                  for k, b in blocks.items()}
+    step = _train_step(t, gpn)
+    blocks = _blocks(model, par, step)
     ops = [n.op for b in blocks.values() for n in (*b.fwd, *b.bwd)]
-    act_bytes = t.micro_batch * (t.seq_len // par.cp) * model.hidden * sh.act_dtype.bytes
+    act_bytes = step.tokens * model.hidden * step.precision.act.bytes
     act_bytes /= par.tp if par.sp else 1
     pp_stride = par.tp * par.cp * par.dp
     p2p = _collective(CollectiveKind.SEND_RECV, act_bytes, 2, 2 if pp_stride * 2 <= gpn else 1)
@@ -169,28 +163,7 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
                                                  slowdown=slowdown) for k, b in blocks.items()}
     p2p_s = est[p2p.key].latency_s if par.pp > 1 else 0.0
 
-    # Per stage and chunk: forward/backward time of one micro-batch.
-    n_virtual = par.pp * par.vpp
-    per_chunk = math.ceil(model.layers / n_virtual)  # as analytical.stage.stage_layers
-    fwd = [[0.0] * par.vpp for _ in range(par.pp)]
-    bwd = [[0.0] * par.vpp for _ in range(par.pp)]
-    compute = [0.0] * par.pp
-    engine_s: list[dict[str, float]] = [{} for _ in range(par.pp)]
-    for v in range(n_virtual):
-        stage, chunk = v % par.pp, v // par.pp
-        parts: list[BlockCost] = [costs[is_moe_layer(model, i)]
-                                  for i in range(v * per_chunk,
-                                                 min((v + 1) * per_chunk, model.layers))]
-        if v == 0:
-            parts.append(costs["embedding"])
-        if v == n_virtual - 1:
-            parts.append(costs["head"])
-        for c in parts:
-            fwd[stage][chunk] += c.fwd.elapsed_s
-            bwd[stage][chunk] += c.bwd.elapsed_s
-            compute[stage] += m * (c.fwd.compute_s + c.bwd.compute_s)
-            add_engine_time(engine_s[stage], c.fwd.engine_s, m)
-            add_engine_time(engine_s[stage], c.bwd.engine_s, m)
+    fwd, bwd, compute, engine_s = _stage_passes(model, par, costs, m)
     pipe = simulate_pipeline(schedule=t.schedule, pp=par.pp, vpp=par.vpp, num_microbatches=m,
                              fwd_s=fwd, bwd_s=bwd, p2p_s=p2p_s, record=record)
     if par.pp > 1:
@@ -211,6 +184,9 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
     coverage = {e: engine_s[ref].get(e, 0.0) / total_engine for e in ENGINE_ORDER}
     tokens = t.global_batch * t.seq_len
     records = pipe.records + tuple(r for s in range(par.pp) for r in extra[s]["records"])
+    if record:  # operators and collectives inside the first micro-batch of each stage
+        records += tuple(expand_ops(pipe.records, _op_timelines(model, par, blocks, est,
+                                                                t.overlap.tp_comm)))
     return TrainingResult(
         fits=True, iteration_time_s=iteration, tokens_per_s=tokens / iteration,
         tflops_per_gpu=base["model_flops_per_iteration"] / iteration / base["num_gpus"] / 1e12,
@@ -221,6 +197,72 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
         records=records if record else (), **base)
 
 
+def _blocks(model, par: ParallelConfig, step: TrainStep) -> dict[Any, Block]:
+    """The distinct blocks of a rank: dense and/or MoE layer (keyed False/True), embedding, head.
+    Per-layer parameters on this rank size the ZeRO-3/FSDP gathers."""
+    one = stage_params(model, tp=par.tp, pp=1, vpp=1, ep=par.ep, stage=0, etp=par.etp)
+    n_moe = sum(one.layer_is_moe)
+    blocks: dict[Any, Block] = {}
+    for moe in ({False, True} if model.is_moe else {False}):
+        if moe and n_moe == 0 or not moe and n_moe == model.layers:
+            continue
+        blocks[moe] = layer_block(model, step, moe=moe, layer_params_per_rank=one.largest_layer)
+    blocks["embedding"] = embedding_block(model, step)
+    blocks["head"] = head_block(model, step)
+    return blocks
+
+
+def _chunk_blocks(model, par: ParallelConfig) -> list[list[Any]]:
+    """Block keys of each virtual chunk v (stage v % pp, chunk v // pp), in forward order:
+    embedding first, layers (as `analytical.stage.stage_layers`), head last."""
+    n_virtual = par.pp * par.vpp
+    per_chunk = math.ceil(model.layers / n_virtual)
+    out = []
+    for v in range(n_virtual):
+        keys: list[Any] = ["embedding"] if v == 0 else []
+        keys += [is_moe_layer(model, i)
+                 for i in range(v * per_chunk, min((v + 1) * per_chunk, model.layers))]
+        out.append(keys + (["head"] if v == n_virtual - 1 else []))
+    return out
+
+
+def _stage_passes(model, par: ParallelConfig, costs: dict[Any, BlockCost], m: int):
+    """Per stage and chunk: forward/backward time of one micro-batch; per stage: compute time
+    and engine seconds of all ``m`` micro-batches."""
+    fwd = [[0.0] * par.vpp for _ in range(par.pp)]
+    bwd = [[0.0] * par.vpp for _ in range(par.pp)]
+    compute = [0.0] * par.pp
+    engine_s: list[dict[str, float]] = [{} for _ in range(par.pp)]
+    for v, keys in enumerate(_chunk_blocks(model, par)):
+        stage, chunk = v % par.pp, v // par.pp
+        for c in (costs[k] for k in keys):
+            fwd[stage][chunk] += c.fwd.elapsed_s
+            bwd[stage][chunk] += c.bwd.elapsed_s
+            compute[stage] += m * (c.fwd.compute_s + c.bwd.compute_s)
+            add_engine_time(engine_s[stage], c.fwd.engine_s, m)
+            add_engine_time(engine_s[stage], c.bwd.engine_s, m)
+    return fwd, bwd, compute, engine_s
+
+
+def _op_timelines(model, par: ParallelConfig, blocks: dict[Any, Block], est: dict[str, Any],
+                  tp_overlap: bool) -> dict[tuple[int, int, str], list[OpEvent]]:
+    """Each (stage, chunk) pass's operators end to end: embedding, layers, head forward; the
+    reverse in backward (`simulate.costs.pass_timeline` per block)."""
+    passes = {k: (pass_timeline(b.fwd, est, tp_overlap=tp_overlap),
+                  pass_timeline(b.bwd, est, tp_overlap=tp_overlap)) for k, b in blocks.items()}
+    out: dict[tuple[int, int, str], list[OpEvent]] = {}
+    for v, keys in enumerate(_chunk_blocks(model, par)):
+        for direction, index, order in (("F", 0, keys), ("B", 1, keys[::-1])):
+            events: list[OpEvent] = []
+            offset = 0.0
+            for key in order:
+                events += [replace(e, start_s=e.start_s + offset, end_s=e.end_s + offset)
+                           for e in passes[key][index]]
+                offset = max((e.end_s for e in events), default=offset)
+            out[(v % par.pp, v // par.pp, direction)] = events
+    return out
+
+
 def _after_pipeline(model, hw: HardwareSpec, t: TrainingSpec, chain: EngineChain,
                     pipe: PipelineResult, fwd: list[list[float]], gpn: int, slowdown: float,
                     engine_s: list[dict[str, float]]) -> tuple[list[float], list[dict[str, Any]]]:
@@ -229,18 +271,19 @@ def _after_pipeline(model, hw: HardwareSpec, t: TrainingSpec, chain: EngineChain
     par = t.parallel
     zero = par.zero_stage
     shard = par.dp * par.cp
-    expert_shard = shard // par.ep
+    expert_shard = par.expert_shard_group
     bucket_bytes = t.dp_bucket_mb * 1e6
     finish, extra = [], []
     for s in range(par.pp):
-        sp = stage_params(model, tp=par.tp, pp=par.pp, vpp=par.vpp, ep=par.ep, stage=s)
+        sp = stage_params(model, tp=par.tp, pp=par.pp, vpp=par.vpp, ep=par.ep, stage=s,
+                          etp=par.etp)
         if t.lora_rank:  # only the adapters train: their share of this stage, split over tp
             sp = _lora_stage(model, t, sp)
         syncs = []  # (params, group, rpn)
         if zero < 3:
             syncs.append((sp.dense, shard, _rpn(shard, par.tp, gpn)))
             if sp.expert:
-                syncs.append((sp.expert, expert_shard, _rpn(expert_shard, par.tp * par.ep, gpn)))
+                syncs.append((sp.expert, expert_shard, _rpn(expert_shard, par.expert_tp * par.ep, gpn)))
         kind = CollectiveKind.ALL_REDUCE if zero == 0 else CollectiveKind.REDUCE_SCATTER
         jobs, estimates = [], []
         end = pipe.stage_end_s[s]

@@ -17,16 +17,22 @@ from typing import Any
 from analytical import memory as mem
 from analytical.dtypes import DType
 from analytical.errors import InfeasibleError
-from analytical.hardware import HardwareSpec
+from analytical.hardware import GIB, HardwareSpec
+from analytical.layer_spec import lora_params_per_layer
 from analytical.model import ModelSpec
-from simulate.inference.layer_ops import LoraSpec, Sharding, check_sharding, heads_per_rank
+from simulate.costs import add_engine_time
+from simulate.inference.layer_ops import (
+    LoraSpec,
+    Sharding,
+    check_sharding,
+    heads_per_rank,
+    inference_sharding,
+)
 from simulate.inference.spec import InferenceSpec, ServingSpec
 from simulate.inference.step_cost import EstimateFn, MeteredCost, StepCostTables, build_tables
 from simulate.serving.loop import Speculation, Tenant
 from simulate.serving.schedulers import SchedulerConfig
 from simulate.serving.workload import Workload
-
-GIB = 2**30
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,12 +64,7 @@ def lora_weight_bytes(model: ModelSpec, lora: LoraSpec | None, adapters: int, tp
     """Adapter weights resident on one GPU: rank * (in + out) per target per layer, bf16."""
     if lora is None:
         return 0.0
-    d, f = model.hidden, model.ffn_hidden
-    qkv = (model.heads + 2 * model.kv_heads) * model.head_dim
-    dims = {"qkv": d + qkv, "o": model.heads * model.head_dim + d, "gate_up": d + 2 * f,
-            "down": f + d}
-    per_layer = sum(dims[t] for t in lora.targets) * lora.rank
-    return 2.0 * adapters * per_layer * model.layers / tp
+    return 2.0 * adapters * lora_params_per_layer(model, lora) * model.layers / tp
 
 
 def plan_instance(model: ModelSpec, hw: HardwareSpec, *, tp: int, pp: int, ep: int,
@@ -72,9 +73,10 @@ def plan_instance(model: ModelSpec, hw: HardwareSpec, *, tp: int, pp: int, ep: i
                   decode_q: int = 1, lora: LoraSpec | None = None,
                   lora_bytes: float = 0.0) -> InstancePlan:
     """Lay one instance out, check it fits, and build its step-cost tables."""
-    shard = Sharding(tp=tp, pp=pp, ep=ep, ranks_per_node=hw.gpus_per_node)
+    shard = inference_sharding(tp=tp, pp=pp, ep=ep, gpus_per_node=hw.gpus_per_node)
     check_sharding(model, shard)
-    weights = mem.weight_bytes(model, dtype=weight_dtype, tp=tp, pp=pp, ep=ep) + lora_bytes
+    weights = mem.weight_bytes(model, dtype=weight_dtype, tp=tp, pp=pp, ep=ep,
+                               etp=shard.expert_tp) + lora_bytes
     reserve = activation_reserve_bytes(model, shard, serving.max_batched_tokens,
                                        serving.max_num_seqs)
     usable = hw.memory_bytes * serving.gpu_memory_utilization * memory_fraction
@@ -155,7 +157,6 @@ def coverage(costs: Sequence[MeteredCost]) -> dict[str, float]:
     """Fraction of simulated GPU time each engine answered (sums to 1)."""
     total: dict[str, float] = {}
     for cost in costs:
-        for engine, sec in cost.engine_seconds().items():
-            total[engine] = total.get(engine, 0.0) + sec
+        add_engine_time(total, cost.engine_seconds())
     norm = sum(total.values()) or 1.0
     return {engine: sec / norm for engine, sec in sorted(total.items())}

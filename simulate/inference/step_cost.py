@@ -21,12 +21,14 @@ import numpy as np
 from analytical.comm import p2p_time
 from analytical.dtypes import DType
 from analytical.hardware import HardwareSpec
+from analytical.layer_spec import LayerPhase, TokenBatch
 from analytical.model import ModelSpec
-from analytical.ops import AttentionSpec, OpSpec, Phase
+from analytical.ops import OpSpec
+from simulate.costs import add_engine_time
 from simulate.inference.layer_ops import (
     LoraSpec,
     Sharding,
-    heads_per_rank,
+    attention_spec,
     lm_head_ops,
     step_ops,
 )
@@ -69,7 +71,7 @@ class DenseCost:
         self._estimate = estimate
         self._memo: dict[tuple[str, int], tuple[float, dict[str, float]]] = {}
 
-    def _ops(self, part: str, tokens: int) -> list[tuple[OpSpec, int]]:
+    def _ops(self, part: str, tokens: int) -> list[tuple[OpSpec, float]]:
         model, shard, wdtype, lora = self._args
         if part == "dense":
             return step_ops(model, tokens=tokens, shard=shard, weight_dtype=wdtype, lora=lora)
@@ -82,7 +84,7 @@ class DenseCost:
         answers = self._estimate([op for _, op, _ in ops])
         acc: dict[int, dict[str, float]] = {c: {} for c in todo}
         for (c, _, n), (sec, engine) in zip(ops, answers, strict=True):
-            acc[c][engine] = acc[c].get(engine, 0.0) + n * sec
+            add_engine_time(acc[c], {engine: sec}, n)
         for c, engines in acc.items():
             self._memo[(part, c)] = (sum(engines.values()), engines)
 
@@ -151,17 +153,12 @@ class MeteredCost:
 
     def engine_seconds(self) -> dict[str, float]:
         out: dict[str, float] = {}
-
-        def add(engines: dict[str, float], scale: float) -> None:
-            for engine, sec in engines.items():
-                out[engine] = out.get(engine, 0.0) + scale * sec
-
         for part, counts in (("dense", self.dense_counts), ("lm", self.lm_counts)):
             for tokens, n in counts.items():
-                add(self.tables.dense.get(part, tokens)[1], n)
+                add_engine_time(out, self.tables.dense.get(part, tokens)[1], n)
         shares = {**self.tables.attention_share, "pp": {"roofline": 1.0}}
         for part, seconds in self.attention_s.items():
-            add(shares[part], seconds)
+            add_engine_time(out, shares.get(part, {}), seconds)
         return out
 
 
@@ -182,20 +179,17 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
     dense.prewarm("lm", grid)
     ops: list[OpSpec] = []
     plan: list[tuple[str, int, float]] = []  # (table, grid index, multiplicity) per op
-    h, g = heads_per_rank(model, shard.tp)
-    head_dim = (model.qk_nope_head_dim + model.qk_rope_head_dim) if model.is_mla else model.head_dim
     attn_dtype = kv_dtype if kv_dtype in (DType.BF16, DType.FP16, DType.FP8) else DType.BF16
     prefill_grid = [L for L in grid if L >= 16] or [grid[-1]]
     for i, length in enumerate(prefill_grid):
-        ops.append(AttentionSpec(batch=1, q_len=length, kv_len=length, heads=h, kv_heads=g,
-                                 head_dim=head_dim, causal=True, phase=Phase.PREFILL,
-                                 dtype=attn_dtype))
+        ops.append(attention_spec(model, shard, TokenBatch(seqs=1, q_len=length),
+                                  LayerPhase.PREFILL, attn_dtype))
         plan.append(("prefill", i, float(model.layers)))
     decode_points = [(b, c) for b in _DECODE_BATCHES for c in _DECODE_CONTEXTS]
     for i, (batch, ctx) in enumerate(decode_points):
-        ops.append(AttentionSpec(batch=batch, q_len=decode_q, kv_len=ctx + decode_q, heads=h,
-                                 kv_heads=g, head_dim=head_dim, causal=True, phase=Phase.DECODE,
-                                 dtype=attn_dtype))
+        ops.append(attention_spec(model, shard, TokenBatch(seqs=batch, q_len=decode_q,
+                                                           kv_len=ctx + decode_q),
+                                  LayerPhase.DECODE, attn_dtype))
         plan.append(("decode", i, float(model.layers)))
     answers = estimate(ops)
     share: dict[str, dict[str, float]] = {}
@@ -204,8 +198,7 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
     tables = {"prefill": prefill, "decode": decode}
     for (table, i, mult), (sec, engine) in zip(plan, answers, strict=True):
         tables[table][i] += mult * sec
-        comp = share.setdefault(table, {})
-        comp[engine] = comp.get(engine, 0.0) + mult * sec
+        add_engine_time(share.setdefault(table, {}), {engine: sec}, mult)
     for comp in share.values():
         total = sum(comp.values()) or 1.0
         for engine in comp:

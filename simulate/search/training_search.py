@@ -29,7 +29,6 @@ from simulate.training import run_training, spec_memory
 __all__ = ["TrainingSearchResult", "search_training", "evaluate_blocks", "worker_chain",
            "OBJECTIVES"]
 
-GIB = 2**30
 # objective -> (row key, sense): rank by it, best first.
 OBJECTIVES: dict[str, tuple[str, str]] = {
     "tokens_per_s": ("tokens_per_s", "max"),

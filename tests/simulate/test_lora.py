@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from analytical.errors import SpecError
+from analytical.layer_spec import LoraSpec, Param, Sharding
 from analytical.memory import training_memory
 from analytical.model import load_model
 from analytical.parallel import ParallelConfig, Recompute, Schedule
-from simulate.graph import Sharding, layer_block
+from simulate.graph import TrainStep, layer_block
 from simulate.lora import (
-    frozen_base_block,
-    lora_block_ops,
+    LoraConfig,
     lora_state_bytes,
     lora_trainable_params,
     lora_training_memory,
@@ -54,24 +54,41 @@ def test_memory_frozen_base_matches_closed_form():
 
 
 def test_adapter_gemms_and_frozen_block():
+    """Adapters on q and o at tp=2: forward x@A, u@B per target; backward four GEMMs each
+    (twice the forward FLOPs); the base weights lose their wgrad, nothing else does."""
     m = load_model("llama-2-7b")
-    fwd, bwd = lora_block_ops(m, rank=8, targets=["q", "o"], tokens=4096, tp=2)
+    sh = Sharding(tp=2, tp_rpn=2)
+    lora = TrainStep(sharding=sh, micro_batch=1, seq_len=4096,
+                     lora=LoraSpec(rank=8, targets=("q", "o")))
+    base = layer_block(m, TrainStep(sharding=sh, micro_batch=1, seq_len=4096), moe=False)
+    frozen = layer_block(m, lora, moe=False)
+    fwd = [n.op for n in frozen.fwd if n.param == Param.ADAPTER]
+    bwd = [n.op for n in frozen.bwd if n.param == Param.ADAPTER]
     assert sum(g.flops for g in fwd) == pytest.approx(
         2 * 4096 * 8 * ((4096 + 4096 // 2) + (4096 // 2 + 4096)))
     assert sum(g.flops for g in bwd) == pytest.approx(2 * sum(g.flops for g in fwd))
-    sh = Sharding(micro_batch=1, seq_len=4096, tp=1, cp=1, ep=1, sp=False, tp_rpn=1, cp_rpn=1,
-                  ep_rpn=1)
-    base = layer_block(m, sh, moe=False)
-    frozen = frozen_base_block(base, fwd, bwd)
-    assert not any(n.name.endswith(".wgrad") for n in frozen.bwd)
+    assert not any(n.name.endswith(".wgrad") and n.param == Param.BASE for n in frozen.bwd)
+    base_wgrads = [n for n in base.bwd if n.name.endswith(".wgrad")]
+    assert base_wgrads and all(n.param == Param.BASE for n in base_wgrads)
     assert len(frozen.fwd) == len(base.fwd) + len(fwd)
 
 
+def test_both_target_spellings_normalise_to_one():
+    assert LoraSpec(rank=4, targets=("qkv", "gate_up", "o")).targets == \
+        ("q", "k", "v", "o", "gate", "up")
+    assert LoraSpec(rank=4, targets=("v", "q", "q")).targets == ("q", "v")
+    m = load_model("llama-3-8b")
+    assert lora_trainable_params(m, 8, ["qkv"]) == lora_trainable_params(m, 8, ["q", "k", "v"])
+
+
 def test_bad_lora_config_names_field():
+    # "qkv" is now accepted (vLLM's merged spelling, normalised to q, k, v); "qk" is not a name
     with pytest.raises(SpecError, match="training.lora.targets"):
-        lora_trainable_params(load_model("llama-2-7b"), 8, ["qkv"])
+        lora_trainable_params(load_model("llama-2-7b"), 8, ["qk"])
     with pytest.raises(SpecError, match="training.lora.rank"):
         lora_trainable_params(load_model("llama-2-7b"), 0, ["q"])
+    with pytest.raises(SpecError, match="training.lora.targets"):
+        LoraConfig(rank=8, targets=())
 
 
 def test_lora_scenario_through_simulate() -> None:

@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from analytical.hardware import get_hardware
+from analytical.layer_spec import Sharding
 from analytical.memory import Framework, training_memory
 from analytical.model import load_model
 from analytical.parallel import Schedule
 from simulate.engines import EngineChain, Estimate
-from simulate.graph import Sharding, embedding_block, head_block, layer_block
+from simulate.graph import TrainStep, embedding_block, head_block, layer_block
 from simulate.overlap import overlap_window, share_link
 from simulate.scenario import load_scenario
 from simulate.schedule import simulate_pipeline
@@ -69,8 +70,7 @@ def test_single_gpu_time_is_sum_of_operator_times():
     chain = _chain()
     r = run_training(sc, chain=chain)
     model, t = load_model("gpt2-xl"), sc.training
-    sh = Sharding(micro_batch=1, seq_len=1024, tp=1, cp=1, ep=1, sp=False, tp_rpn=1, cp_rpn=1,
-                  ep_rpn=1, recompute=t.recompute)
+    sh = TrainStep(sharding=Sharding(), micro_batch=1, seq_len=1024, recompute=t.recompute)
     blocks = [(layer_block(model, sh, moe=False), model.layers), (embedding_block(model, sh), 1),
               (head_block(model, sh), 1)]
     per_mb = sum(times * sum(chain.estimate(n.op).latency_s * n.count

@@ -1,0 +1,91 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Backward and recompute nodes of a layer, derived from its forward nodes (`analytical.layers`).
+
+A forward GEMM [T, k] @ [k, n] has two backward GEMMs: dgrad [T, n] @ [n, k] and wgrad
+[k, T] @ [T, n] (for an activation GEMM the "wgrad" is the gradient of its second input). Frozen
+base weights under LoRA have no wgrad. Elementwise and attention ops run their backward kernel;
+MoE dispatch and combine swap. Collectives follow Korthikanti et al. 2022, sec. 4.2.2: an
+all-reduce stays an all-reduce; an SP all-gather becomes a reduce-scatter plus the gather again
+for wgrad (the gathered input is not kept), an SP reduce-scatter an all-gather; the expert-TP
+gather (kept by Megatron-Core's dispatcher) a reduce-scatter; an all-to-all an all-to-all. The CP
+ring also returns dK/dV (twice the bytes); the CP all-gather adds a reduce-scatter of dK/dV.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from analytical.layer_spec import Node, Param
+from analytical.ops import (
+    AttentionSpec,
+    CollectiveKind,
+    CollectiveSpec,
+    GemmSpec,
+    MemoryBoundSpec,
+    MoEOpKind,
+    MoESpec,
+)
+from analytical.parallel import Recompute
+
+_SWAP = {MoEOpKind.DISPATCH: MoEOpKind.COMBINE, MoEOpKind.COMBINE: MoEOpKind.DISPATCH}
+
+
+def _gemm_bwd(node: Node, op: GemmSpec, frozen_base: bool) -> list[Node]:
+    dgrad = GemmSpec(m=op.m, n=op.k, k=op.n, dtype=op.dtype, batch=op.batch)
+    out = [replace(node, name=f"{node.name}.dgrad", op=dgrad)]
+    if not (frozen_base and node.param == Param.BASE):
+        wgrad = GemmSpec(m=op.k, n=op.n, k=op.m, dtype=op.dtype, batch=op.batch)
+        out.append(replace(node, name=f"{node.name}.wgrad", op=wgrad))
+    return out
+
+
+def _collective_bwd(node: Node, op: CollectiveSpec) -> list[Node]:
+    ag, rs = CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER
+
+    def make(suffix: str, kind: CollectiveKind, size: int = op.size_bytes) -> Node:
+        return replace(node, name=f"{node.name}.{suffix}",
+                       op=replace(op, kind=kind, size_bytes=size))
+
+    if node.stream == "cp":
+        if op.kind == CollectiveKind.SEND_RECV:
+            return [make("bwd", op.kind, 2 * op.size_bytes)]
+        return [make("bwd", ag), make("dkv", rs)]
+    if op.kind == ag and node.stream == "tp":  # SP gather: regather for wgrad, scatter dX
+        return [make("regather", ag), make("bwd", rs)]
+    if op.kind == ag:
+        return [make("bwd", rs)]
+    if op.kind == rs:
+        return [make("bwd", ag)]
+    return [make("bwd", op.kind)]
+
+
+def backward_node(node: Node, *, frozen_base: bool = False) -> list[Node]:
+    """The backward nodes of one forward node."""
+    op = node.op
+    if isinstance(op, GemmSpec):
+        return _gemm_bwd(node, op, frozen_base)
+    if isinstance(op, CollectiveSpec):
+        return _collective_bwd(node, op)
+    if isinstance(op, MoESpec):
+        return [replace(node, name=f"{node.name}.bwd", op=replace(op, kind=_SWAP[op.kind]))]
+    if isinstance(op, (AttentionSpec, MemoryBoundSpec)):
+        return [replace(node, name=f"{node.name}.bwd", op=replace(op, backward=True))]
+    raise TypeError(f"no backward for {type(op).__name__}")
+
+
+def backward_nodes(fwd: Sequence[Node], *, frozen_base: bool = False) -> tuple[Node, ...]:
+    """Backward of a forward pass, in reverse order."""
+    return tuple(b for n in reversed(fwd) for b in backward_node(n, frozen_base=frozen_base))
+
+
+def recompute_nodes(fwd: Sequence[Node], recompute: Recompute) -> tuple[Node, ...]:
+    """Forward nodes repeated before backward: selective repeats the attention core
+    (Korthikanti et al. 2022, sec. 5), full the whole layer, its communication included."""
+    if recompute == Recompute.SELECTIVE:
+        chosen = [n for n in fwd if n.core and n.stream == "compute"]
+    elif recompute == Recompute.FULL:
+        chosen = [n for n in fwd if n.stream != "fsdp"]
+    else:
+        chosen = []
+    return tuple(replace(n, name=f"recompute.{n.name}") for n in chosen)

@@ -1,0 +1,99 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The routed-expert block of one MoE layer on one rank (part of `analytical.layers`).
+
+Routing is taken as balanced: every expert gets tokens * top_k / experts. Two token layouts:
+
+* Tokens split over TP (sequence parallelism; or tp = 1): Megatron-Core's all-to-all token
+  dispatcher (megatron/core/transformer/moe/token_dispatcher.py): permute, all-to-all over the
+  ``ep`` ranks, all-gather over the expert-TP group when etp > 1, grouped expert GEMMs of width
+  f/etp, reduce-scatter over expert TP, all-to-all back, un-permute. Shared experts are a TP MLP
+  with SP (megatron/core/transformer/moe/shared_experts.py): all-gather in, reduce-scatter out.
+* Tokens replicated over TP (inference without SP): vLLM's FusedMoE
+  (vllm/model_executor/layers/fused_moe/layer.py): the TP ranks hold E/ep experts each, split
+  over etp = tp/ep ranks; no all-to-all (data parallel 1), one all-reduce over TP sums routed
+  and shared expert outputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from analytical.errors import SpecError
+from analytical.layer_spec import Node
+from analytical.layers import Ctx, coll, dense_mlp, gemm, mem
+from analytical.ops import CollectiveKind, MemoryOpKind, MoEOpKind, MoESpec
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _experts(c: Ctx, per_expert: int) -> list[Node]:
+    m, sh = c.model, c.sh
+    local = m.num_experts // sh.ep
+    f = m.moe_ffn_hidden // sh.expert_tp
+    up = 2 * f if m.gated_mlp else f
+    return [*gemm("experts.up_gate" if m.gated_mlp else "experts.up", per_expert, up, m.hidden,
+                  c.prec.gemm, batch=local),
+            mem("experts.act", MemoryOpKind.SWIGLU if m.gated_mlp else MemoryOpKind.GELU,
+                per_expert * local, f, c.prec.act),
+            *gemm("experts.down", per_expert, m.hidden, f, c.prec.gemm, batch=local)]
+
+
+def _check(c: Ctx, split: bool) -> None:
+    m, sh = c.model, c.sh
+    if m.num_experts % sh.ep:
+        raise SpecError("parallel.ep", f"num_experts={m.num_experts} is not divisible by "
+                        f"ep={sh.ep}")
+    if m.moe_ffn_hidden % sh.expert_tp:
+        raise SpecError("parallel.etp", f"moe_ffn_hidden={m.moe_ffn_hidden} is not divisible "
+                        f"by the expert tensor-parallel degree {sh.expert_tp}")
+    if not split and sh.ep * sh.expert_tp != sh.tp:
+        raise SpecError("parallel.ep", f"with tokens replicated over tp={sh.tp}, ep={sh.ep} x "
+                        f"expert tp={sh.expert_tp} must equal tp (experts live on the TP ranks)")
+
+
+def moe_block(c: Ctx) -> list[Node]:
+    """Router, dispatch, (communication), grouped expert GEMMs, (communication), combine,
+    shared experts; the MLP-side TP collective for replicated tokens."""
+    m, sh, act = c.model, c.sh, c.prec.act
+    split = sh.sp or sh.tp == 1
+    _check(c, split)
+    rows = c.rows if split else c.tokens  # tokens entering the router on this rank
+    h, k, e = m.hidden, m.top_k, m.num_experts
+    moe: dict[str, Any] = dict(tokens=rows, hidden=h, experts=e, top_k=k, dtype=act)
+    nodes = [*gemm("router", rows, e, h, act),  # routers stay in high precision
+             Node(name="dispatch", op=MoESpec(kind=MoEOpKind.DISPATCH, **moe))]
+    routed_bytes = rows * k * h * act.bytes
+    etp = sh.expert_tp
+    comm_in: list[Node] = []
+    comm_out: list[Node] = []
+    if split:
+        if sh.ep > 1:
+            a2a = coll("ep_all_to_all", CollectiveKind.ALL_TO_ALL, routed_bytes, sh.ep,
+                       sh.ep_rpn, "ep", act)
+            comm_in.append(a2a)
+            comm_out.append(a2a)
+        if etp > 1:
+            comm_in.append(coll("experts.etp_all_gather", CollectiveKind.ALL_GATHER,
+                                routed_bytes * etp, etp, sh.etp_rpn, "ep", act))
+            comm_out.insert(0, coll("experts.etp_reduce_scatter", CollectiveKind.REDUCE_SCATTER,
+                                    routed_bytes * etp, etp, sh.etp_rpn, "ep", act))
+        per_expert = _ceil_div(rows * k * sh.ep * etp, e)
+    else:
+        per_expert = _ceil_div(rows * k, e)
+    nodes += comm_in + _experts(c, max(1, per_expert)) + comm_out
+    nodes.append(Node(name="combine", op=MoESpec(kind=MoEOpKind.COMBINE, **moe)))
+    if m.shared_ffn_hidden:
+        shared = dense_mlp(c, m.shared_ffn_hidden, "shared_expert", lora=False)
+        if sh.sp:
+            size = c.tokens * h * act.bytes
+            shared = [coll("shared_expert.sp_all_gather", CollectiveKind.ALL_GATHER, size, sh.tp,
+                           sh.tp_rpn, "tp", act), *shared,
+                      coll("shared_expert.sp_reduce_scatter", CollectiveKind.REDUCE_SCATTER,
+                           size, sh.tp, sh.tp_rpn, "tp", act)]
+        nodes += shared
+    if not split:
+        nodes.append(coll("mlp.tp_all_reduce", CollectiveKind.ALL_REDUCE, c.tokens * h * act.bytes,
+                          sh.tp, sh.tp_rpn, "tp", act))
+    return nodes

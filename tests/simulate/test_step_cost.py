@@ -1,0 +1,116 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Step-cost tables of inference: token grid, exact dense memo, attention fits and the engine
+seconds (with a synthetic engine whose answers are known in closed form)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analytical.dtypes import DType
+from analytical.hardware import get_hardware
+from analytical.model import load_model
+from analytical.ops import AttentionSpec
+from simulate.inference.layer_ops import inference_sharding, lm_head_ops, step_ops
+from simulate.inference.step_cost import (
+    DenseCost,
+    MeteredCost,
+    _interp,
+    build_tables,
+    token_grid,
+)
+from simulate.serving.state import StepShape
+
+A_SEQ, B_KV, PAIR = 3e-6, 2e-9, 1e-12  # synthetic decode and prefill attention laws
+
+
+def _estimate(calls: list[int]):
+    """Attention: exactly a*B + b*B*kv (decode) and PAIR per causal pair (prefill); every other
+    operator 1 ns per FLOP-free op plus FLOPs / 1e15, from engine "store" for GEMMs."""
+
+    def estimate(ops):
+        calls.append(len(ops))
+        out = []
+        for op in ops:
+            if isinstance(op, AttentionSpec) and op.phase == "decode":
+                out.append((A_SEQ * op.batch + B_KV * op.batch * op.kv_len, "roofline"))
+            elif isinstance(op, AttentionSpec):
+                out.append((PAIR * op.score_pairs * op.batch, "xgboost"))
+            else:
+                engine = "store" if op.family == "gemm" else "roofline"
+                out.append((1e-9 + op.flops / 1e15, engine))
+        return out
+
+    return estimate
+
+
+def _tables(calls=None, **kw):
+    model = load_model("llama-3-8b")
+    shard = inference_sharding(tp=2, pp=kw.pop("pp", 1), gpus_per_node=8)
+    return model, shard, build_tables(model, get_hardware("h100-sxm"), shard,
+                                      weight_dtype=DType.BF16, kv_dtype=DType.BF16,
+                                      estimate=_estimate(calls if calls is not None else []),
+                                      max_tokens=2048, **kw)
+
+
+def test_token_grid_is_sorted_dense_then_geometric():
+    grid = token_grid(1000)
+    assert grid[:6] == [1, 2, 3, 4, 6, 8] and grid[-1] == 1000 and grid == sorted(set(grid))
+    assert all(b <= 1.25 * a + 1 for a, b in zip(grid[6:], grid[7:], strict=False))  # rounded
+    assert token_grid(5) == [1, 2, 3, 4, 5]
+
+
+def test_interp_inside_and_linear_extrapolation():
+    g, v = np.array([1.0, 2.0, 4.0]), np.array([10.0, 20.0, 30.0])
+    assert _interp(g, v, 3.0) == pytest.approx(25.0)
+    assert _interp(g, v, 6.0) == pytest.approx(40.0)  # slope of the last segment
+    assert _interp(g, v, 0.0) == 0.0
+
+
+def test_dense_cost_is_the_exact_sum_of_its_ops_and_memoised():
+    model = load_model("llama-3-8b")
+    shard = inference_sharding(tp=2, gpus_per_node=8)
+    calls: list[int] = []
+    dense = DenseCost(model, shard, DType.BF16, _estimate(calls), None)
+    seconds, engines = dense.get("dense", 300)
+    ops = step_ops(model, tokens=300, shard=shard, weight_dtype=DType.BF16)
+    expected = sum(n * sec for (_, n), (sec, _) in zip(ops, _estimate([])([o for o, _ in ops]),
+                                                         strict=True))
+    assert seconds == pytest.approx(expected, rel=1e-12)
+    assert sum(engines.values()) == pytest.approx(seconds, rel=1e-12)
+    assert set(engines) == {"store", "roofline"}
+    dense.get("dense", 300)
+    assert len(calls) == 1  # memoised
+    lm, _ = dense.get("lm", 4)
+    assert lm == pytest.approx(sum(e[0] for e in _estimate([])(
+        lm_head_ops(model, 4, shard, DType.BF16))), rel=1e-12)
+    assert dense.get("dense", 0) == (0.0, {})
+
+
+def test_decode_fit_recovers_a_linear_law_and_prefill_per_pair():
+    calls: list[int] = []
+    model, _, tables = _tables(calls)
+    layers = model.layers
+    assert tables.decode_per_seq_s == pytest.approx(layers * A_SEQ, rel=1e-6)
+    assert tables.decode_per_kv_s == pytest.approx(layers * B_KV, rel=1e-6)
+    assert tables.fit_error < 1e-6
+    assert np.allclose(tables.prefill_per_pair_s, layers * PAIR, rtol=1e-9)
+    assert tables.attention_share == {"prefill": {"xgboost": 1.0}, "decode": {"roofline": 1.0}}
+    assert len(calls) == 3  # dense grid, LM head grid, attention: three batched engine calls
+
+
+def test_step_time_and_metered_engine_seconds_agree():
+    model, _, tables = _tables(pp=2)
+    shape = StepShape(tokens=600, logits=9, prefill_pairs=512 * 513 / 2, prefill_chunks=1,
+                      decode_seqs=8, decode_kv=8 * 1000, decode_q=1)
+    prefill, decode, hops = tables.attention_parts(shape)
+    assert prefill == pytest.approx(shape.prefill_pairs * model.layers * PAIR, rel=1e-9)
+    assert decode == pytest.approx(model.layers * (8 * A_SEQ + 8000 * B_KV), rel=1e-6)
+    assert hops == pytest.approx(tables.pp_hop_s_per_token * 600) and hops > 0
+    total = tables.step_time(shape)
+    assert total == pytest.approx(tables.dense.get("dense", 600)[0]
+                                  + tables.dense.get("lm", 9)[0] + prefill + decode + hops)
+    metered = MeteredCost(tables)
+    assert metered.step_time(shape) == pytest.approx(total, rel=1e-12)
+    assert metered.step_time(shape) == pytest.approx(total, rel=1e-12)
+    assert sum(metered.engine_seconds().values()) == pytest.approx(2 * total, rel=1e-9)
