@@ -19,9 +19,10 @@ is simulated. Equality is checked within a relative tolerance of `TOL` (float ro
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from analytical.parallel import Schedule
-from simulate.schedule import PipelineResult
+from simulate.schedule import PipelineResult, stage_order
 
 __all__ = ["fast_pipeline", "TOL"]
 
@@ -30,11 +31,14 @@ TOL = 1e-12  # relative: two times closer than this are one time (float rounding
 
 
 class _Order:
-    """Stage task orders as closed forms (the orders `simulate.schedule.stage_order` builds)."""
+    """Stage task orders (`simulate.schedule.stage_order`'s lists) and their steady parts."""
 
     def __init__(self, schedule: Schedule, pp: int, vpp: int, m: int):
         self.gpipe = schedule == Schedule.GPIPE
         self.pp, self.vpp, self.m = pp, vpp, m
+        self.lists = [stage_order(schedule, s, pp, vpp, m) for s in range(pp)]
+        self.key_per_mb = 2 * pp * vpp
+        self.recs = [self.records(s, order) for s, order in enumerate(self.lists)]
         self.total = m * vpp
         self.length = 2 * self.total
         if self.gpipe:
@@ -44,25 +48,21 @@ class _Order:
         else:
             self.warm = [min((pp - s - 1) * 2 + (vpp - 1) * pp, self.total) for s in range(pp)]
 
-    def unit(self, k: int, direction: int) -> tuple[int, int, int]:
-        pp, vpp = self.pp, self.vpp
-        if vpp == 1:
-            return direction, k, 0
-        chunk = (k // pp) % vpp
-        if direction == BWD:
-            chunk = vpp - 1 - chunk
-        return direction, (k // (pp * vpp)) * pp + k % pp, chunk
-
-    def task(self, s: int, k: int) -> tuple[int, int, int]:
-        if self.gpipe:  # vpp == 1 (the interleaved schedule is the only one with vpp > 1)
-            return (FWD, k, 0) if k < self.m else (BWD, k - self.m, 0)
-        w = self.warm[s]
-        if k < w:
-            return self.unit(k, FWD)
-        j, n = k - w, self.total - w
-        if j < 2 * n:
-            return self.unit(w + j // 2, FWD) if j % 2 == 0 else self.unit(j // 2, BWD)
-        return self.unit(n + j - 2 * n, BWD)
+    def records(self, s: int, order: list[tuple[int, int, int]]) -> list[tuple]:
+        """Per task: (is backward, chunk, input key or -1, output key or -1, stage the output
+        goes to, whether it is a last-micro-batch backward). A key is
+        2*(mb*pp*vpp + virtual stage) + direction, so moving d micro-batches adds
+        d*`key_per_mb`."""
+        pp, nv, m = self.pp, self.pp * self.vpp, self.m
+        out = []
+        for d, mb, ch in order:
+            v = ch * pp + s
+            first = v == 0 if d == FWD else v == nv - 1
+            tv = v + 1 if d == FWD else v - 1
+            send = 2 * (mb * nv + tv) + d if 0 <= tv < nv else -1
+            out.append((d == BWD, ch, -1 if first else 2 * (mb * nv + v) + d, send, tv % pp,
+                        d == BWD and mb == m - 1))
+        return out
 
     def phases(self) -> list[tuple[int, list[tuple[int, int]], int, int]]:
         """Steady parts: (limiting stage, per-stage [start, end) positions, period in tasks,
@@ -74,6 +74,21 @@ class _Order:
         g = 1 if self.vpp == 1 else pp
         steady = [(w, w + 2 * (self.total - w)) for w in self.warm]
         return [(0, steady, 2 * per, g)]
+
+
+_ORDERS: dict[tuple[Any, ...], _Order] = {}
+_ORDER_TASKS = 2_000_000  # tasks kept in the order cache (about 200 MB at most)
+
+
+def _order(schedule: Schedule, pp: int, vpp: int, m: int) -> _Order:
+    """The orders of one (schedule, pp, vpp, micro-batches) class, shared by every layout of it
+    (kept while the cache holds fewer than `_ORDER_TASKS` tasks; oldest dropped first)."""
+    key = (schedule, pp, vpp, m)
+    if key not in _ORDERS:
+        while _ORDERS and sum(o.length * o.pp for o in _ORDERS.values()) > _ORDER_TASKS:
+            del _ORDERS[next(iter(_ORDERS))]
+        _ORDERS[key] = _Order(schedule, pp, vpp, m)
+    return _ORDERS[key]
 
 
 class _Sim:
@@ -89,58 +104,56 @@ class _Sim:
         self.comm = [0.0] * pp
         self.busy = [0.0] * pp
         self.last_bwd = [0.0] * pp
-        self.arrived: dict[tuple[int, int, int], float] = {}
-        self.waiting: list[tuple[int, int, int] | None] = [None] * pp
+        self.arrived: dict[int, float] = {}  # input key (see `_Order.records`) -> arrival
+        self.waiting: list[int] = [-1] * pp  # the input key each stage waits for, or -1
 
     def run(self, caps: Sequence[int]) -> None:
-        o, pp, nv, m, p2p = self.o, self.o.pp, self.nv, self.o.m, self.p2p
+        o, pp, p2p = self.o, self.o.pp, self.p2p
         arrived, waiting, pos = self.arrived, self.waiting, self.pos
-        stack = [s for s in range(pp) if waiting[s] is None or waiting[s] in arrived]
+        pop = arrived.pop
+        stack = [s for s in range(pp) if waiting[s] < 0 or waiting[s] in arrived]
         while stack:
             s = stack.pop()
-            waiting[s] = None
+            waiting[s] = -1
             k, cap = pos[s], min(caps[s], o.length)
             free, comm, busy = self.free[s], self.comm[s], self.busy[s]
+            recs, fw, bw = o.recs[s], self.fwd[s], self.bwd[s]
             while k < cap:
-                d, mb, ch = o.task(s, k)
-                v = ch * pp + s
-                if (v == 0) if d == FWD else (v == nv - 1):
+                is_bwd, ch, dep, send, target, last = recs[k]
+                if dep < 0:
                     start = free
                 else:
-                    ready = arrived.pop((d, mb, v), None)
+                    ready = pop(dep, None)
                     if ready is None:
-                        waiting[s] = (d, mb, v)
+                        waiting[s] = dep
                         break
                     start = free if free > ready else ready
-                dur = (self.fwd if d == FWD else self.bwd)[s][ch]
+                dur = bw[ch] if is_bwd else fw[ch]
                 free = start + dur
                 busy += dur
-                if d == BWD and mb == m - 1:
+                if last:
                     lb = self.last_bwd[s]
                     self.last_bwd[s] = start if lb == 0.0 else min(lb, start)
                 k += 1
-                tv = v + 1 if d == FWD else v - 1
-                if 0 <= tv < nv:
-                    t = tv % pp
-                    key = (d, mb, tv)
-                    if t == s:
-                        arrived[key] = free
+                if send >= 0:
+                    if target == s:
+                        arrived[send] = free
                     else:
-                        cs = free if free > comm else comm
-                        comm = cs + p2p
-                        arrived[key] = comm
-                        if waiting[t] == key:
-                            waiting[t] = None
-                            stack.append(t)
+                        comm = (free if free > comm else comm) + p2p
+                        arrived[send] = comm
+                        if waiting[target] == send:
+                            waiting[target] = -1
+                            stack.append(target)
             pos[s], self.free[s], self.comm[s], self.busy[s] = k, free, comm, busy
 
     def state(self, shift_mb: int) -> tuple:
         """Positions, then times and in-flight inputs keyed with micro-batches moved back by
         ``shift_mb`` (the p2p stream as max(stream, stage): a send never starts before the
         task that makes it ends, so only that maximum matters)."""
+        shift = shift_mb * self.o.key_per_mb
         return (tuple(self.pos),
                 [max(c, f) for c, f in zip(self.comm, self.free, strict=True)],
-                {(d, mb - shift_mb, v): t for (d, mb, v), t in self.arrived.items()})
+                {key - shift: t for key, t in self.arrived.items()})
 
     def jump(self, periods: int, tasks: int, g: int, lam: float, busy_step: Sequence[float]
              ) -> None:
@@ -150,10 +163,9 @@ class _Sim:
         self.free = [f + dt for f in self.free]
         self.pos = [p + periods * tasks for p in self.pos]
         self.busy = [b + periods * x for b, x in zip(self.busy, busy_step, strict=True)]
-        self.arrived = {(d, mb + periods * g, v): t + dt
-                        for (d, mb, v), t in self.arrived.items()}
-        self.waiting = [None if w is None else (w[0], w[1] + periods * g, w[2])
-                        for w in self.waiting]
+        shift = periods * g * self.o.key_per_mb
+        self.arrived = {key + shift: t + dt for key, t in self.arrived.items()}
+        self.waiting = [w if w < 0 else w + shift for w in self.waiting]
 
 
 def _periodic(prev: tuple, cur: tuple, tasks: int) -> float | None:
@@ -164,7 +176,8 @@ def _periodic(prev: tuple, cur: tuple, tasks: int) -> float | None:
         return None
     lam = free1[0] - free0[0]
     tol = TOL * max(1.0, max(abs(x) for x in free1))
-    pairs = [*zip(free0, free1), *zip(comm0, comm1), *((arr0[k], arr1[k]) for k in arr0)]
+    pairs = [*zip(free0, free1, strict=True), *zip(comm0, comm1, strict=True),
+             *((arr0[k], arr1[k]) for k in arr0)]
     if lam <= 0 or any(abs(b - a - lam) > tol for a, b in pairs):
         return None
     return lam
@@ -189,7 +202,7 @@ def _skip_phase(sim: _Sim, limit: int, ranges: list[tuple[int, int]], tasks: int
         if lam is not None:
             # K more periods stay inside every stage's steady part and never reach the last
             # micro-batch (whose backward start is an output).
-            top = max(o.task(s, k)[1] for s in range(pp) for k in range(pos[s] - tasks, pos[s]))
+            top = max(o.lists[s][k][1] for s in range(pp) for k in range(pos[s] - tasks, pos[s]))
             periods = min([(hi - p) // tasks - 2 for p, (_, hi) in zip(pos, ranges, strict=True)]
                           + [(o.m - 2 - top) // g])
             if periods > 0:
@@ -206,7 +219,7 @@ def fast_pipeline(*, schedule: Schedule, pp: int, vpp: int, num_microbatches: in
                   fwd_s: Sequence[Sequence[float]], bwd_s: Sequence[Sequence[float]],
                   p2p_s: float) -> PipelineResult:
     """`simulate_pipeline`'s result (records left out) for the same arguments."""
-    order = _Order(schedule, pp, vpp, num_microbatches)
+    order = _order(schedule, pp, vpp, num_microbatches)
     sim = _Sim(order, fwd_s, bwd_s, p2p_s)
     for limit, ranges, tasks, g in order.phases():
         _skip_phase(sim, limit, ranges, tasks, g)
