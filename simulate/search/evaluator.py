@@ -207,8 +207,8 @@ class LayoutEvaluator:
             if sp.expert:
                 syncs.append((sp.expert, expert_shard, _rpn(expert_shard, par.tp * par.ep, gpn)))
         kind = CollectiveKind.ALL_REDUCE if zero == 0 else CollectiveKind.REDUCE_SCATTER
-        jobs, estimates = [], []
-        for queue, (params, group, rpn) in enumerate(syncs):
+        queues = []  # per gradient queue: (buckets n, full-bucket estimate, last one)
+        for params, group, rpn in syncs:
             if group == 1 or params <= 0:
                 continue
             total = params * GRAD_COMM_BYTES
@@ -216,21 +216,22 @@ class LayoutEvaluator:
             full, last = chain.estimate_many([
                 _collective(kind, min(bucket_bytes, total), group, rpn),
                 _collective(kind, total - (n - 1) * bucket_bytes, group, rpn)])
-            estimates += [full] * (n - 1) + [last]
-            jobs += [(window * (i + 1) / n, queue) for i in range(n)]
-        comm_s = sum(e.latency_s for e in estimates)
-        parts = [(e.engine, e.latency_s) for e in estimates]
+            queues.append((n, full, last))
+        comm_s = sum((n - 1) * full.latency_s + last.latency_s for n, full, last in queues)
+        parts = [p for n, full, last in queues
+                 for p in ((full.engine, (n - 1) * full.latency_s), (last.engine, last.latency_s))]
         lost = min(window * slowdown, comm_s) * (1.0 - 1.0 / slowdown) if window > 0 else 0.0
         compute_end = window + lost
         sync_end = compute_end
         scale = compute_end / window if window > 0 else 1.0
-        if len({q for _, q in jobs}) == 1:
-            sync_end = max(compute_end, _one_queue_end(jobs[0][0] * scale,
-                                                       jobs[-1][0] * scale, estimates))
-        elif jobs:
-            done = share_link([(r * scale, e.latency_s, q)
-                               for (r, q), e in zip(jobs, estimates, strict=True)])
-            sync_end = max(compute_end, max(done))
+        if len(queues) == 1:  # bucket i released at window*(i+1)/n, stretched by `scale`
+            n, full, last = queues[0]
+            sync_end = max(compute_end, _one_queue_end(window / n * scale, window * scale, n,
+                                                       full.latency_s, last.latency_s))
+        elif queues:
+            jobs = [(window * (i + 1) / n * scale, (last if i == n - 1 else full).latency_s, q)
+                    for q, (n, full, last) in enumerate(queues) for i in range(n)]
+            sync_end = max(compute_end, max(share_link(jobs)))
         local = sp.dense / shard + sp.expert / expert_shard if zero >= 1 else sp.total
         opt_e = chain.estimate(MemoryBoundSpec(kind=MemoryOpKind.OPTIMIZER, rows=1,
                                                cols=max(1, int(local)), dtype=DType.FP32))
@@ -278,15 +279,13 @@ class LayoutEvaluator:
         }
 
 
-def _one_queue_end(first: float, last: float, estimates) -> float:
+def _one_queue_end(first: float, last: float, n: int, a: float, a_last: float) -> float:
     """When the last of n buckets on one stream ends (what `share_link` gives one queue).
 
     Bucket j is released at r_j = first + j*d (evenly spaced) and takes a (the last one a_n).
     One stream: f_j = max(r_j, f_(j-1)) + a_j, so f_n = max_j (r_j + sum of a from j on) =
     a_n + max_j (r_j + (n-1-j) a); that is linear in j, so its maximum is at j = 0 or n-1.
     """
-    n = len(estimates)
-    a, a_last = estimates[0].latency_s, estimates[-1].latency_s
     return a_last + max(last, first + (n - 1) * a)
 
 
