@@ -14,6 +14,8 @@ the previous state shifted by one period's micro-batches and a constant time lam
 later period in the steady part repeats it: the state after K more periods is the state plus
 K*lambda, reached with no work. Outside the steady part, or until the state repeats, every task
 is simulated. Equality is checked within a relative tolerance of `TOL` (float rounding).
+Schedules with fewer than `SKIP_MIN_PERIODS` steady periods (nothing worth skipping) replay a
+dependency-ordered trace of their tasks, built once per (schedule, pp, vpp, micro-batches).
 """
 
 from __future__ import annotations
