@@ -29,7 +29,10 @@ def _flat(row: dict) -> dict:
            "sp": par.get("sp", False), "zero": 3 if par.get("fsdp") else par.get("zero", 0),
            "mb": lay.get("micro_batch", 1), "recompute": lay.get("recompute", "none"),
            "schedule": lay.get("schedule", "1f1b"), "seq_len": lay.get("seq_len"),
-           "global_batch": lay.get("global_batch"), "tokens/s": round(row["tokens_per_s"]),
+           "global_batch": lay.get("global_batch"),
+           "tp_overlap": (lay.get("overlap") or {}).get("tp_comm", False),
+           "dp_overlap": (lay.get("overlap") or {}).get("dp_grad", True),
+           "tokens/s": round(row["tokens_per_s"]),
            "MFU": round(row["mfu"], 4), "GiB": round(row["memory_per_gpu_gib"], 1),
            "headroom_GiB": round(row.get("memory_headroom_gib", 0.0), 1),
            **{f"{k}_s": round(v, 3) for k, v in row["breakdown_s"].items()},
@@ -171,7 +174,7 @@ def _print_training(res, top: int, objective: str, as_json: bool, scenario: Path
     rows = [_flat(r) for r in answers]
     every = [_flat(x) for x in res.rows]
     varied = [c for c in ("gpu", "gpus", "seq_len", "global_batch", "cp", "ep", "vpp", "sp",
-                          "zero", "mb", "recompute", "schedule")
+                          "zero", "mb", "recompute", "schedule", "tp_overlap", "dp_overlap")
               if len({str(r[c]) for r in every}) > 1]
     outer = [c for c in varied if c in ("gpu", "gpus", "seq_len", "global_batch")]
     layout = ["tp", "pp", "dp", *[c for c in varied if c not in outer]]

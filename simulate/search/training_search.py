@@ -37,6 +37,7 @@ __all__ = ["TrainingSearchResult", "search_training", "evaluate_blocks", "worker
            "OBJECTIVES"]
 
 OUTER_TRAINING_AXES = ("seq_len", "global_batch")  # may be lists: searched outside the layout
+OVERLAP_AXES = ("tp_comm", "dp_grad", "param_gather")  # training.overlap.* may be lists too
 # objective -> (row key, sense): rank by it, best first.
 OBJECTIVES: dict[str, tuple[str, str]] = {
     "tokens_per_s": ("tokens_per_s", "max"),
@@ -209,20 +210,31 @@ def _as_list(value: Any) -> list[Any]:
 
 
 def _outer_axes(doc: Mapping[str, Any], source: str | None) -> tuple[list[str], list[dict]]:
-    """Axes beyond the layout: GPU types and training fields given as lists (seq_len,
-    global_batch) -> (GPU names, training blocks with those fields fixed, in order)."""
+    """Axes beyond the layout: GPU types, training fields given as lists (seq_len,
+    global_batch) and the overlap switches given as lists (tp_comm: TP collectives hidden
+    behind GEMMs or not; dp_grad: gradient buckets overlapped with the last backward or not;
+    param_gather) -> (GPU names, training blocks with those fixed, in order)."""
     gpus = [str(g) for g in _as_list(doc["hardware"]["gpu"])]
     training = doc["training"]
     if not isinstance(training, Mapping):
         raise SpecError("training", "expected a mapping", source=source)
-    lists = {k: _as_list(training[k]) for k in OUTER_TRAINING_AXES if k in training}
-    for key, values in lists.items():
+    overlap = training.get("overlap")
+    lists = {(k,): _as_list(training[k]) for k in OUTER_TRAINING_AXES if k in training}
+    if isinstance(overlap, Mapping):
+        lists.update({("overlap", k): _as_list(overlap[k]) for k in OVERLAP_AXES
+                      if isinstance(overlap.get(k), list)})
+    for path, values in lists.items():
         if not values:
-            raise SpecError(f"training.{key}", "an empty list leaves nothing to search",
-                            source=source)
+            raise SpecError(f"training.{'.'.join(path)}", "an empty list leaves nothing to "
+                            "search", source=source)
     blocks = []
     for combo in itertools.product(*lists.values()):
-        blocks.append({**training, **dict(zip(lists, combo, strict=True))})
+        block = {**training}
+        if isinstance(overlap, Mapping):
+            block["overlap"] = dict(overlap)
+        for path, value in zip(lists, combo, strict=True):
+            (block["overlap"] if len(path) == 2 else block)[path[-1]] = value
+        blocks.append(block)
     return gpus, blocks
 
 

@@ -107,3 +107,19 @@ def test_cli_out_files_and_answers(tmp_path):
     assert data["best_scenario"]["training"] == data["top"][0]["layout"]
     assert main(["search", *args, "--out", str(tmp_path / "all.txt")]) == 2
     assert not (tmp_path / "all.txt").exists()
+
+
+def test_overlap_switches_are_searched():
+    doc = {**PLAIN, "training": {**PLAIN["training"], "parallel": {"tp": [2, 8]},
+                                 "overlap": {"tp_comm": [False, True], "dp_grad": [True, False]}}}
+    res = search_training(doc, executor="serial", engines=ENGINES)
+    seen = {(r["layout"]["overlap"]["tp_comm"], r["layout"]["overlap"]["dp_grad"])
+            for r in res.rows}
+    assert seen == {(a, b) for a in (False, True) for b in (True, False)}
+    for row in res.rows:
+        want = run_training(load_scenario(scenario_doc(res.doc, row)), use_store=False,
+                            use_predictors=False)
+        assert row["tokens_per_s"] == pytest.approx(want.tokens_per_s, rel=1e-9)
+    with pytest.raises(SpecError, match="training.overlap.tp_comm"):
+        search_training({**doc, "training": {**doc["training"], "overlap": {"tp_comm": []}}},
+                        engines=ENGINES)
