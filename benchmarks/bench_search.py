@@ -29,15 +29,17 @@ def main() -> None:
     parser.add_argument("--skip-serving", action="store_true")
     args = parser.parse_args()
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     tr = search_training(SEARCH / "llama3-70b-1024-h100.yaml", executor=args.executor,
                          workers=args.workers, engines=ENGINES)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     best = tr.rows[0]
     print(f"training search: {tr.candidates} candidates, {tr.valid} valid, {tr.fit} fit in "
           f"memory and timed; wall {wall:.1f} s on {tr.workers} workers ({tr.executor}); "
           f"{tr.candidates / wall:.0f} candidates/s, {tr.valid / wall:.0f} valid layouts/s, "
-          f"{tr.fit / wall:.0f} timed layouts/s")
+          f"{tr.fit / wall:.0f} timed layouts/s"
+          + (f"; this process {cpu:.1f} s CPU, {tr.fit / cpu:.0f} timed layouts per CPU-s"
+             if tr.executor == "serial" else ""))
     print(f"  best: {best['tokens_per_s']:.0f} tokens/s, MFU {best['mfu']:.3f}, "
           f"{best['layout']['parallel']}, micro_batch {best['layout']['micro_batch']}, "
           f"recompute {best['layout']['recompute']}, schedule {best['layout']['schedule']}")

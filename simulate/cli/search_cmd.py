@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import csv
 import json
+import shlex
 from pathlib import Path
 
 import click
+import yaml
 
 from analytical.errors import InfeasibleError
 from analytical.inputs import output_errors
@@ -20,6 +22,7 @@ from simulate.cli.output import (
     print_table,
 )
 from simulate.scenario import apply_overrides, read_document
+from simulate.search.answers import collapse_ties, scenario_doc, set_flags
 from simulate.search.executors import DEFAULT_EXECUTOR, EXECUTORS
 from simulate.search.serving_search import search_serving
 from simulate.search.training_search import OBJECTIVES, search_training
@@ -28,16 +31,45 @@ from simulate.search.training_search import OBJECTIVES, search_training
 def _flat(row: dict) -> dict:
     lay = row["layout"]
     par = lay["parallel"]
-    return {"rank": row["rank"], "gpus": row["num_gpus"], "tp": par.get("tp", 1),
-            "pp": par.get("pp", 1), "dp": par.get("dp", 1), "cp": par.get("cp", 1),
-            "ep": par.get("ep", 1), "vpp": par.get("vpp", 1), "sp": par.get("sp", False),
-            "zero": 3 if par.get("fsdp") else par.get("zero", 0),
-            "mb": lay.get("micro_batch", 1), "recompute": lay.get("recompute", "none"),
-            "schedule": lay.get("schedule", "1f1b"), "tokens/s": round(row["tokens_per_s"]),
-            "MFU": round(row["mfu"], 4), "GiB": round(row["memory_per_gpu_gib"], 1),
-            **{f"{k}_s": round(v, 3) for k, v in row["breakdown_s"].items()},
-            **({"$/Mtok": round(row["usd_per_million_tokens"], 4)}
-               if "usd_per_million_tokens" in row else {})}
+    out = {"rank": row["rank"], "gpu": row.get("gpu", ""), "gpus": row["num_gpus"],
+           "tp": par.get("tp", 1), "pp": par.get("pp", 1), "dp": par.get("dp", 1),
+           "cp": par.get("cp", 1), "ep": par.get("ep", 1), "vpp": par.get("vpp", 1),
+           "sp": par.get("sp", False), "zero": 3 if par.get("fsdp") else par.get("zero", 0),
+           "mb": lay.get("micro_batch", 1), "recompute": lay.get("recompute", "none"),
+           "schedule": lay.get("schedule", "1f1b"), "seq_len": lay.get("seq_len"),
+           "global_batch": lay.get("global_batch"),
+           "tp_overlap": (lay.get("overlap") or {}).get("tp_comm", False),
+           "dp_overlap": (lay.get("overlap") or {}).get("dp_grad", True),
+           "tokens/s": round(row["tokens_per_s"]),
+           "MFU": round(row["mfu"], 4), "GiB": round(row["memory_per_gpu_gib"], 1),
+           "headroom_GiB": round(row.get("memory_headroom_gib", 0.0), 1),
+           **{f"{k}_s": round(v, 3) for k, v in row["breakdown_s"].items()},
+           **({"$/Mtok": round(row["usd_per_million_tokens"], 4)}
+              if "usd_per_million_tokens" in row else {})}
+    if row.get("ties"):
+        out["ties"] = "; ".join(_tie(t) for t in row["ties"])
+    return out
+
+
+def _tie(tie: dict) -> str:
+    """One tied alternative: what it changes and its memory, e.g. ``zero=1 (41.2 GiB)``."""
+    changes = ",".join(f"{k.split('.')[-1]}={v}" for k, v in tie.items()
+                       if k != "memory_per_gpu_gib")
+    return f"{changes} ({tie['memory_per_gpu_gib']:.1f} GiB)"
+
+
+def _write_out(path: Path, rows: list[dict]) -> None:
+    """Every timed layout: JSON (full rows) or CSV (flat columns), by suffix."""
+    if path.suffix == ".json":
+        with output_errors(path, "--out"):
+            path.write_text(json.dumps(rows, indent=1, default=str))
+        return
+    flat = [{**_flat(r), **{f"engine_{k}": v for k, v in r["engine_coverage"].items()}}
+            for r in rows]
+    with output_errors(path, "--out"), path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(dict.fromkeys(k for r in flat for k in r)))
+        writer.writeheader()
+        writer.writerows(flat)
 
 
 def _plot(points: list[tuple[float, float]], frontier: list[tuple[float, float]], xlabel: str,
@@ -85,6 +117,12 @@ def _write_csv(path: Path, rows: list[dict], keys: list[str]) -> None:
               help="Write the frontier plot (PNG/SVG/PDF by suffix).")
 @click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE",
               help="Override a scenario field (repeatable).")
+@click.option("--out", "out_file", type=OutputPath((".csv", ".json")),
+              help="Write every timed layout (.csv flat, .json full rows).")
+@click.option("--auto", is_flag=True, help="Training: search every layout axis around the "
+              "scenario's own layout and report the gain over it.")
+@click.option("--prune-top", type=click.IntRange(1, 100_000), metavar="K", help="Training: time only layouts that can "
+              "still enter the top K (same top K as the exhaustive search; fewer rows).")
 @click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Measurement store (default: $LLMSIM_DB or ~/.llmsim/llmsim.duckdb).")
 @click.option("--tracking-uri", help="MLflow tracking URI for the predictors.")
@@ -92,7 +130,8 @@ def _write_csv(path: Path, rows: list[dict], keys: list[str]) -> None:
 @click.option("--no-predictors", is_flag=True, help="Do not use learned predictors.")
 def command(scenario: Path, top: int, objective: str, usd_per_gpu_hour: float | None,
             executor: str, workers: int | None, as_json: bool, csv_file: Path | None,
-            plot_file: Path | None, overrides: tuple[str, ...], db_path: Path | None,
+            plot_file: Path | None, overrides: tuple[str, ...], out_file: Path | None,
+            auto: bool, prune_top: int | None, db_path: Path | None,
             tracking_uri: str | None, no_store: bool, no_predictors: bool) -> None:
     """Search SCENARIO's design space: a training block with lists/ranges/auto (layouts ranked
     by tokens/s, MFU or cost, frontier of tokens/s vs GPU count), or an inference scenario with a
@@ -109,41 +148,87 @@ def command(scenario: Path, top: int, objective: str, usd_per_gpu_hour: float | 
         return
     res = search_training(scenario, overrides=overrides, objective=objective,
                           usd_per_gpu_hour=usd_per_gpu_hour, executor=executor, workers=workers,
-                          engines=engines)
+                          engines=engines, prune_top=prune_top, auto=auto)
     if res.valid == 0:
         raise InfeasibleError(f"none of the {res.candidates} candidate layouts passes the layout "
                               "checks (degrees vs GPUs, heads, layers, batch); run `llmsim "
                               "simulate` on one of them to see why")
     if csv_file is not None and res.rows:
-        flat = [_flat(r) for r in res.rows]
-        _write_csv(csv_file, flat, list(flat[0]))
+        _write_out(csv_file, res.rows)
+    if out_file is not None:
+        _write_out(out_file, res.rows)
     if plot_file is not None and res.rows:
-        _plot([(r["num_gpus"], r["tokens_per_s"]) for r in res.rows],
-              [(r["num_gpus"], r["tokens_per_s"]) for r in res.frontier], "GPUs", "tokens/s",
-              plot_file)
+        front = res.frontiers.get("num_gpus")
+        if front:
+            _plot([(r["num_gpus"], r["tokens_per_s"]) for r in res.rows],
+                  [(r["num_gpus"], r["tokens_per_s"]) for r in front], "GPUs", "tokens/s",
+                  plot_file)
+        else:
+            front = res.frontiers["memory_headroom"]
+            _plot([(r["memory_headroom_gib"], r["tokens_per_s"]) for r in res.rows],
+                  [(r["memory_headroom_gib"], r["tokens_per_s"]) for r in front],
+                  "memory headroom per GPU (GiB)", "tokens/s", plot_file)
+    _print_training(res, top, objective, as_json, scenario, overrides)
+
+
+def _print_training(res, top: int, objective: str, as_json: bool, scenario: Path,
+                    overrides: tuple[str, ...]) -> None:
+    key = OBJECTIVES[objective][0]
     summary = {"name": res.name, "objective": res.objective, "candidates": res.candidates,
-               "valid": res.valid, "fit_in_memory": res.fit, "elapsed_s": res.elapsed_s,
-               "layouts_per_s": res.candidates / res.elapsed_s if res.elapsed_s else None,
+               "valid": res.valid, "fit_in_memory": res.fit, "timed": res.timed,
+               "pruned": res.pruned, "elapsed_s": res.elapsed_s,
+               "timed_per_s": res.timed / res.elapsed_s if res.elapsed_s else None,
                "executor": res.executor, "workers": res.workers}
+    answers = collapse_ties(res.rows, key, top)
+    best = answers[0] if answers else None
+    scenario_out = scenario_doc(res.doc, best) if best else None
+    flags = set_flags(best) if best else []
     if as_json:
-        print_json({**summary, "top": res.top(top), "frontier": res.frontier})
+        print_json({**summary, "top": answers, "frontier": res.frontier,
+                    "frontiers": res.frontiers, "baseline": res.baseline, "gain": res.gain,
+                    "best_scenario": scenario_out, "best_set_flags": flags})
         return
     print_table([{"field": k, "value": v} for k, v in summary.items()], ["field", "value"],
                 title=res.name)
-    rows = [_flat(r) for r in res.top(top)]
-    if rows:
-        cols = ["rank", "gpus", "tp", "pp", "dp", "cp", "vpp", "zero", "mb", "recompute",
-                "schedule", "tokens/s", "MFU", "GiB", "compute_s", "exposed_communication_s",
-                "pipeline_bubble_s"]
-        cols += [c for c in rows[0] if c == "$/Mtok"]
-        print_table([{**r, "recompute": str(r["recompute"])[:4], "schedule": r["schedule"][:5]}
-                     for r in rows], cols, title=f"top {len(rows)} by {objective}")
-        front = [_flat(r) for r in res.frontier]
-        print_table(front, ["gpus", "tp", "pp", "dp", "cp", "tokens/s", "MFU"],
-                    title="Pareto frontier: tokens/s vs GPUs")
-    else:
+    if not answers:
         click.secho(f"no layout fits: {res.valid} valid layouts, {res.fit} fit in memory",
                     fg="red", err=True)
+        return
+    rows = [_flat(r) for r in answers]
+    every = [_flat(x) for x in res.rows]
+    varied = [c for c in ("gpu", "gpus", "seq_len", "global_batch", "cp", "ep", "vpp", "sp",
+                          "zero", "mb", "recompute", "schedule", "tp_overlap", "dp_overlap")
+              if len({str(r[c]) for r in every}) > 1]
+    outer = [c for c in varied if c in ("gpu", "gpus", "seq_len", "global_batch")]
+    layout = ["tp", "pp", "dp", *[c for c in varied if c not in outer]]
+    cols = ["rank", *outer, *layout, "tokens/s", "MFU", "GiB", "compute_s",
+            "exposed_communication_s", "pipeline_bubble_s"]
+    cols += [c for c in rows[0] if c == "$/Mtok"]
+    cols += ["ties"] if any("ties" in r for r in rows) else []
+    print_table([{**r, "recompute": str(r["recompute"])[:4], "schedule": r["schedule"][:5],
+                  "ties": r.get("ties", "")} for r in rows], cols,
+                title=f"top {len(rows)} by {objective} (equal-{key} layouts on one line: the "
+                      "least memory shown, the others under ties)")
+    titles = {"memory_headroom": "tokens/s vs memory headroom per GPU",
+              "num_gpus": "tokens/s vs GPU count", "cost": "tokens/s vs $ per 1e6 tokens"}
+    for name, front in res.frontiers.items():
+        print_table([_flat(r) for r in front],
+                    [*outer, *layout, "tokens/s", "MFU", "GiB", "headroom_GiB"]
+                    + (["$/Mtok"] if name == "cost" else []),
+                    title=f"Pareto frontier: {titles[name]}")
+    if res.baseline is not None:
+        if res.baseline["fits"]:
+            click.echo(f"baseline (the scenario's own layout): "
+                       f"{res.baseline['tokens_per_s']:.0f} tokens/s, MFU "
+                       f"{res.baseline['mfu']:.3f}; best is {res.gain:.2f}x on {objective}")
+        else:
+            click.echo("baseline (the scenario's own layout) does not fit in memory")
+    click.echo("best layout as a scenario (llmsim simulate FILE):")
+    click.echo(yaml.safe_dump(scenario_out, sort_keys=False).rstrip())
+    paths = {f.split("=", 1)[0] for f in flags}
+    kept = [o for o in overrides if o.split("=", 1)[0].strip() not in paths]
+    sets = " ".join(f"--set {shlex.quote(f)}" for f in [*kept, *flags])
+    click.echo(f"or: llmsim simulate {shlex.quote(str(scenario))} {sets}")
 
 
 def _serving(scenario, overrides, executor, workers, engines, as_json, csv_file, plot_file,

@@ -1,34 +1,43 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Training design-space search: enumerate valid layouts, prune by memory, time the rest with
-`simulate.training.run_training`, rank, and take the Pareto frontier of tokens/s vs GPU count.
+"""Training design-space search: enumerate valid layouts, drop those over device memory (closed
+form), time the rest with `LayoutEvaluator` (the numbers `simulate.training.run_training`
+gives, with shared layer shapes, pipeline classes and stage tails computed once), rank, and
+take Pareto frontiers.
 
-The scenario is a normal training scenario whose ``training`` values (and ``hardware.num_gpus``)
-may be lists, ranges or ``auto`` (see `simulate.search.space`). Layout enumeration and the
-memory verdict run in this process (cheap, analytical); timing runs on an executor in chunks,
-each worker keeping one engine chain so every distinct operator shape is estimated once there.
+The scenario is a normal training scenario whose ``training`` values may be lists, ranges or
+``auto`` (see `simulate.search.space`); ``hardware.num_gpus``, ``hardware.gpu``,
+``training.seq_len`` and ``training.global_batch`` may be lists too. Enumeration and the memory
+verdict run in this process; timing runs on an executor in chunks, each worker keeping one
+evaluator (and engine chain) per GPU type, so its caches serve every later chunk.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from analytical.dtypes import DType
 from analytical.errors import SpecError, UnknownNameError
-from analytical.hardware import HardwareSpec, get_hardware
+from analytical.hardware import get_hardware
 from analytical.model import load_model
 from simulate.engines import EngineChain
 from simulate.scenario import ClusterSpec, Scenario, apply_overrides, parse_training, read_document
+from simulate.search.answers import auto_space, baseline_scenario, frontiers
+from simulate.search.evaluator import GIB, LayoutEvaluator
 from simulate.search.executors import DEFAULT_EXECUTOR, chunked, default_workers, get_executor
 from simulate.search.pareto import pareto_front
-from simulate.search.space import enumerate_layouts, expand_space
-from simulate.training import run_training, spec_memory
+from simulate.search.prune import optimistic, pruned_search
+from simulate.search.space import candidate_blocks, check_block, expand_space
 
 __all__ = ["TrainingSearchResult", "search_training", "evaluate_blocks", "worker_chain",
            "OBJECTIVES"]
 
+OUTER_TRAINING_AXES = ("seq_len", "global_batch")  # may be lists: searched outside the layout
+OVERLAP_AXES = ("tp_comm", "dp_grad", "param_gather")  # training.overlap.* may be lists too
 # objective -> (row key, sense): rank by it, best first.
 OBJECTIVES: dict[str, tuple[str, str]] = {
     "tokens_per_s": ("tokens_per_s", "max"),
@@ -36,6 +45,7 @@ OBJECTIVES: dict[str, tuple[str, str]] = {
     "cost": ("usd_per_million_tokens", "min"),
 }
 _CHAINS: dict[tuple[Any, ...], EngineChain] = {}  # one chain per worker process and engine set
+_EVALUATORS: dict[tuple[Any, ...], LayoutEvaluator] = {}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,17 +54,31 @@ class TrainingSearchResult:
 
     name: str
     objective: str
-    candidates: int  # raw combinations enumerated (all GPU counts)
+    candidates: int  # raw combinations enumerated (all GPU types, counts and outer values)
     valid: int  # accepted by the same validation as `simulate`
-    fit: int  # valid and within device memory: timed
+    fit: int  # valid and within device memory
+    timed: int  # fit and timed (= fit unless pruned)
     rows: list[dict[str, Any]]  # every timed layout, ranked
     frontier: list[dict[str, Any]]  # best tokens/s per GPU count that more GPUs must beat
+    frontiers: dict[str, list[dict[str, Any]]]  # name -> Pareto rows (see answers.frontiers)
+    baseline: dict[str, Any] | None  # the scenario's own layout, timed (None: none given)
+    doc: dict[str, Any]  # the searched scenario (for writing the best one back)
     elapsed_s: float
     executor: str
     workers: int
+    pruned: bool = False
 
     def top(self, n: int) -> list[dict[str, Any]]:
         return self.rows[:n]
+
+    @property
+    def gain(self) -> float | None:
+        """Best / baseline on the objective (> 1 is better for every objective)."""
+        if not self.rows or not self.baseline or not self.baseline.get("fits"):
+            return None
+        key, sense = OBJECTIVES[self.objective]
+        best, base = self.rows[0][key], self.baseline[key]
+        return best / base if sense == "max" else base / best
 
 
 def _model_ref(doc: Mapping[str, Any], base_dir: Path | None) -> str:
@@ -76,12 +100,6 @@ def _gpu_counts(hw_block: Mapping[str, Any], source: str | None) -> list[int]:
     return sorted(set(values))
 
 
-def _memory_fits(model, hw: HardwareSpec, spec) -> tuple[bool, float]:
-    """The memory verdict `run_training` gives, computed without timing anything."""
-    mem = spec_memory(model, spec)
-    return mem.total_bytes <= hw.memory_bytes, mem.total_bytes
-
-
 def worker_chain(gpu: str, engines: Mapping[str, Any]) -> EngineChain:
     """This process's engine chain for ``gpu`` (created once, then reused: its cache persists)."""
     key = (gpu, *sorted(engines.items()))
@@ -90,41 +108,76 @@ def worker_chain(gpu: str, engines: Mapping[str, Any]) -> EngineChain:
     return _CHAINS[key]
 
 
-def _row(result, block: Mapping[str, Any], num_gpus: int, usd_per_gpu_hour: float | None
-         ) -> dict[str, Any]:
-    row = {
-        "num_gpus": num_gpus, "layout": dict(block),
-        "tokens_per_s": result.tokens_per_s, "mfu": result.mfu,
-        "tflops_per_gpu": result.tflops_per_gpu, "iteration_time_s": result.iteration_time_s,
-        "memory_per_gpu_gib": result.memory_per_gpu_gib,
-        "bubble_fraction": result.bubble_fraction, "breakdown_s": dict(result.breakdown_s or {}),
-        "engine_coverage": dict(result.engine_coverage),
-    }
-    if usd_per_gpu_hour is not None:
-        # $ per 1e6 tokens = GPUs * $/GPU-h / 3600 s/h / (tokens/s) * 1e6
-        row["usd_per_million_tokens"] = (num_gpus * usd_per_gpu_hour / 3600.0
-                                         / result.tokens_per_s * 1e6)
-    return row
+def worker_evaluator(model: str, gpu: str, gpus_per_node: int | None,
+                     engines: Mapping[str, Any]) -> LayoutEvaluator:
+    """This process's evaluator (its caches persist across the tasks the process runs)."""
+    key = (model, gpu, gpus_per_node, *sorted(engines.items()))
+    if key not in _EVALUATORS:
+        chain = worker_chain(gpu, engines)
+        _EVALUATORS[key] = LayoutEvaluator(load_model(model), chain.hardware, chain,
+                                           gpus_per_node)
+    return _EVALUATORS[key]
 
 
 def evaluate_blocks(task: Mapping[str, Any]) -> list[dict[str, Any] | None]:
     """Time each training block of ``task`` (one chunk); None where the layout does not fit.
 
     ``task`` holds plain data only (so any executor can ship it): name, model, gpu, num_gpus,
-    gpus_per_node, engines (EngineChain keyword arguments), usd_per_gpu_hour and blocks.
+    gpus_per_node, engines (EngineChain keyword arguments), usd_per_gpu_hour and blocks
+    ((enumeration index, training block, its memory in bytes or None) triples).
     """
-    chain = worker_chain(task["gpu"], task["engines"])
+    ev = worker_evaluator(task["model"], task["gpu"], task["gpus_per_node"], task["engines"])
     cluster = ClusterSpec(gpu=task["gpu"], num_gpus=task["num_gpus"],
                           gpus_per_node=task["gpus_per_node"])
+    n, price = task["num_gpus"], task["usd_per_gpu_hour"]
+    capacity = ev.hw.memory_bytes / GIB
     out: list[dict[str, Any] | None] = []
-    for block in task["blocks"]:
-        spec = parse_training(block)
+    for _, block, mem in task["blocks"]:
         scenario = Scenario(name=task["name"], model=task["model"], cluster=cluster,
-                            training=spec, doc={"training": block})
-        result = run_training(scenario, chain=chain)
-        out.append(_row(result, block, task["num_gpus"], task["usd_per_gpu_hour"])
-                   if result.fits else None)
+                            training=parse_training(block), doc={"training": block})
+        metrics = ev.evaluate(scenario, memory_bytes=mem)
+        if metrics is None:
+            out.append(None)
+            continue
+        row = {"gpu": task["gpu"], "num_gpus": n, "layout": dict(block), **metrics,
+               "memory_headroom_gib": capacity - metrics["memory_per_gpu_gib"]}
+        if price is not None:
+            # $ per 1e6 tokens = GPUs * $/GPU-h / 3600 s/h / (tokens/s) * 1e6
+            row["usd_per_million_tokens"] = n * price / 3600.0 / row["tokens_per_s"] * 1e6
+        out.append(row)
     return out
+
+
+def bound_blocks(task: Mapping[str, Any]) -> list[dict[str, float]]:
+    """The best objective values each block of ``task`` could reach (see `prune`)."""
+    ev = worker_evaluator(task["model"], task["gpu"], task["gpus_per_node"], task["engines"])
+    cluster = ClusterSpec(gpu=task["gpu"], num_gpus=task["num_gpus"],
+                          gpus_per_node=task["gpus_per_node"])
+    peak = ev.hw.peak_flops(DType.BF16)
+    out = []
+    for _, block, _ in task["blocks"]:
+        spec = parse_training(block)
+        out.append(optimistic(task, block, ev.lower_bound_s(cluster, spec),
+                              ev.model.flops_per_token(spec.seq_len, training=True), peak))
+    return out
+
+
+def evaluate_baseline(doc: Mapping[str, Any], model_ref: str, engines: Mapping[str, Any],
+                      usd: float | None, source: str | None) -> dict[str, Any]:
+    """The scenario's own layout, timed like every candidate (``fits`` False if it does not
+    fit); its checks are `simulate`'s, so a layout `simulate` refuses is refused here."""
+    hw_block = doc["hardware"]
+    gpu, n = str(hw_block["gpu"]), hw_block.get("num_gpus")
+    model = load_model(model_ref)
+    cluster = ClusterSpec(gpu=gpu, num_gpus=n, gpus_per_node=hw_block.get("gpus_per_node"))
+    check_block(doc["training"], model=model, hw=get_hardware(gpu), cluster=cluster,
+                source=source)
+    task = {"name": "baseline", "model": model_ref, "gpu": gpu, "num_gpus": n,
+            "gpus_per_node": cluster.gpus_per_node, "engines": dict(engines),
+            "usd_per_gpu_hour": usd, "blocks": [(0, doc["training"], None)]}
+    row = evaluate_blocks(task)[0]
+    return {"fits": False, "gpu": gpu, "num_gpus": n, "layout": dict(doc["training"])} \
+        if row is None else {"fits": True, **row}
 
 
 def _rank(rows: list[dict[str, Any]], objective: str) -> list[dict[str, Any]]:
@@ -137,20 +190,138 @@ def _rank(rows: list[dict[str, Any]], objective: str) -> list[dict[str, Any]]:
     return ranked
 
 
+def _quick_reject(block: Mapping[str, Any]) -> bool:
+    """Combinations `validate_layout` rejects, found without parsing (a subset of its rules:
+    vpp > 1 only with the interleaved schedule and back, whole micro-batches per DP rank)."""
+    par = block["parallel"]
+    vpp, pp, dp = par.get("vpp", 1), par.get("pp", 1), par.get("dp", 1)
+    mb, gb, sched = block.get("micro_batch", 1), block.get("global_batch"), \
+        block.get("schedule", "1f1b")
+    if not all(type(v) is int for v in (vpp, pp, dp, mb, gb)) or sched not in \
+            ("1f1b", "interleaved", "gpipe"):
+        return False  # let the full checks name the problem
+    if (sched == "interleaved") != (vpp > 1) or (sched == "interleaved" and pp < 2):
+        return True
+    return gb % (mb * dp) != 0
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(dict.fromkeys(value)) if isinstance(value, list) else [value]
+
+
+def _outer_axes(doc: Mapping[str, Any], source: str | None) -> tuple[list[str], list[dict]]:
+    """Axes beyond the layout: GPU types, training fields given as lists (seq_len,
+    global_batch) and the overlap switches given as lists (tp_comm: TP collectives hidden
+    behind GEMMs or not; dp_grad: gradient buckets overlapped with the last backward or not;
+    param_gather) -> (GPU names, training blocks with those fixed, in order)."""
+    gpus = [str(g) for g in _as_list(doc["hardware"]["gpu"])]
+    training = doc["training"]
+    if not isinstance(training, Mapping):
+        raise SpecError("training", "expected a mapping", source=source)
+    overlap = training.get("overlap")
+    lists = {(k,): _as_list(training[k]) for k in OUTER_TRAINING_AXES if k in training}
+    if isinstance(overlap, Mapping):
+        lists.update({("overlap", k): _as_list(overlap[k]) for k in OVERLAP_AXES
+                      if isinstance(overlap.get(k), list)})
+    for path, values in lists.items():
+        if not values:
+            raise SpecError(f"training.{'.'.join(path)}", "an empty list leaves nothing to "
+                            "search", source=source)
+    blocks = []
+    for combo in itertools.product(*lists.values()):
+        block = {**training}
+        if isinstance(overlap, Mapping):
+            block["overlap"] = dict(overlap)
+        for path, value in zip(lists, combo, strict=True):
+            (block["overlap"] if len(path) == 2 else block)[path[-1]] = value
+        blocks.append(block)
+    return gpus, blocks
+
+
+@dataclass(slots=True)
+class _Plan:
+    """Enumeration output: plain-data tasks plus the counts of what was looked at."""
+
+    tasks: list[dict[str, Any]]
+    raw: int = 0
+    valid: int = 0
+
+
+def _enumerate(doc, model, model_ref: str, name: str, engines, usd: float | None,
+               source: str | None) -> _Plan:
+    """Every (GPU, GPU count, outer value, layout) that is valid and fits in memory."""
+    hw_block = doc["hardware"]
+    gpn = hw_block.get("gpus_per_node")
+    gpus, trainings = _outer_axes(doc, source)
+    plan = _Plan(tasks=[])
+    index = 0
+    for gpu in gpus:
+        hw = get_hardware(gpu)
+        memory = LayoutEvaluator(model, hw, None, gpn)  # closed-form memory only: no engines
+        for n in _gpu_counts(hw_block, source):
+            cluster = ClusterSpec(gpu=gpu, num_gpus=n, gpus_per_node=gpn)
+            blocks = []
+            for training in trainings:
+                space = expand_space(training, model=model, hw=hw, cluster=cluster,
+                                     source=source)
+                for block in candidate_blocks(space, n):
+                    plan.raw += 1
+                    if _quick_reject(block):
+                        continue
+                    try:
+                        spec = check_block(block, model=model, hw=hw, cluster=cluster)
+                    except SpecError:
+                        continue
+                    plan.valid += 1
+                    mem = memory.memory_bytes(spec)
+                    if mem <= hw.memory_bytes:
+                        blocks.append((index, block, mem))
+                        index += 1
+            plan.tasks.append({"name": name, "model": model_ref, "gpu": gpu, "num_gpus": n,
+                               "gpus_per_node": gpn, "engines": engines,
+                               "usd_per_gpu_hour": usd, "blocks": blocks})
+    return plan
+
+
+def _split(tasks: list[dict[str, Any]], workers: int) -> list[dict[str, Any]]:
+    """Each (GPU, count) task cut into chunks for the executor (enumeration order kept)."""
+    out = []
+    for task in tasks:
+        for chunk in chunked(task["blocks"], workers):
+            out.append({**task, "blocks": chunk})
+    return out
+
+
+def _collect(results: Sequence[list[dict[str, Any] | None]], tasks) -> list[dict[str, Any]]:
+    rows = []
+    for task, chunk in zip(tasks, results, strict=True):
+        for (index, *_), row in zip(task["blocks"], chunk, strict=True):
+            if row is not None:
+                row["index"] = index
+                rows.append(row)
+    return rows
+
+
 def search_training(scenario: str | Path | Mapping[str, Any], *, overrides: Sequence[str] = (),
                     objective: str = "tokens_per_s", usd_per_gpu_hour: float | None = None,
                     executor: str = DEFAULT_EXECUTOR, workers: int | None = None,
-                    engines: Mapping[str, Any] | None = None) -> TrainingSearchResult:
+                    engines: Mapping[str, Any] | None = None, prune_top: int | None = None,
+                    auto: bool = False) -> TrainingSearchResult:
     """Search the layouts a scenario's searchable ``training`` block describes.
 
     ``engines`` are `EngineChain` keyword arguments (store_path, use_store, use_predictors,
     tracking_uri). ``objective`` is a key of `OBJECTIVES`; "cost" needs ``usd_per_gpu_hour``.
+    ``prune_top`` = k: time only layouts that can still enter the top k (see `prune`); the
+    top k is the exhaustive search's. ``auto``: search every layout axis around a plain
+    scenario, whose own layout becomes the baseline the gain is measured against.
     """
     start = time.perf_counter()
     if objective not in OBJECTIVES:
         raise UnknownNameError("objective", objective, sorted(OBJECTIVES))
     if objective == "cost" and usd_per_gpu_hour is None:
         raise SpecError("--usd-per-gpu-hour", "the cost objective needs a $/GPU-h price")
+    if prune_top is not None and prune_top < 1:
+        raise SpecError("--prune-top", f"must be >= 1, got {prune_top}")
     source, base_dir = None, None
     if isinstance(scenario, Mapping):
         doc = apply_overrides(scenario, overrides)
@@ -162,44 +333,36 @@ def search_training(scenario: str | Path | Mapping[str, Any], *, overrides: Sequ
     hw_block = doc.get("hardware")
     if not isinstance(hw_block, Mapping) or "gpu" not in hw_block:
         raise SpecError("hardware.gpu", "missing", source=source)
+    baseline_doc = baseline_scenario(doc, auto=auto, source=source)
+    if auto:
+        doc = auto_space(doc)
     model_ref = _model_ref(doc, base_dir)
     model = load_model(model_ref)
-    gpu = str(hw_block["gpu"])
-    hw = get_hardware(gpu)
-    gpn = hw_block.get("gpus_per_node")
     engines = dict(engines or {"use_store": True, "use_predictors": True})
     workers = workers or default_workers()
     run = get_executor(executor)
     name = str(doc.get("name", Path(source).stem if source else "search"))
 
-    raw_total, valid_total, tasks, meta = 0, 0, [], []
-    for n in _gpu_counts(hw_block, source):
-        cluster = ClusterSpec(gpu=gpu, num_gpus=n, gpus_per_node=gpn)
-        space = expand_space(doc["training"], model=model, hw=hw, cluster=cluster, source=source)
-        valid, raw = enumerate_layouts(space, model=model, hw=hw, cluster=cluster)
-        raw_total += raw
-        valid_total += len(valid)
-        fitting = []
-        for block in valid:
-            ok, _ = _memory_fits(model, hw, parse_training(block))
-            if ok:
-                fitting.append(block)
-        for chunk in chunked(fitting, workers):
-            tasks.append({"name": name, "model": model_ref, "gpu": gpu, "num_gpus": n,
-                          "gpus_per_node": gpn, "engines": engines,
-                          "usd_per_gpu_hour": usd_per_gpu_hour, "blocks": chunk})
-            meta.append(n)
-    results = run(evaluate_blocks, tasks, workers)
-    rows = []
-    for chunk in results:
-        for row in chunk:
-            if row is not None:
-                row["index"] = len(rows)
-                rows.append(row)
+    plan = _enumerate(doc, model, model_ref, name, engines, usd_per_gpu_hour, source)
+    fit = sum(len(t["blocks"]) for t in plan.tasks)
+    if prune_top is None:
+        chunks = _split(plan.tasks, workers)
+        rows = _collect(run(evaluate_blocks, chunks, workers), chunks)
+    else:
+        key, sense = OBJECTIVES[objective]
+        rows = pruned_search(plan.tasks, key=key, sense=sense, k=prune_top, run=run,
+                             workers=workers, evaluate=evaluate_blocks, bound=bound_blocks,
+                             collect=_collect)
     ranked = _rank(rows, objective)
-    frontier = pareto_front(ranked, [("num_gpus", "min"), ("tokens_per_s", "max")])
+    baseline = None
+    if baseline_doc is not None:
+        baseline = evaluate_baseline(baseline_doc, model_ref, engines, usd_per_gpu_hour,
+                                     source)
     return TrainingSearchResult(
-        name=name, objective=objective, candidates=raw_total, valid=valid_total,
-        fit=sum(len(t["blocks"]) for t in tasks), rows=ranked, frontier=list(frontier),
-        elapsed_s=time.perf_counter() - start, executor=executor, workers=workers)
-
+        name=name, objective=objective, candidates=plan.raw, valid=plan.valid, fit=fit,
+        timed=len(ranked),
+        rows=ranked, frontier=pareto_front(ranked, [("num_gpus", "min"),
+                                                    ("tokens_per_s", "max")]),
+        frontiers=frontiers(ranked, usd=usd_per_gpu_hour is not None),
+        baseline=baseline, doc={k: v for k, v in doc.items() if k != "baseline"}, elapsed_s=time.perf_counter() - start, executor=executor,
+        workers=workers, pruned=prune_top is not None)

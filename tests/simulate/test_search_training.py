@@ -161,4 +161,4 @@ def test_search_command_json(tmp_path):
     data = json.loads(out.output)
     assert len(data["top"]) == 2 and data["top"][0]["rank"] == 1
     assert data["candidates"] >= data["valid"] >= data["fit_in_memory"] > 0
-    assert (tmp_path / "s.csv").read_text().startswith("rank,gpus,tp")
+    assert (tmp_path / "s.csv").read_text().startswith("rank,gpu,gpus,tp")

@@ -1,0 +1,300 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Time many training layouts of one model on one GPU type fast, with `run_training`'s result.
+
+`run_training` rebuilds everything for each layout. Most of that is shared between layouts:
+- the layer, embedding and head block costs depend only on the layer shape (the `Sharding`:
+  tp, sp, cp, ep, micro-batch, recompute, precision, ZeRO-3 group) and the overlap settings, so
+  they are computed once per shape (one `estimate_many` call for its distinct operators);
+- the pipeline schedule depends only on (schedule, pp, vpp, micro-batches, stage costs, p2p),
+  cached per class and computed by `fast_pipeline` (exact, steady state skipped);
+- the DP gradient sync, optimizer step and parameter gather of a stage depend on its parameters
+  and its last-backward window, not on when the window starts (`share_link` is
+  shift-invariant), so stages and layouts with the same ones share one computation.
+The steps and their order are `simulate.training._simulate`'s; `tests/simulate/
+test_search_fast.py` checks every timed layout of small spaces against `run_training`.
+LoRA layouts are timed by `run_training` itself.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from analytical.dtypes import DType
+from analytical.hardware import HardwareSpec
+from analytical.ops import CollectiveKind, MemoryBoundSpec, MemoryOpKind
+from analytical.stage import StageParams, is_moe_layer, stage_params
+from simulate.costs import BlockCost, add_engine_time, block_cost
+from simulate.engines import ENGINE_ORDER, EngineChain
+from simulate.graph import Sharding, embedding_block, head_block, layer_block
+from simulate.overlap import default_compute_slowdown, share_link
+from simulate.scenario import ClusterSpec, Scenario, TrainingSpec
+from simulate.search.fast_pipeline import fast_pipeline
+from simulate.training import GRAD_COMM_BYTES, _collective, _rpn, run_training, spec_memory
+
+__all__ = ["LayoutEvaluator", "GIB"]
+
+GIB = 2**30
+
+
+class LayoutEvaluator:
+    """Rows (plain dicts) for layouts of ``model`` on ``chain``'s GPU; caches live as long as
+    the evaluator (one per worker process and model/GPU/engine set)."""
+
+    def __init__(self, model, hw: HardwareSpec, chain: EngineChain, gpus_per_node: int | None):
+        self.model, self.hw, self.chain = model, hw, chain
+        self.gpn_override = gpus_per_node
+        self._blocks: dict[tuple[Any, ...], dict[Any, BlockCost]] = {}
+        self._pipes: dict[tuple[Any, ...], Any] = {}
+        self._tails: dict[tuple[Any, ...], tuple[float, float, float, list]] = {}
+        self._params: dict[tuple[int, ...], StageParams] = {}
+        self._parts: dict[tuple[int, int], list[list[Any]]] = {}
+        self.stats = {"block_shapes": 0, "pipelines": 0, "stage_tails": 0}
+
+    def memory_bytes(self, t: TrainingSpec) -> float:
+        """Per-GPU memory as `run_training` computes it (closed form, nothing timed)."""
+        return spec_memory(self.model, t).total_bytes
+
+    def _sp(self, tp: int, pp: int, vpp: int, ep: int, stage: int) -> StageParams:
+        key = (tp, pp, vpp, ep, stage)
+        if key not in self._params:
+            self._params[key] = stage_params(self.model, tp=tp, pp=pp, vpp=vpp, ep=ep,
+                                             stage=stage)
+        return self._params[key]
+
+    def _block_costs(self, sh: Sharding, tp_overlap: bool, slowdown: float
+                     ) -> dict[Any, BlockCost]:
+        """Layer / embedding / head costs of one layer shape (cached)."""
+        par_key = (sh, tp_overlap, slowdown)
+        if par_key in self._blocks:
+            return self._blocks[par_key]
+        model = self.model
+        one = self._sp(sh.tp, 1, 1, sh.ep, 0)
+        n_moe = sum(one.layer_is_moe)
+        blocks: dict[Any, Any] = {}
+        for moe in ({False, True} if model.is_moe else {False}):
+            if moe and n_moe == 0 or not moe and n_moe == model.layers:
+                continue
+            blocks[moe] = layer_block(model, sh, moe=moe, layer_params_per_rank=one.largest_layer)
+        blocks["embedding"] = embedding_block(model, sh)
+        blocks["head"] = head_block(model, sh)
+        ops = {n.op.key: n.op for b in blocks.values() for n in (*b.fwd, *b.bwd)}
+        est = dict(zip(ops, self.chain.estimate_many(list(ops.values())), strict=True))
+        costs = {k: block_cost(b, est, tp_overlap=tp_overlap, slowdown=slowdown)
+                 for k, b in blocks.items()}
+        self._blocks[par_key] = costs
+        self.stats["block_shapes"] += 1
+        return costs
+
+    def _chunk_parts(self, pp: int, vpp: int) -> list[list[Any]]:
+        """Block keys of each virtual stage, in `_simulate`'s order."""
+        if (pp, vpp) not in self._parts:
+            model, nv = self.model, pp * vpp
+            per = math.ceil(model.layers / nv)
+            parts = []
+            for v in range(nv):
+                keys: list[Any] = [is_moe_layer(model, i)
+                                   for i in range(v * per, min((v + 1) * per, model.layers))]
+                keys += ["embedding"] if v == 0 else []
+                keys += ["head"] if v == nv - 1 else []
+                parts.append(keys)
+            self._parts[(pp, vpp)] = parts
+        return self._parts[(pp, vpp)]
+
+    def _pipeline(self, t: TrainingSpec, fwd, bwd, p2p_s: float):
+        par = t.parallel
+        key = (t.schedule, par.pp, par.vpp, t.num_microbatches,
+               tuple(map(tuple, fwd)), tuple(map(tuple, bwd)), p2p_s)
+        if key not in self._pipes:
+            self._pipes[key] = fast_pipeline(schedule=t.schedule, pp=par.pp, vpp=par.vpp,
+                                             num_microbatches=t.num_microbatches, fwd_s=fwd,
+                                             bwd_s=bwd, p2p_s=p2p_s)
+            self.stats["pipelines"] += 1
+        return self._pipes[key]
+
+    def evaluate(self, scenario: Scenario, memory_bytes: float | None = None
+                 ) -> dict[str, Any] | None:
+        """The search row of one layout, or None when it does not fit in memory
+        (``memory_bytes``: `memory_bytes` of it, when the caller already has it)."""
+        t = scenario.training
+        if t.lora_rank:
+            return _row(run_training(scenario, chain=self.chain), scenario.cluster.num_gpus)
+        mem = self.memory_bytes(t) if memory_bytes is None else memory_bytes
+        if mem > self.hw.memory_bytes:
+            return None
+        return self._time(scenario.cluster, t, mem)
+
+    def _stages(self, cluster: ClusterSpec, t: TrainingSpec):
+        """Block costs, per-stage per-chunk forward/backward times of one micro-batch and the
+        p2p estimate, as `_simulate` builds them."""
+        model, hw, par = self.model, self.hw, t.parallel
+        gpn = cluster.gpus_per_node or hw.gpus_per_node
+        slowdown = t.overlap.compute_slowdown or default_compute_slowdown(hw, t.overlap.comm_sms)
+        fsdp_group = par.dp * par.cp if par.zero_stage >= 3 else 1
+        sh = Sharding(micro_batch=t.micro_batch, seq_len=t.seq_len, tp=par.tp, cp=par.cp,
+                      ep=par.ep, sp=par.sp, tp_rpn=_rpn(par.tp, 1, gpn),
+                      cp_rpn=_rpn(par.cp, par.tp, gpn), ep_rpn=_rpn(par.ep, par.tp, gpn),
+                      fsdp_group=fsdp_group, fsdp_rpn=_rpn(fsdp_group, par.tp, gpn),
+                      cp_algorithm=t.cp_algorithm,
+                      gemm_dtype=DType.FP8 if t.precision == DType.FP8 else t.precision,
+                      act_dtype=DType.FP16 if t.precision == DType.FP16 else DType.BF16,
+                      recompute=t.recompute, flash_attention=t.attention == "flash")
+        costs = self._block_costs(sh, t.overlap.tp_comm, slowdown)
+        act_bytes = t.micro_batch * (t.seq_len // par.cp) * model.hidden * sh.act_dtype.bytes
+        act_bytes /= par.tp if par.sp else 1
+        p2p = _collective(CollectiveKind.SEND_RECV, act_bytes, 2,
+                          2 if par.tp * par.cp * par.dp * 2 <= gpn else 1)
+        p2p_e = self.chain.estimate(p2p)
+        fwd = [[0.0] * par.vpp for _ in range(par.pp)]
+        bwd = [[0.0] * par.vpp for _ in range(par.pp)]
+        for v, keys in enumerate(self._chunk_parts(par.pp, par.vpp)):
+            stage, chunk = v % par.pp, v // par.pp
+            for k in keys:
+                fwd[stage][chunk] += costs[k].fwd.elapsed_s
+                bwd[stage][chunk] += costs[k].bwd.elapsed_s
+        return costs, fwd, bwd, p2p_e, gpn, slowdown
+
+    def lower_bound_s(self, cluster: ClusterSpec, t: TrainingSpec) -> float:
+        """A time the iteration cannot beat: the busiest stage's compute stream, which runs its
+        m*vpp forward and backward tasks one after another from t=0 (its end <= the stage's
+        finish <= the iteration). Slightly lowered so float rounding cannot make it exceed the
+        timed value. LoRA layouts (timed by `run_training`): 0."""
+        if t.lora_rank:
+            return 0.0
+        _, fwd, bwd, *_ = self._stages(cluster, t)
+        busy = max(sum(f) + sum(b) for f, b in zip(fwd, bwd, strict=True))
+        return t.num_microbatches * busy * (1.0 - 1e-9)
+
+    def _time(self, cluster: ClusterSpec, t: TrainingSpec, mem: float) -> dict[str, Any]:
+        par = t.parallel
+        costs, fwd, bwd, p2p_e, gpn, slowdown = self._stages(cluster, t)
+        p2p_s = p2p_e.latency_s if par.pp > 1 else 0.0
+        pipe = self._pipeline(t, fwd, bwd, p2p_s)
+        tails = [self._tail(t, s, gpn, slowdown, pipe, fwd) for s in range(par.pp)]
+        finish = [tail[0] for tail in tails]
+        ref = max(range(par.pp), key=lambda s: (finish[s], -s))
+        return self._result(t, cluster.num_gpus, mem, costs, pipe, tails, ref, p2p_e, p2p_s)
+
+    def _tail(self, t: TrainingSpec, s: int, gpn: int, slowdown: float, pipe, fwd
+              ) -> tuple[float, float, float, list[tuple[str, float]]]:
+        """Stage ``s`` after its last backward: (finish, exposed DP time, optimizer time, engine
+        time parts), as `simulate.training._after_pipeline`; computed relative to the window
+        start and cached."""
+        par = t.parallel
+        sp = self._sp(par.tp, par.pp, par.vpp, par.ep, s)
+        end = pipe.stage_end_s[s]
+        start = pipe.last_bwd_start_s[s] if t.overlap.dp_grad else end
+        hide = fwd[s][0] if t.overlap.param_gather else 0.0
+        key = (sp.dense, sp.expert, sp.total, end - start, hide, par.zero_stage, par.dp,
+               par.cp, par.tp, par.ep, gpn, t.dp_bucket_mb, slowdown)
+        if key not in self._tails:
+            self._tails[key] = self._tail_rel(par, sp, end - start, hide, gpn, slowdown,
+                                              t.dp_bucket_mb * 1e6)
+            self.stats["stage_tails"] += 1
+        sync_rel, opt_s, gather_s, parts = self._tails[key]
+        sync_end = start + sync_rel
+        return sync_end + opt_s + gather_s, sync_end - end + gather_s, opt_s, parts
+
+    def _tail_rel(self, par, sp: StageParams, window: float, hide: float, gpn: int,
+                  slowdown: float, bucket_bytes: float
+                  ) -> tuple[float, float, float, list[tuple[str, float]]]:
+        chain, zero = self.chain, par.zero_stage
+        shard = par.dp * par.cp
+        expert_shard = shard // par.ep
+        syncs = []
+        if zero < 3:
+            syncs.append((sp.dense, shard, _rpn(shard, par.tp, gpn)))
+            if sp.expert:
+                syncs.append((sp.expert, expert_shard, _rpn(expert_shard, par.tp * par.ep, gpn)))
+        kind = CollectiveKind.ALL_REDUCE if zero == 0 else CollectiveKind.REDUCE_SCATTER
+        queues = []  # per gradient queue: (buckets n, full-bucket estimate, last one)
+        for params, group, rpn in syncs:
+            if group == 1 or params <= 0:
+                continue
+            total = params * GRAD_COMM_BYTES
+            n = max(1, math.ceil(total / bucket_bytes))
+            full, last = chain.estimate_many([
+                _collective(kind, min(bucket_bytes, total), group, rpn),
+                _collective(kind, total - (n - 1) * bucket_bytes, group, rpn)])
+            queues.append((n, full, last))
+        comm_s = sum((n - 1) * full.latency_s + last.latency_s for n, full, last in queues)
+        parts = [p for n, full, last in queues
+                 for p in ((full.engine, (n - 1) * full.latency_s), (last.engine, last.latency_s))]
+        lost = min(window * slowdown, comm_s) * (1.0 - 1.0 / slowdown) if window > 0 else 0.0
+        compute_end = window + lost
+        sync_end = compute_end
+        scale = compute_end / window if window > 0 else 1.0
+        if len(queues) == 1:  # bucket i released at window*(i+1)/n, stretched by `scale`
+            n, full, last = queues[0]
+            sync_end = max(compute_end, _one_queue_end(window / n * scale, window * scale, n,
+                                                       full.latency_s, last.latency_s))
+        elif queues:
+            jobs = [(window * (i + 1) / n * scale, (last if i == n - 1 else full).latency_s, q)
+                    for q, (n, full, last) in enumerate(queues) for i in range(n)]
+            sync_end = max(compute_end, max(share_link(jobs)))
+        local = sp.dense / shard + sp.expert / expert_shard if zero >= 1 else sp.total
+        opt_e = chain.estimate(MemoryBoundSpec(kind=MemoryOpKind.OPTIMIZER, rows=1,
+                                               cols=max(1, int(local)), dtype=DType.FP32))
+        parts.append((opt_e.engine, opt_e.latency_s))
+        gather_s = 0.0
+        if 1 <= zero < 3 and shard > 1:
+            ag = chain.estimate(_collective(CollectiveKind.ALL_GATHER, sp.total * 2, shard,
+                                            _rpn(shard, par.tp, gpn)))
+            parts.append((ag.engine, ag.latency_s))
+            gather_s = max(0.0, ag.latency_s - hide)
+        return sync_end, opt_e.latency_s, gather_s, parts
+
+    def _result(self, t: TrainingSpec, num_gpus: int, mem: float, costs, pipe, tails, ref: int,
+                p2p_e, p2p_s: float) -> dict[str, Any]:
+        par, m, model = t.parallel, t.num_microbatches, self.model
+        compute = 0.0
+        engine_s: dict[str, float] = {}
+        for v, keys in enumerate(self._chunk_parts(par.pp, par.vpp)):
+            if v % par.pp != ref:
+                continue
+            for k in keys:
+                c = costs[k]
+                compute += m * (c.fwd.compute_s + c.bwd.compute_s)
+                add_engine_time(engine_s, c.fwd.engine_s, m)
+                add_engine_time(engine_s, c.bwd.engine_s, m)
+        if par.pp > 1:
+            add_engine_time(engine_s, {p2p_e.engine: p2p_s}, 2 * m * par.vpp)
+        iteration, dp_exposed, opt_s, parts = tails[ref]
+        for engine, seconds in parts:
+            engine_s[engine] = engine_s.get(engine, 0.0) + seconds
+        busy = pipe.stage_busy_s[ref]
+        total_engine = sum(engine_s.values())
+        flops = model.flops_per_token(t.seq_len, training=True) * t.global_batch * t.seq_len
+        return {
+            "tokens_per_s": t.global_batch * t.seq_len / iteration,
+            "mfu": flops / (iteration * num_gpus * self.hw.peak_flops(DType.BF16)),
+            "tflops_per_gpu": flops / iteration / num_gpus / 1e12,
+            "iteration_time_s": iteration, "memory_per_gpu_gib": mem / GIB,
+            "bubble_fraction": pipe.bubble_fraction(ref),
+            "breakdown_s": {"compute": compute,
+                            "exposed_communication": busy - compute + dp_exposed,
+                            "pipeline_bubble": pipe.stage_end_s[ref] - busy,
+                            "optimizer": opt_s},
+            "engine_coverage": {e: engine_s.get(e, 0.0) / total_engine for e in ENGINE_ORDER},
+        }
+
+
+def _one_queue_end(first: float, last: float, n: int, a: float, a_last: float) -> float:
+    """When the last of n buckets on one stream ends (what `share_link` gives one queue).
+
+    Bucket j is released at r_j = first + j*d (evenly spaced) and takes a (the last one a_n).
+    One stream: f_j = max(r_j, f_(j-1)) + a_j, so f_n = max_j (r_j + sum of a from j on) =
+    a_n + max_j (r_j + (n-1-j) a); that is linear in j, so its maximum is at j = 0 or n-1.
+    """
+    return a_last + max(last, first + (n - 1) * a)
+
+
+def _row(result, num_gpus: int) -> dict[str, Any] | None:
+    """`run_training`'s result as a search row (the LoRA path)."""
+    if not result.fits:
+        return None
+    return {"tokens_per_s": result.tokens_per_s, "mfu": result.mfu,
+            "tflops_per_gpu": result.tflops_per_gpu, "iteration_time_s": result.iteration_time_s,
+            "memory_per_gpu_gib": result.memory_per_gpu_gib,
+            "bubble_fraction": result.bubble_fraction, "breakdown_s": dict(result.breakdown_s),
+            "engine_coverage": dict(result.engine_coverage)}

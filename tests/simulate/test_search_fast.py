@@ -1,0 +1,135 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The fast search path gives `simulate`'s numbers: the heap-free pipeline with skipped steady
+periods equals the event simulation, every timed layout equals `run_training` of it, and the
+bound-pruned search returns the exhaustive top k."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from analytical.errors import SpecError
+from analytical.hardware import get_hardware
+from analytical.parallel import Schedule
+from simulate.engines import EngineChain
+from simulate.scenario import load_scenario
+from simulate.schedule import simulate_pipeline
+from simulate.search import fast_pipeline as fp
+from simulate.search.training_search import search_training
+from simulate.training import run_training
+
+ENGINES = {"use_store": False, "use_predictors": False}
+REL = 1e-9
+DENSE = {
+    "name": "dense", "model": "llama-2-7b",
+    "hardware": {"gpu": "h100-sxm", "num_gpus": [8, 16], "gpus_per_node": 8},
+    "training": {"parallel": {"tp": [1, 2, 8], "pp": [1, 2, 4], "vpp": [1, 2], "zero": [0, 1, 3],
+                              "sp": [False, True], "cp": [1, 2]},
+                 "global_batch": 32, "micro_batch": [1, 2], "seq_len": 4096,
+                 "recompute": ["none", "full"], "schedule": ["1f1b", "interleaved", "gpipe"]},
+}
+MOE = {
+    "name": "moe", "model": "mixtral-8x7b",
+    "hardware": {"gpu": "h100-sxm", "num_gpus": 32, "gpus_per_node": 8},
+    "training": {"parallel": {"tp": [2, 4], "pp": [2, 4], "ep": [2, 8], "sp": True,
+                              "zero": [1, 3]},
+                 "global_batch": 64, "micro_batch": 1, "seq_len": 4096,
+                 "recompute": ["selective", "full"], "schedule": "1f1b",
+                 "overlap": {"tp_comm": True}},
+}
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLMSIM_HOME", str(tmp_path))
+
+
+def _random_case(rng: random.Random) -> dict:
+    sched = rng.choice(list(Schedule))
+    pp = rng.choice([1, 2, 3, 4, 8] if sched != Schedule.INTERLEAVED else [2, 3, 4, 8])
+    vpp = rng.choice([2, 3]) if sched == Schedule.INTERLEAVED else 1
+    m = pp * rng.choice([1, 2, 9]) if vpp > 1 else rng.choice([1, 3, 8, 40, 90])
+    uniform = rng.random() < 0.6
+    fwd = [[(1.3 if uniform and s == 0 else 1.0) * (1.0 if uniform else rng.uniform(0.5, 2))
+            for _ in range(vpp)] for s in range(pp)]
+    return {"schedule": sched, "pp": pp, "vpp": vpp, "num_microbatches": m, "fwd_s": fwd,
+            "bwd_s": [[2.0 * x for x in row] for row in fwd],
+            "p2p_s": rng.choice([0.0, 0.02, 0.5, 4.0])}
+
+
+def test_fast_pipeline_equals_event_simulation(monkeypatch):
+    jumps = []
+    real_jump = fp._Sim.jump
+    monkeypatch.setattr(fp._Sim, "jump", lambda self, *a: (jumps.append(a[0]),
+                                                           real_jump(self, *a)))
+    rng = random.Random(7)
+    for _ in range(120):
+        case = _random_case(rng)
+        want = simulate_pipeline(**case)
+        got = fp.fast_pipeline(**case)
+        pairs = [(want.span_s, got.span_s)]
+        for field in ("stage_end_s", "stage_busy_s", "last_bwd_start_s"):
+            pairs += zip(getattr(want, field), getattr(got, field), strict=True)
+        for a, b in pairs:
+            assert b == pytest.approx(a, rel=REL, abs=1e-12), case
+    assert jumps and max(jumps) > 10  # the steady-state skip ran, over many periods
+
+
+def _check_rows_equal_simulate(doc: dict, res) -> None:
+    chains: dict = {}
+    for row in res.rows:
+        sc = load_scenario({"name": "x", "model": doc["model"],
+                            "hardware": {"gpu": row["gpu"], "num_gpus": row["num_gpus"],
+                                         "gpus_per_node": 8},
+                            "training": row["layout"]})
+        if row["gpu"] not in chains:
+            chains[row["gpu"]] = EngineChain(get_hardware(row["gpu"]), **ENGINES)
+        chain = chains[row["gpu"]]
+        want = run_training(sc, chain=chain)
+        assert want.fits
+        for key in ("tokens_per_s", "iteration_time_s", "mfu", "memory_per_gpu_gib",
+                    "bubble_fraction"):
+            assert row[key] == pytest.approx(getattr(want, key), rel=REL), (key, row["layout"])
+        for key, value in want.breakdown_s.items():
+            assert row["breakdown_s"][key] == pytest.approx(value, rel=1e-7, abs=1e-9), key
+        for key, value in want.engine_coverage.items():
+            assert row["engine_coverage"][key] == pytest.approx(value, rel=1e-7, abs=1e-12)
+
+
+LORA = {
+    "name": "lora", "model": "llama-2-7b",
+    "hardware": {"gpu": "a100-sxm-80gb", "num_gpus": 8, "gpus_per_node": 8},
+    "training": {"parallel": {"tp": [1, 2], "pp": [1, 2], "zero": [0, 1]}, "global_batch": 16,
+                 "micro_batch": 1, "seq_len": 2048, "recompute": "selective",
+                 "precision": "bf16", "overlap": {"dp_grad": False}, "lora": {"rank": 16}},
+}
+
+
+@pytest.mark.parametrize("doc", [DENSE, MOE, LORA], ids=["dense", "moe", "lora"])
+def test_every_timed_layout_equals_run_training(doc):
+    res = search_training(doc, executor="serial", engines=ENGINES)
+    assert res.timed >= 6
+    _check_rows_equal_simulate(doc, res)
+
+
+@pytest.mark.parametrize("objective", ["tokens_per_s", "cost"])
+@pytest.mark.parametrize("k", [1, 5])
+def test_pruned_top_k_equals_exhaustive(objective, k):
+    kw = {"executor": "serial", "engines": ENGINES, "objective": objective,
+          "usd_per_gpu_hour": 2.0}
+    full = search_training(DENSE, **kw)
+    pruned = search_training(DENSE, prune_top=k, **kw)
+    assert pruned.timed < full.timed  # the bound pruned something
+    key = "tokens_per_s" if objective == "tokens_per_s" else "usd_per_million_tokens"
+    assert [(r["gpu"], r["num_gpus"], r["layout"]) for r in pruned.rows[:k]] == \
+        [(r["gpu"], r["num_gpus"], r["layout"]) for r in full.rows[:k]]
+    assert [r[key] for r in pruned.rows[:k]] == [r[key] for r in full.rows[:k]]
+
+
+def test_bad_prune_and_outer_axes():
+    with pytest.raises(SpecError, match="prune-top"):
+        search_training(DENSE, engines=ENGINES, prune_top=0)
+    with pytest.raises(SpecError, match="training.seq_len"):
+        search_training({**DENSE, "training": {**DENSE["training"], "seq_len": []}},
+                        engines=ENGINES)
