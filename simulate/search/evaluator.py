@@ -21,20 +21,28 @@ import math
 from typing import Any
 
 from analytical.dtypes import DType
-from analytical.hardware import HardwareSpec
+from analytical.hardware import GIB, HardwareSpec
 from analytical.ops import CollectiveKind, MemoryBoundSpec, MemoryOpKind
-from analytical.stage import StageParams, is_moe_layer, stage_params
+from analytical.stage import StageParams, stage_params
 from simulate.costs import BlockCost, add_engine_time, block_cost
 from simulate.engines import ENGINE_ORDER, EngineChain
-from simulate.graph import Sharding, embedding_block, head_block, layer_block
+from simulate.graph import TrainStep
 from simulate.overlap import default_compute_slowdown, share_link
 from simulate.scenario import ClusterSpec, Scenario, TrainingSpec
 from simulate.search.fast_pipeline import fast_pipeline
-from simulate.training import GRAD_COMM_BYTES, _collective, _rpn, run_training, spec_memory
+from simulate.training import (
+    GRAD_COMM_BYTES,
+    _blocks,
+    _chunk_blocks,
+    _collective,
+    _rpn,
+    _train_step,
+    run_training,
+    spec_memory,
+)
 
 __all__ = ["LayoutEvaluator", "GIB"]
 
-GIB = 2**30
 
 
 class LayoutEvaluator:
@@ -55,51 +63,34 @@ class LayoutEvaluator:
         """Per-GPU memory as `run_training` computes it (closed form, nothing timed)."""
         return spec_memory(self.model, t).total_bytes
 
-    def _sp(self, tp: int, pp: int, vpp: int, ep: int, stage: int) -> StageParams:
-        key = (tp, pp, vpp, ep, stage)
+    def _sp(self, par, stage: int) -> StageParams:
+        key = (par.tp, par.pp, par.vpp, par.ep, par.etp, stage)
         if key not in self._params:
-            self._params[key] = stage_params(self.model, tp=tp, pp=pp, vpp=vpp, ep=ep,
-                                             stage=stage)
+            self._params[key] = stage_params(self.model, tp=par.tp, pp=par.pp, vpp=par.vpp,
+                                             ep=par.ep, stage=stage, etp=par.etp)
         return self._params[key]
 
-    def _block_costs(self, sh: Sharding, tp_overlap: bool, slowdown: float
+    def _block_costs(self, par, step: TrainStep, tp_overlap: bool, slowdown: float
                      ) -> dict[Any, BlockCost]:
-        """Layer / embedding / head costs of one layer shape (cached)."""
-        par_key = (sh, tp_overlap, slowdown)
-        if par_key in self._blocks:
-            return self._blocks[par_key]
-        model = self.model
-        one = self._sp(sh.tp, 1, 1, sh.ep, 0)
-        n_moe = sum(one.layer_is_moe)
-        blocks: dict[Any, Any] = {}
-        for moe in ({False, True} if model.is_moe else {False}):
-            if moe and n_moe == 0 or not moe and n_moe == model.layers:
-                continue
-            blocks[moe] = layer_block(model, sh, moe=moe, layer_params_per_rank=one.largest_layer)
-        blocks["embedding"] = embedding_block(model, sh)
-        blocks["head"] = head_block(model, sh)
+        """Layer / embedding / head costs of one layer shape (cached): `_blocks`' blocks, one
+        `estimate_many` call for their distinct operators."""
+        key = (step, par.tp, par.ep, par.etp, tp_overlap, slowdown)
+        if key in self._blocks:
+            return self._blocks[key]
+        blocks = _blocks(self.model, par, step)
         ops = {n.op.key: n.op for b in blocks.values() for n in (*b.fwd, *b.bwd)}
         est = dict(zip(ops, self.chain.estimate_many(list(ops.values())), strict=True))
         costs = {k: block_cost(b, est, tp_overlap=tp_overlap, slowdown=slowdown)
                  for k, b in blocks.items()}
-        self._blocks[par_key] = costs
+        self._blocks[key] = costs
         self.stats["block_shapes"] += 1
         return costs
 
-    def _chunk_parts(self, pp: int, vpp: int) -> list[list[Any]]:
-        """Block keys of each virtual stage, in `_simulate`'s order."""
-        if (pp, vpp) not in self._parts:
-            model, nv = self.model, pp * vpp
-            per = math.ceil(model.layers / nv)
-            parts = []
-            for v in range(nv):
-                keys: list[Any] = [is_moe_layer(model, i)
-                                   for i in range(v * per, min((v + 1) * per, model.layers))]
-                keys += ["embedding"] if v == 0 else []
-                keys += ["head"] if v == nv - 1 else []
-                parts.append(keys)
-            self._parts[(pp, vpp)] = parts
-        return self._parts[(pp, vpp)]
+    def _chunk_parts(self, par) -> list[list[Any]]:
+        """Block keys of each virtual stage, in `_simulate`'s order (cached per pp, vpp)."""
+        if (par.pp, par.vpp) not in self._parts:
+            self._parts[(par.pp, par.vpp)] = _chunk_blocks(self.model, par)
+        return self._parts[(par.pp, par.vpp)]
 
     def _pipeline(self, t: TrainingSpec, fwd, bwd, p2p_s: float):
         par = t.parallel
@@ -130,24 +121,16 @@ class LayoutEvaluator:
         model, hw, par = self.model, self.hw, t.parallel
         gpn = cluster.gpus_per_node or hw.gpus_per_node
         slowdown = t.overlap.compute_slowdown or default_compute_slowdown(hw, t.overlap.comm_sms)
-        fsdp_group = par.dp * par.cp if par.zero_stage >= 3 else 1
-        sh = Sharding(micro_batch=t.micro_batch, seq_len=t.seq_len, tp=par.tp, cp=par.cp,
-                      ep=par.ep, sp=par.sp, tp_rpn=_rpn(par.tp, 1, gpn),
-                      cp_rpn=_rpn(par.cp, par.tp, gpn), ep_rpn=_rpn(par.ep, par.tp, gpn),
-                      fsdp_group=fsdp_group, fsdp_rpn=_rpn(fsdp_group, par.tp, gpn),
-                      cp_algorithm=t.cp_algorithm,
-                      gemm_dtype=DType.FP8 if t.precision == DType.FP8 else t.precision,
-                      act_dtype=DType.FP16 if t.precision == DType.FP16 else DType.BF16,
-                      recompute=t.recompute, flash_attention=t.attention == "flash")
-        costs = self._block_costs(sh, t.overlap.tp_comm, slowdown)
-        act_bytes = t.micro_batch * (t.seq_len // par.cp) * model.hidden * sh.act_dtype.bytes
+        step = _train_step(t, gpn)
+        costs = self._block_costs(par, step, t.overlap.tp_comm, slowdown)
+        act_bytes = step.tokens * model.hidden * step.precision.act.bytes
         act_bytes /= par.tp if par.sp else 1
         p2p = _collective(CollectiveKind.SEND_RECV, act_bytes, 2,
                           2 if par.tp * par.cp * par.dp * 2 <= gpn else 1)
         p2p_e = self.chain.estimate(p2p)
         fwd = [[0.0] * par.vpp for _ in range(par.pp)]
         bwd = [[0.0] * par.vpp for _ in range(par.pp)]
-        for v, keys in enumerate(self._chunk_parts(par.pp, par.vpp)):
+        for v, keys in enumerate(self._chunk_parts(par)):
             stage, chunk = v % par.pp, v // par.pp
             for k in keys:
                 fwd[stage][chunk] += costs[k].fwd.elapsed_s
@@ -181,7 +164,7 @@ class LayoutEvaluator:
         time parts), as `simulate.training._after_pipeline`; computed relative to the window
         start and cached."""
         par = t.parallel
-        sp = self._sp(par.tp, par.pp, par.vpp, par.ep, s)
+        sp = self._sp(par, s)
         end = pipe.stage_end_s[s]
         start = pipe.last_bwd_start_s[s] if t.overlap.dp_grad else end
         hide = fwd[s][0] if t.overlap.param_gather else 0.0
@@ -200,12 +183,13 @@ class LayoutEvaluator:
                   ) -> tuple[float, float, float, list[tuple[str, float]]]:
         chain, zero = self.chain, par.zero_stage
         shard = par.dp * par.cp
-        expert_shard = shard // par.ep
+        expert_shard = par.expert_shard_group
         syncs = []
         if zero < 3:
             syncs.append((sp.dense, shard, _rpn(shard, par.tp, gpn)))
             if sp.expert:
-                syncs.append((sp.expert, expert_shard, _rpn(expert_shard, par.tp * par.ep, gpn)))
+                syncs.append((sp.expert, expert_shard,
+                              _rpn(expert_shard, par.expert_tp * par.ep, gpn)))
         kind = CollectiveKind.ALL_REDUCE if zero == 0 else CollectiveKind.REDUCE_SCATTER
         queues = []  # per gradient queue: (buckets n, full-bucket estimate, last one)
         for params, group, rpn in syncs:
@@ -249,7 +233,7 @@ class LayoutEvaluator:
         par, m, model = t.parallel, t.num_microbatches, self.model
         compute = 0.0
         engine_s: dict[str, float] = {}
-        for v, keys in enumerate(self._chunk_parts(par.pp, par.vpp)):
+        for v, keys in enumerate(self._chunk_parts(par)):
             if v % par.pp != ref:
                 continue
             for k in keys:
@@ -267,7 +251,7 @@ class LayoutEvaluator:
         flops = model.flops_per_token(t.seq_len, training=True) * t.global_batch * t.seq_len
         return {
             "tokens_per_s": t.global_batch * t.seq_len / iteration,
-            "mfu": flops / (iteration * num_gpus * self.hw.peak_flops(DType.BF16)),
+            "mfu": flops / (iteration * num_gpus * self.hw.peak_flops(t.precision)),
             "tflops_per_gpu": flops / iteration / num_gpus / 1e12,
             "iteration_time_s": iteration, "memory_per_gpu_gib": mem / GIB,
             "bubble_fraction": pipe.bubble_fraction(ref),
