@@ -1,17 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
 """Training data of the transfer predictor: every GPU of the store, one family, subsampled.
 
-Frameworks' kernels for one shape disagree by 20-30% (`predictors.dataset`), so rows keep
-their *stack*: the provenance without its version (``trtllm``, ``nccl``, ``vidur``,
-``profiled``). The stack is a one-hot feature; at inference the model answers as the stack
-measured on the most GPUs. Per (GPU, stack) one provenance group is used
-(`dataset.pick_provenance`: most categorical configurations, then most rows, then the newest
-version), repeated op keys are folded to their median, and each GPU is subsampled to at most
-``cap`` rows: each stack an equal share (a small stack such as the NCCL tables, 504 rows
-beside Vidur's 8,937 on A100, is not drowned), within a stack stratified by the family's
-categorical fields (dtype, phase, kind, group size) with proportional allocation, seeded.
-Every GPU weighs the same and one fold trains in bounded time. A GPU of the store without a hardware YAML, or that is not a GPU, is skipped
-and listed.
+Frameworks' kernels for one shape disagree by 20-30% (`predictors.dataset`), so rows keep their
+*stack*: the provenance without its version (``trtllm``, ``nccl``, ``vidur``, ``profiled``). The
+stack is a one-hot feature; at inference the model answers as the stack measured on the most
+GPUs. Per (GPU, stack) one provenance group is used (`dataset.pick_provenance`: most categorical
+configurations, then most rows, then the newest version), repeated op keys are folded to their
+median, and each GPU is subsampled to at most ``cap`` rows: each stack an equal share (a small
+stack such as the NCCL tables, 504 rows beside Vidur's 8,937 on A100, is not drowned), within a
+stack stratified by the family's categorical fields (dtype, phase, kind, group size) with
+proportional allocation, seeded. Every GPU weighs the same and one fold trains in bounded time.
+A GPU of the store without a hardware YAML, or that is not a GPU, is skipped and listed.
 """
 
 from __future__ import annotations

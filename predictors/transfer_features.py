@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Features of the cross-GPU (transfer) predictor: the hardware spec and the shape's work
-decomposition on that hardware, in units that mean the same thing on every GPU.
+"""Features of the cross-GPU (transfer) predictor: the shape's work decomposition on a GPU,
+measured against that GPU's spec, in units that mean the same thing on every GPU.
 
 A per-(hardware, family) model (`predictors.features`) sees one GPU, so its columns can be raw
 dimensions. A model that must answer for a GPU it never saw needs the shape described *relative
@@ -8,16 +8,21 @@ to the GPU*: waves of output tiles over its SMs and the idle tail of the last wa
 "Matrix Multiplication Background User's Guide", sections "Tile Quantization" and "Wave
 Quantization"), arithmetic intensity against the GPU's ridge point (Williams, Waterman &
 Patterson, "Roofline", CACM 2009), working set against its L2, the compute, memory and link time
-bounds at its vendor peaks, and the spec itself (peak FLOP/s for the op's dtype, HBM and link
-bandwidth, SM count, L2 size). The idea is NeuSight's (Lee et al., "Forecasting GPU
-Performance for Deep Learning Training and Inference", ASPLOS 2025, arXiv:2407.13853): predict
-the utilisation of tile-level work from the device's specifications, not the latency of a
-shape on one device. The target is ln(latency / `features.ideal_time_s`) on that GPU.
+bounds at its vendor peaks (peak FLOP/s for the op's dtype, HBM and link bandwidth, link
+latency), and the roofline's own tile efficiency. The spec enters only through such ratios: raw
+spec columns (peak, bandwidth, SM count, L2 size as values) were tried and dropped: with four
+training GPUs a tree can only use them to recognise a GPU, and it routes an unseen one to
+whichever GPU a split happens to put it with (leave-one-out attention MAPE, 2,000 rows per GPU,
+300 trees: A100 34.4% with them and 21.6% without; B200 22.7 / 23.4, H100 28.4 / 27.6, L40S 59.6
+/ 60.2). The idea is NeuSight's (Lee et al., "Forecasting GPU Performance for Deep Learning
+Training and Inference", ASPLOS 2025, arXiv:2407.13853): predict the utilisation of tile-level
+work from the device's specifications, not the latency of a shape on one device. The target
+(`predictors.transfer`) is the latency relative to the roofline of that GPU (`ideal_seconds`).
 
-The hardware YAML (`analytical.hardware`) exposes no clock, so none is used; per-SM peak and
-bandwidth stand in for it. ``TRANSFER_SCHEMA_VERSION`` changes whenever a formula here does.
-The provenance stack (`predictors.transfer_data.stack_of`) is appended by the model as one-hot
-columns; its vocabulary is stored with the model.
+The hardware YAML (`analytical.hardware`) exposes no clock and no L2 bandwidth, so neither is
+used. ``TRANSFER_SCHEMA_VERSION`` changes whenever a formula here does. The provenance stack
+(`predictors.transfer_data.stack_of`) is appended by the model as one-hot columns; its
+vocabulary is stored with the model.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from analytical.ops import (
     OpSpec,
     Phase,
 )
-from analytical.roofline import gemm_tile_efficiency
+from analytical.roofline import gemm_tile_efficiency, roofline_time
 from predictors.features import _DTYPES, _log2, _peak_flops, ideal_time_s, row_alignment_log2
 
 TRANSFER_SCHEMA_VERSION = 1
@@ -63,18 +68,6 @@ def _waves(ctas: float, hw: HardwareSpec) -> list[float]:
 
 def _wave_names(prefix: str) -> list[str]:
     return [f"{prefix}_log2_ctas", f"{prefix}_log2_waves", f"{prefix}_wave_busy"]
-
-
-def _hardware(op: OpSpec, hw: HardwareSpec) -> list[float]:
-    """The spec as the op sees it: its dtype's peak, HBM bandwidth, SMs, L2, ridge point."""
-    peak = _peak_flops(op, hw)
-    bw = hw.memory_bw_bytes_per_s
-    return [_log2(peak), _log2(bw), float(hw.compute_units), _log2(hw.l2_bytes),
-            _log2(peak / bw), _log2(peak / hw.compute_units), _log2(bw / hw.compute_units)]
-
-
-_HARDWARE = ["hw_log2_peak_flops", "hw_log2_hbm_bw", "hw_sms", "hw_log2_l2_bytes",
-             "hw_log2_ridge", "hw_log2_peak_per_sm", "hw_log2_bw_per_sm"]
 
 
 def _work(op: OpSpec, hw: HardwareSpec, working_set: float) -> list[float]:
@@ -101,7 +94,7 @@ _DTYPE = [f"dtype_{d.value}" for d in _DTYPES]
 def gemm_row(op: GemmSpec, hw: HardwareSpec) -> list[float]:
     e = op.dtype.bytes
     row = [_log2(d) for d in (op.m, op.n, op.k, op.batch)]
-    row += _hardware(op, hw) + _work(op, hw, op.bytes)
+    row += _work(op, hw, op.bytes)
     for tile_m, tile_n in _GEMM_TILES:
         m_tiles, n_tiles = math.ceil(op.m / tile_m), math.ceil(op.n / tile_n)
         ctas = op.batch * m_tiles * n_tiles
@@ -116,7 +109,7 @@ def gemm_row(op: GemmSpec, hw: HardwareSpec) -> list[float]:
     return row + _dtype(op)
 
 
-_GEMM = (["log2_m", "log2_n", "log2_k", "log2_batch"] + _HARDWARE + _WORK
+_GEMM = (["log2_m", "log2_n", "log2_k", "log2_batch"] + _WORK
          + [n for tm, tn in _GEMM_TILES for n in
             (*_wave_names(f"t{tm}x{tn}"), f"t{tm}x{tn}_padding_eff", f"t{tm}x{tn}_log2_tile_bytes",
              f"t{tm}x{tn}_log2_stream_s")]
@@ -131,7 +124,7 @@ def attention_row(op: AttentionSpec, hw: HardwareSpec) -> list[float]:
                               op.head_dim)]
     row += [op.heads / op.kv_heads, float(op.causal), float(op.phase == Phase.DECODE),
             float(op.backward), _log2(op.score_pairs)]
-    row += _hardware(op, hw) + _work(op, hw, kv_bytes)
+    row += _work(op, hw, kv_bytes)
     row += _waves(op.batch * op.heads * math.ceil(op.q_len / _ATTN_Q_BLOCK), hw)
     row += _waves(op.batch * op.kv_heads * math.ceil(op.kv_len / _ATTN_KV_BLOCK), hw)
     row += _waves(op.batch * op.kv_heads, hw)
@@ -142,7 +135,7 @@ def attention_row(op: AttentionSpec, hw: HardwareSpec) -> list[float]:
 
 _ATTENTION = (["log2_batch", "log2_q_len", "log2_kv_len", "log2_heads", "log2_kv_heads",
                "log2_head_dim", "gqa_ratio", "causal", "decode", "backward",
-               "log2_score_pairs"] + _HARDWARE + _WORK + _wave_names("qblock")
+               "log2_score_pairs"] + _WORK + _wave_names("qblock")
               + _wave_names("kvsplit") + _wave_names("kvhead") + ["log2_kv_bytes_per_cta"]
               + _DTYPE)
 
@@ -151,30 +144,27 @@ def collective_row(op: CollectiveSpec, hw: HardwareSpec) -> list[float]:
     link = hw.intra_node if op.nodes == 1 else hw.inter_node
     row = [_log2(op.size_bytes), _log2(op.size_bytes / op.group_size), float(op.group_size),
            float(op.ranks_per_node), float(op.nodes), op.bus_factor, _log2(op.bytes)]
-    row += [_log2(link.bandwidth_bytes_per_s), link.latency_s * 1e6,
-            _log2(op.bytes / link.bandwidth_bytes_per_s), _log2(ideal_time_s(op, hw)),
-            float(hw.compute_units), _log2(hw.memory_bw_bytes_per_s),
+    row += [_log2(op.bytes / link.bandwidth_bytes_per_s), _log2(ideal_time_s(op, hw)),
             _log2(op.size_bytes / hw.l2_bytes)]
     row += [1.0 if op.kind == k else 0.0 for k in CollectiveKind]
     return row + _dtype(op)
 
 
 _COLLECTIVE = (["log2_size_bytes", "log2_chunk_bytes", "group_size", "ranks_per_node", "nodes",
-                "bus_factor", "log2_bus_bytes", "hw_log2_link_bw", "hw_link_latency_us",
-                "log2_link_s", "log2_roofline_s", "hw_sms", "hw_log2_hbm_bw",
+                "bus_factor", "log2_bus_bytes", "log2_link_s", "log2_roofline_s",
                 "log2_size_over_l2"]
                + [f"kind_{k.value}" for k in CollectiveKind] + _DTYPE)
 
 
 def memory_row(op: MemoryBoundSpec, hw: HardwareSpec) -> list[float]:
     row = [_log2(op.rows), _log2(op.cols), float(op.backward)]
-    row += _hardware(op, hw) + _work(op, hw, op.bytes)
+    row += _work(op, hw, op.bytes)
     row += _waves(op.rows, hw)  # one CTA per row: the usual norm/activation launch
     row += [1.0 if op.kind == k else 0.0 for k in MemoryOpKind]
     return row + _dtype(op)
 
 
-_MEMORY = (["log2_rows", "log2_cols", "backward"] + _HARDWARE + _WORK + _wave_names("row")
+_MEMORY = (["log2_rows", "log2_cols", "backward"] + _WORK + _wave_names("row")
            + [f"kind_{k.value}" for k in MemoryOpKind] + _DTYPE)
 
 TRANSFER_FEATURES: dict[str, tuple[str, ...]] = {
@@ -206,5 +196,8 @@ def transfer_matrix(family: str, ops: Sequence[OpSpec], hw: HardwareSpec) -> np.
 
 
 def ideal_seconds(ops: Sequence[OpSpec], hw: HardwareSpec) -> np.ndarray:
-    """The vendor-peak roofline of each op on ``hw``: the target's normaliser."""
-    return np.array([ideal_time_s(op, hw) for op in ops], dtype=np.float64)
+    """The target's normaliser before the floor: `analytical.roofline.roofline_time`, the
+    roofline the engine chain falls back to (vendor peaks derated by the YAML's efficiency
+    factors and, for GEMMs, tile and wave quantisation; collectives: the link model).
+    Raises `SpecError` for a dtype the GPU does not support."""
+    return np.array([roofline_time(op, hw) for op in ops], dtype=np.float64)
