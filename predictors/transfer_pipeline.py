@@ -24,6 +24,7 @@ class TransferOutcome:
     run_id: str | None = None
     version: str | None = None
     champion: bool = False
+    gate: str = ""
     fit_s: float = 0.0
 
     def as_dict(self) -> dict[str, object]:
@@ -34,13 +35,13 @@ class TransferOutcome:
                 "default_stack": self.model.default_stack,
                 "data_fingerprint": str(self.data.fingerprint), "n_trees": self.model.n_trees,
                 "fit_s": round(self.fit_s, 2), "run_id": self.run_id, "version": self.version,
-                "champion": self.champion}
+                "champion": self.champion, "gate": self.gate}
 
     def summary(self) -> str:
         d = self.as_dict()
         logged = ("not logged" if self.run_id is None else
                   f"run {self.run_id}, version {self.version}"
-                  f"{' (champion)' if self.champion else ''}")
+                  f"{' (champion)' if self.champion else ' (not champion)'}: {self.gate}")
         skipped = "; ".join(f"{k}: {v}" for k, v in self.data.skipped.items()) or "none"
         return (f"transfer {d['family']}: trained on {', '.join(self.model.gpus)} "
                 f"({d['rows']} rows: {d['rows_per_gpu']}), stacks {d['stacks']} (asked as "
@@ -78,12 +79,13 @@ def run_transfer(family: str, *, db: str | Path | None = None, tracking_uri: str
     if leave_out is not None:
         folds.append(evaluate_fold(data, rows, leave_out, config))
     run_id = version = None
-    champion = False
+    champion, why = False, ""
     if log:
-        from predictors.transfer_tracking import log_transfer
+        from predictors.transfer_tracking import gate, log_transfer
 
         logged, champion = log_transfer(model, data, config, folds=folds,
                                         tracking_uri=tracking_uri)
         run_id, version = logged.run_id, logged.version
+        why = gate(folds)[1]
     return TransferOutcome(model=model, data=data, folds=folds, run_id=run_id,
-                           version=version, champion=champion, fit_s=fit_s)
+                           version=version, champion=champion, gate=why, fit_s=fit_s)

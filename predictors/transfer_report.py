@@ -32,11 +32,15 @@ def fold_rows(folds: Sequence[FoldResult], *,
     rows: list[dict[str, object]] = []
     for fold in folds:
         champion = champion_heldout(fold.heldout, fold.family, tracking_uri)
+        stacks = list(fold.transfer)
         for stack, m in fold.transfer.items():
+            if stack != ALL and len(stacks) == 2:
+                continue  # one stack: its row is the all row
             roof = fold.roofline[stack]
             rows.append({
                 "family": fold.family, "heldout": fold.heldout,
-                "trained_on": ", ".join(fold.train_gpus), "stack": stack, "n": m.n,
+                "trained_on": ", ".join(fold.train_gpus),
+                "stack": stack if len(stacks) > 2 else f"{ALL} ({stacks[-1]})", "n": m.n,
                 "transfer_mape": m.mape, "transfer_median": m.median_ape,
                 "transfer_p90": m.p90_ape, "roofline_mape": roof.mape,
                 "champion_mape": (f"{champion['mape']:.2f} (n={champion['n']})"

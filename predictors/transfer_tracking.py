@@ -1,11 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
 """MLflow for the transfer predictor: one run per training, registered model
-``llmsim.transfer.<family>``, alias `champion`.
+``llmsim.transfer.<family>``, alias `champion` (what the engine chain asks).
 
 The name does not start with ``llmsim-``, so the per-(hardware, family) report and promotion
 (`predictors.report`, `predictors.promote`) never mistake it for one of theirs. A new version
-takes the alias when it was trained on at least as many GPUs as the current champion: a model
-fitted with ``--leave-out`` is logged for the record and does not replace the full one. Run
+takes the alias only with evidence that it beats what the chain would otherwise use on a GPU
+it never saw: a leave-one-GPU-out evaluation ran (``--loo`` or ``--leave-out``) and its MAPE
+over every scored row is below the roofline's on the same rows (`gate`); and it was trained on
+at least as many GPUs as the current champion (a ``--leave-out`` model does not replace the full
+one). Run
 artifacts: ``model/`` (``model.ubj`` + ``schema.json``) and, when the leave-one-GPU-out
 evaluation ran, ``leave_one_out.json``.
 """
@@ -24,7 +27,7 @@ from analytical.paths import default_tracking_uri
 from predictors.tracking import ALIAS, LoggedRun, _experiment_id, champion_version, client_for
 from predictors.transfer import TransferConfig, TransferModel
 from predictors.transfer_data import TransferData
-from predictors.transfer_eval import FoldResult
+from predictors.transfer_eval import ALL, FoldResult
 from predictors.transfer_features import TRANSFER_SCHEMA_VERSION
 
 MODEL_DIR = "model"
@@ -45,6 +48,21 @@ def fold_metrics(folds: Sequence[FoldResult]) -> dict[str, float]:
     return out
 
 
+def gate(folds: Sequence[FoldResult]) -> tuple[bool, str]:
+    """(passes, why): the transfer model's MAPE over every scored held-out row beats the
+    roofline's on the same rows."""
+    if not folds:
+        return False, "no leave-one-GPU-out evaluation (run with --loo)"
+    n = sum(f.transfer[ALL].n for f in folds)
+    if n == 0:
+        return False, "no held-out row could be scored"
+    ours = sum(f.transfer[ALL].mape * f.transfer[ALL].n for f in folds) / n
+    roof = sum(f.roofline[ALL].mape * f.roofline[ALL].n for f in folds) / n
+    verdict = "beats" if ours < roof else "does not beat"
+    return ours < roof, (f"held-out MAPE {ours:.1f}% over {n} rows {verdict} the roofline's "
+                         f"{roof:.1f}%")
+
+
 def _tags(model: TransferModel, data: TransferData, config: TransferConfig) -> dict[str, str]:
     return {"kind": "transfer", "family": model.family, "gpus": ",".join(model.gpus),
             "stacks": ",".join(model.stacks), "default_stack": model.default_stack,
@@ -52,6 +70,7 @@ def _tags(model: TransferModel, data: TransferData, config: TransferConfig) -> d
             "data_fingerprint": str(data.fingerprint), "seed": str(config.seed),
             "nthread": str(config.nthread), "rows_per_gpu_cap": str(data.cap),
             "skipped_gpus": ",".join(f"{k} ({v})" for k, v in data.skipped.items()),
+            "floor_s": repr(model.floor_s),
             **{f"provenance.{n}": ",".join(g.provenances) for n, g in data.gpus.items()}}
 
 
@@ -69,7 +88,7 @@ def log_transfer(model: TransferModel, data: TransferData, config: TransferConfi
     with mlflow.start_run(experiment_id=experiment_id,
                           run_name=f"transfer-{model.family}") as run:
         mlflow.log_params(params)
-        mlflow.set_tags(_tags(model, data, config))
+        mlflow.set_tags(_tags(model, data, config) | {"gate": gate(folds)[1]})
         mlflow.log_metrics(fold_metrics(folds))
         with tempfile.TemporaryDirectory() as tmp:
             model.save(Path(tmp) / MODEL_DIR)
@@ -87,7 +106,7 @@ def log_transfer(model: TransferModel, data: TransferData, config: TransferConfi
                                           tags={"gpus": ",".join(model.gpus)})
     current = champion_version(client, name)
     held = 0 if current is None else len((current.tags or {}).get("gpus", "").split(","))
-    promoted = len(model.gpus) >= held
+    promoted = gate(folds)[0] and len(model.gpus) >= held
     if promoted:
         client.set_registered_model_alias(name, ALIAS, version.version)
     clear_cache()
