@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The engine chain: store (exact measurement) -> XGBoost predictor -> roofline / link model.
+"""The engine chain: store (exact measurement) -> XGBoost champion -> cross-GPU transfer model
+-> roofline / link model.
 
 Every answer is an `Estimate` naming the engine that produced it. Requests are batched and
 deduplicated by ``op.key``; answers are cached per chain, so a layer estimated once costs a dict
