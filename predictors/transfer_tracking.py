@@ -114,9 +114,14 @@ def log_transfer(model: TransferModel, data: TransferData, config: TransferConfi
 
 
 def load_transfer(family: str, *, tracking_uri: str | None = None) -> TransferModel:
-    """The champion transfer model of ``family``, cached per tracking URI; clear error if
-    there is none."""
-    return _load(family, tracking_uri or default_tracking_uri())
+    """The champion transfer model of ``family``, cached per tracking URI (its absence too:
+    the engine chain asks once per batch of new shapes); clear error if there is none."""
+    uri = tracking_uri or default_tracking_uri()
+    model = _load(family, uri)
+    if model is None:
+        raise LlmsimError(f"no transfer predictor for {family!r} in {uri}; train one with "
+                          f"`llmsim train transfer --op {family} --loo`")
+    return model
 
 
 def clear_cache() -> None:
@@ -124,13 +129,11 @@ def clear_cache() -> None:
 
 
 @functools.lru_cache(maxsize=16)
-def _load(family: str, tracking_uri: str) -> TransferModel:
+def _load(family: str, tracking_uri: str) -> TransferModel | None:
     client = client_for(tracking_uri)
-    name = registered_transfer_name(family)
-    version = champion_version(client, name)
+    version = champion_version(client, registered_transfer_name(family))
     if version is None:
-        raise LlmsimError(f"no transfer predictor for {family!r} in {tracking_uri}; train one "
-                          f"with `llmsim train transfer --op {family}`")
+        return None
     with tempfile.TemporaryDirectory() as tmp:
         try:
             path = client.download_artifacts(version.run_id, MODEL_DIR, tmp)
