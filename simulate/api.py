@@ -58,7 +58,7 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario, *, overrides: Seque
 
 
 def _missing(chain: EngineChain, name: str) -> dict[str, Any]:
-    return missing_sweep(chain.ops_served_by(("xgboost", "roofline")), name)
+    return missing_sweep(chain.ops_served_by(("xgboost", "xgboost-transfer", "roofline")), name)
 
 
 def _inference(sc: Scenario, chain: EngineChain, *, record: bool) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The engine chain: store (exact measurement) -> XGBoost predictor -> roofline / link model.
+"""The engine chain: store (exact measurement) -> XGBoost champion -> cross-GPU transfer model
+-> roofline / link model.
 
 Every answer is an `Estimate` naming the engine that produced it. Requests are batched and
 deduplicated by ``op.key``; answers are cached per chain, so a layer estimated once costs a dict
@@ -25,7 +26,7 @@ from analytical.hardware import HardwareSpec
 from analytical.ops import OpSpec
 from analytical.roofline import roofline_time
 
-ENGINE_ORDER: tuple[str, ...] = ("store", "xgboost", "roofline")
+ENGINE_ORDER: tuple[str, ...] = ("store", "xgboost", "xgboost-transfer", "roofline")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,7 +79,8 @@ class EngineChain:
         self._ops: dict[str, OpSpec] = {}
         self._store_index: dict[str, dict[str, float]] = {}
         self.available: dict[str, bool] = {"store": self._store is not None,
-                                           "xgboost": False, "roofline": True}
+                                           "xgboost": False, "xgboost-transfer": False,
+                                           "roofline": True}
 
     @staticmethod
     def _open_store(store_path: str | Path | None) -> object | None:
@@ -165,6 +167,7 @@ class EngineChain:
                     self._cache[op.key] = Estimate(latency_s=float(value), engine="xgboost",
                                                    detail=f"champion model for {family}")
                     todo.pop(op.key, None)
+        self._ask_transfer(todo, declined)
         for key, op in todo.items():
             detail = "link model" if op.family == "collective" else "roofline"
             if key in declined:
@@ -175,3 +178,25 @@ class EngineChain:
     def ops_served_by(self, engines: Sequence[str]) -> list[OpSpec]:
         """Every operator asked so far whose answer came from one of ``engines``."""
         return [self._ops[k] for k, e in self._cache.items() if e.engine in engines]
+
+    def _ask_transfer(self, todo: dict[str, OpSpec], declined: dict[str, str]) -> None:
+        """The cross-GPU model (`predictors.transfer`) for what no champion answered: it
+        prices a GPU from its hardware YAML, measured rows or not. Answers leave ``todo``."""
+        if not (todo and self._use_predictors and _tracking_store_exists(self._tracking_uri)):
+            return
+        from predictors.transfer_answer import transfer_answers
+
+        by_family: dict[str, list[OpSpec]] = {}
+        for op in todo.values():
+            by_family.setdefault(op.family, []).append(op)
+        for family, family_ops in by_family.items():
+            answer = transfer_answers(family, family_ops, self.hardware,
+                                      tracking_uri=self._tracking_uri)
+            self.available["xgboost-transfer"] |= answer.loaded
+            for key, value in answer.seconds.items():
+                self._cache[key] = Estimate(latency_s=value, engine="xgboost-transfer",
+                                            detail=f"transfer model for {family}")
+                todo.pop(key, None)
+                declined.pop(key, None)
+            for key, why in answer.declined.items():
+                declined.setdefault(key, f"{family} transfer model never trained on {why}")

@@ -230,3 +230,57 @@ def promote_cmd(hardware, op, version, tracking_uri, force, as_json) -> None:
                     title=f"{p.name}: held-out comparison")
     verb = "promoted" if p.promoted else "not promoted"
     click.echo(f"{p.name} v{p.candidate_version} {verb}: {p.reason}")
+
+
+_TRANSFER_FAMILIES = ["gemm", "attention", "collective", "memory"]
+
+
+@group.command("transfer")
+@click.option("--op", "ops", required=True, multiple=True, type=click.Choice(_TRANSFER_FAMILIES),
+              help="Operator family (repeat for several).")
+@click.option("--leave-out", default=None,
+              help="Train without this GPU and score it (one leave-one-GPU-out fold).")
+@click.option("--loo", is_flag=True,
+              help="Also run leave-one-GPU-out over every GPU with rows and print the table.")
+@click.option("--rows-per-gpu", type=int, default=None,
+              help="Rows per GPU (stratified, seeded sample; default per family: gemm and "
+              "attention 6000, collective 3000, memory 4000).")
+@click.option("--write-readme", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="With --loo: replace the transfer-table section of this README.")
+@click.option("--no-log", is_flag=True, help="Do not log or register anything in MLflow.")
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Store file (default: $LLMSIM_DB or $LLMSIM_HOME/llmsim.duckdb).")
+@click.option("--tracking-uri", default=None, help="MLflow tracking URI.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def transfer_cmd(ops, leave_out, loo, rows_per_gpu, write_readme, no_log, db, tracking_uri,
+                 seed, as_json) -> None:
+    """Train the cross-GPU predictor of each family on every GPU in the store (it answers
+    for GPUs with a hardware YAML and no rows), log it to MLflow, and with --loo score it
+    leave-one-GPU-out beside the roofline."""
+    import sys
+
+    from predictors.transfer_pipeline import run_transfer
+    from predictors.transfer_report import COLUMNS, fold_rows, markdown_table
+
+    if write_readme is not None and not loo:
+        raise click.UsageError("--write-readme needs --loo (the table is the leave-one-out one)")
+    if rows_per_gpu is not None and rows_per_gpu < 10:
+        raise click.BadParameter("must be at least 10", param_hint="--rows-per-gpu")
+    outcomes = [run_transfer(op, db=db, tracking_uri=tracking_uri, seed=seed, cap=rows_per_gpu,
+                             leave_out=leave_out, loo=loo, log=not no_log,
+                             progress=None if as_json else click.echo) for op in ops]
+    rows = [r for o in outcomes for r in fold_rows(o.folds, tracking_uri=tracking_uri)]
+    if write_readme is not None:
+        from predictors.transfer_report import write_readme_section
+
+        command = "llmsim train " + " ".join(sys.argv[sys.argv.index("transfer"):]) \
+            if "transfer" in sys.argv else "llmsim train transfer --loo --write-readme"
+        write_readme_section(write_readme, markdown_table(rows), command)
+    if as_json:
+        print_json({"models": [o.as_dict() for o in outcomes], "leave_one_out": rows})
+        return
+    for outcome in outcomes:
+        click.echo(outcome.summary())
+    if rows:
+        print_table(rows, list(COLUMNS), title="Leave-one-GPU-out: error in percent")

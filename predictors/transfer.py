@@ -1,0 +1,260 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The transfer predictor: one XGBoost model per operator family across every GPU of the store,
+which answers for a GPU that has a hardware YAML and no measurements.
+
+Features: `predictors.transfer_features` (the shape's work decomposition measured against the
+GPU's spec) plus a one-hot of the measuring stack (`predictors.transfer_data.stack_of`).
+Target: ln(latency / (roofline of that GPU + floor)), so the trees learn an efficiency, which
+moves between GPUs far less than a latency does. The roofline is
+`analytical.roofline.roofline_time`, the engine the chain falls back to (the YAML's efficiency
+factors and GEMM tile quantisation included; for collectives the link model). The floor is the
+alpha term of an alpha-beta model for kernels (collectives carry their link latency already and
+get none): the median over the training GPUs of each GPU's 1st-percentile latency, about 2-3
+us for TensorRT-LLM GEMMs and 6-11 us for its attention kernels in the curated set. Without it
+TensorRT-LLM decode attention is a median 14x its vendor-peak roofline on H100 and B200 and
+2.3x on L40S: the ratio then encodes the GPU's bandwidth, not how well the kernel uses it
+(leave-one-out attention MAPE on L40S in an exploratory run, 2,000 rows per GPU and 300
+trees: 120% without the floor, 60% with it).
+
+At inference the stack is the one measured on the most training GPUs (``default_stack``).
+Saved as ``model.ubj`` (XGBoost's own format, never pickle) + ``schema.json`` (schema version,
+ordered feature names, stacks, GPUs trained on, training domain, floor, hyper-parameters);
+loading checks the schema. Deterministic for the same data, seed and thread count (``hist``,
+seeded subsampling). One thread by default: on a shared, oversubscribed machine OpenMP's
+spinning threads made a two-thread fit about 15x slower than a one-thread one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from analytical.errors import LlmsimError
+from analytical.hardware import HardwareSpec
+from analytical.ops import OpSpec
+from predictors.domain import Domain, outside_domain, training_domain
+from predictors.model import HyperParams, fit_booster
+from predictors.transfer_data import TransferData
+from predictors.transfer_features import (
+    TRANSFER_SCHEMA_VERSION,
+    ideal_seconds,
+    transfer_feature_names,
+    transfer_matrix,
+)
+
+MODEL_FILE = "model.ubj"
+SCHEMA_FILE = "schema.json"
+MODEL_KIND = "transfer"
+# One fixed setting, not searched: a search would need an inner leave-one-GPU-out, and with four
+# GPUs per family that costs more than the fit. Shallow-ish trees, strong row/column
+# subsampling and min_child_weight 5 keep the trees on the physics columns rather than on the
+# few hardware values that identify a training GPU.
+DEFAULT_PARAMS = HyperParams(max_depth=7, learning_rate=0.05, min_child_weight=5.0,
+                             subsample=0.8, colsample_bytree=0.7, reg_lambda=1.0,
+                             max_rounds=600, objective="squarederror")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransferConfig:
+    seed: int = 0
+    nthread: int = 1
+    params: HyperParams = DEFAULT_PARAMS
+
+
+def stack_columns(stacks: Sequence[str], vocabulary: Sequence[str]) -> np.ndarray:
+    """One-hot [rows, len(vocabulary)]; a stack outside the vocabulary is all zeros."""
+    out = np.zeros((len(stacks), len(vocabulary)))
+    index = {s: i for i, s in enumerate(vocabulary)}
+    for row, stack in enumerate(stacks):
+        if stack in index:
+            out[row, index[stack]] = 1.0
+    return out
+
+
+class TransferModel:
+    """A fitted cross-GPU booster for one family and what it needs to return seconds."""
+
+    def __init__(self, *, booster, family: str, gpus: Sequence[str], stacks: Sequence[str],
+                 default_stack: str, params: HyperParams, domain: Domain,
+                 vendors: Sequence[str], floor_s: float, rows: int = 0,
+                 schema_version: int = TRANSFER_SCHEMA_VERSION) -> None:
+        self.booster = booster
+        self.family = family
+        self.gpus = tuple(gpus)
+        self.stacks = tuple(stacks)
+        self.default_stack = default_stack
+        self.params = params
+        self.domain = domain
+        self.vendors = tuple(vendors)
+        self.floor_s = float(floor_s)
+        self.rows = rows
+        self.schema_version = schema_version
+
+    @property
+    def feature_names(self) -> list[str]:
+        return transfer_feature_names(self.family) + [f"stack_{s}" for s in self.stacks]
+
+    @property
+    def n_trees(self) -> int:
+        return int(self.booster.num_boosted_rounds())
+
+    def features(self, ops: Sequence[OpSpec], hw: HardwareSpec,
+                 stacks: Sequence[str] | None = None) -> np.ndarray:
+        stacks = [self.default_stack] * len(ops) if stacks is None else stacks
+        return np.hstack([transfer_matrix(self.family, ops, hw),
+                          stack_columns(stacks, self.stacks)])
+
+    def predict(self, ops: Sequence[OpSpec], hw: HardwareSpec,
+                stacks: Sequence[str] | None = None) -> np.ndarray:
+        """Seconds per op on ``hw`` as measured by ``stacks`` (default: `default_stack`)."""
+        import xgboost as xgb
+
+        if not ops:
+            return np.empty(0)
+        matrix = xgb.DMatrix(self.features(ops, hw, stacks), nthread=1)
+        raw = self.booster.predict(matrix).astype(np.float64)
+        return np.exp(raw) * (ideal_seconds(ops, hw) + self.floor_s)
+
+    def outside_domain(self, op: OpSpec, hw: HardwareSpec) -> str | None:
+        """Why this model should not price ``op`` on ``hw`` (a dtype, kind or phase it never
+        saw, a device kind or vendor none of its GPUs had), or None."""
+        if hw.kind != "gpu":
+            return f"kind={hw.kind}"
+        if hw.vendor not in self.vendors:
+            return f"vendor={hw.vendor}"
+        return outside_domain(self.domain, op)
+
+    def save(self, folder: str | Path) -> Path:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.booster.save_model(str(folder / MODEL_FILE))
+        doc = {"kind": MODEL_KIND, "family": self.family, "schema_version": self.schema_version,
+               "features": self.feature_names, "stacks": list(self.stacks),
+               "default_stack": self.default_stack, "gpus": list(self.gpus),
+               "vendors": list(self.vendors), "domain": self.domain, "rows": self.rows,
+               "target": "log_roofline_ratio", "floor_s": self.floor_s.hex(),
+               "params": asdict(self.params),
+               "n_trees": self.n_trees}
+        (folder / SCHEMA_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        return folder
+
+    @classmethod
+    def load(cls, folder: str | Path) -> TransferModel:
+        """Read a folder written by `save`; the schema must match this llmsim's."""
+        import xgboost as xgb
+
+        folder = Path(folder)
+        doc = _read_schema(folder / SCHEMA_FILE)
+        booster = xgb.Booster()
+        if not (folder / MODEL_FILE).exists():
+            raise LlmsimError(f"{folder / MODEL_FILE}: missing")
+        booster.load_model(str(folder / MODEL_FILE))
+        return cls(booster=booster, family=doc["family"], gpus=doc["gpus"],
+                   stacks=doc["stacks"], default_stack=doc["default_stack"],
+                   params=HyperParams(**doc["params"]), domain=doc["domain"],
+                   vendors=doc["vendors"], floor_s=float.fromhex(doc["floor_s"]),
+                   rows=int(doc.get("rows", 0)),
+                   schema_version=doc["schema_version"])
+
+
+def _read_schema(path: Path) -> dict:
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise LlmsimError(f"{path}: missing; a transfer model folder needs {MODEL_FILE} and "
+                          f"{SCHEMA_FILE}") from None
+    except json.JSONDecodeError as exc:
+        raise LlmsimError(f"{path}: not valid JSON ({exc})") from None
+    check_transfer_schema(doc, source=str(path))
+    return doc
+
+
+def check_transfer_schema(doc: dict, *, source: str) -> None:
+    """Raise a clear `LlmsimError` unless ``doc`` matches this llmsim's transfer schema."""
+    if doc.get("kind") != MODEL_KIND:
+        raise LlmsimError(f"{source}: kind: {doc.get('kind')!r}, expected {MODEL_KIND!r}")
+    family = doc.get("family")
+    retrain = f"retrain with `llmsim train transfer --op {family}`"
+    if doc.get("schema_version") != TRANSFER_SCHEMA_VERSION:
+        raise LlmsimError(f"{source}: transfer schema version {doc.get('schema_version')} but "
+                          f"this llmsim uses {TRANSFER_SCHEMA_VERSION}; {retrain}")
+    for key in ("stacks", "default_stack", "gpus", "vendors", "domain", "params", "floor_s"):
+        if key not in doc:
+            raise LlmsimError(f"{source}: {key}: missing")
+    expected = transfer_feature_names(family) + [f"stack_{s}" for s in doc["stacks"]]
+    if doc.get("features") != expected:
+        raise LlmsimError(f"{source}: feature names differ from transfer schema version "
+                          f"{TRANSFER_SCHEMA_VERSION} for {family!r}; {retrain}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rows:
+    """Rows of several GPUs with their features computed once (the leave-one-out loop slices
+    them instead of recomputing)."""
+
+    gpu: np.ndarray  # hardware name per row
+    ops: tuple[OpSpec, ...]
+    stacks: np.ndarray
+    features: np.ndarray  # transfer_matrix columns, without the stack one-hot
+    latency_s: np.ndarray
+    ideal_s: np.ndarray
+
+    def select(self, mask: np.ndarray) -> Rows:
+        return Rows(gpu=self.gpu[mask], ops=tuple(o for o, m in zip(self.ops, mask, strict=True)
+                                                  if m),
+                    stacks=self.stacks[mask], features=self.features[mask],
+                    latency_s=self.latency_s[mask], ideal_s=self.ideal_s[mask])
+
+
+def all_rows(data: TransferData) -> Rows:
+    """Every GPU's rows of ``data``, GPUs in name order."""
+    gpu, ops, feats = [], [], []
+    for name, g in data.gpus.items():
+        gpu += [name] * len(g)
+        ops += list(g.ops)
+        feats.append(transfer_matrix(data.family, g.ops, g.hardware))
+    return Rows(gpu=np.array(gpu, dtype=str), ops=tuple(ops),
+                stacks=np.concatenate([g.stacks for g in data.gpus.values()]),
+                features=np.vstack(feats),
+                latency_s=np.concatenate([g.latency_s for g in data.gpus.values()]),
+                ideal_s=np.concatenate([ideal_seconds(g.ops, g.hardware)
+                                        for g in data.gpus.values()]))
+
+
+def fit_transfer(data: TransferData, config: TransferConfig = TransferConfig(), *,
+                 leave_out: Sequence[str] = (), rows: Rows | None = None) -> TransferModel:
+    """Fit on every GPU of ``data`` except ``leave_out`` (``rows``: `all_rows` of ``data``,
+    computed once by a caller that fits several times)."""
+    rows = all_rows(data) if rows is None else rows
+    train = rows.select(~np.isin(rows.gpu, list(leave_out)))
+    if not len(train.ops):
+        raise LlmsimError(f"no GPU left to train the {data.family} transfer model on")
+    gpus = sorted(set(train.gpu.tolist()))
+    vocabulary = sorted(set(train.stacks.tolist()))
+    gpus_per_stack = Counter(s for _, s in set(zip(train.gpu.tolist(), train.stacks.tolist(),
+                                                   strict=True)))
+    rows_per_stack = Counter(train.stacks.tolist())
+    default = max(vocabulary, key=lambda s: (gpus_per_stack[s], rows_per_stack[s], s))
+    floor = launch_floor(data.family, train)
+    x = np.hstack([train.features, stack_columns(train.stacks.tolist(), vocabulary)])
+    booster = fit_booster(x, np.log(train.latency_s / (train.ideal_s + floor)), config.params,
+                          seed=config.seed, nthread=config.nthread)
+    return TransferModel(booster=booster, family=data.family, gpus=gpus, stacks=vocabulary,
+                         default_stack=default, params=config.params,
+                         domain=training_domain(train.ops),
+                         vendors=sorted({data.gpus[n].hardware.vendor for n in gpus}),
+                         floor_s=floor, rows=len(train.ops))
+
+
+def launch_floor(family: str, rows: Rows) -> float:
+    """Seconds added to the roofline before the ratio (see the module doc): 0 for collectives,
+    else the median over GPUs of each GPU's 1st-percentile latency."""
+    if family == "collective":
+        return 0.0
+    per_gpu = [np.quantile(rows.latency_s[rows.gpu == g], 0.01) for g in np.unique(rows.gpu)]
+    return float(np.median(per_gpu))

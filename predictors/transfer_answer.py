@@ -1,0 +1,50 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What the engine chain asks of the transfer predictor: seconds for the ops it may answer,
+and why it declines the others (a dtype, kind or phase none of its training rows held, a
+vendor or device kind none of its GPUs had: `TransferModel.outside_domain`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from analytical.errors import LlmsimError
+from analytical.hardware import HardwareSpec
+from analytical.ops import OpSpec
+from predictors.transfer_features import TRANSFER_FAMILIES
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransferAnswer:
+    loaded: bool  # a transfer model for the family exists
+    seconds: dict[str, float] = field(default_factory=dict)  # op key -> latency
+    declined: dict[str, str] = field(default_factory=dict)  # op key -> why
+
+
+def transfer_answers(family: str, ops: Sequence[OpSpec], hw: HardwareSpec, *,
+                     tracking_uri: str | None = None) -> TransferAnswer:
+    """Ask the champion transfer model of ``family``; no model: an empty, unloaded answer."""
+    if family not in TRANSFER_FAMILIES:
+        return TransferAnswer(loaded=False)
+    from predictors.transfer_tracking import load_transfer
+
+    try:
+        model = load_transfer(family, tracking_uri=tracking_uri)
+    except Exception:  # noqa: BLE001 - no usable model: the chain falls through, by design
+        return TransferAnswer(loaded=False)
+    asked, declined = [], {}
+    for op in ops:
+        why = model.outside_domain(op, hw)
+        if why is None:
+            asked.append(op)
+        else:
+            declined[op.key] = why
+    try:
+        values = model.predict(asked, hw)
+    except (LlmsimError, ValueError):
+        return TransferAnswer(loaded=True, declined=declined)
+    seconds = {op.key: float(v) for op, v in zip(asked, np.asarray(values, dtype=float),
+                                                  strict=True) if np.isfinite(v) and v > 0}
+    return TransferAnswer(loaded=True, seconds=seconds, declined=declined)

@@ -1,0 +1,120 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Leave-one-GPU-out evaluation of the transfer predictor.
+
+For each GPU with rows of the family: fit on every other GPU, predict the held-out GPU's rows
+from its hardware YAML alone, and score them beside the analytical roofline
+(`analytical.roofline.roofline_time`, the engine the chain falls back to) on the same rows.
+Rows of a stack no other GPU was measured with (e.g. our own ``profiled`` H100 rows) cannot be
+asked as that stack, so they are counted and left out of the score. The per-hardware
+champion's own held-out error (its ``heldout_shape`` split, other rows) is read from MLflow
+where one exists.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from analytical.errors import LlmsimError, SpecError
+from analytical.roofline import roofline_time
+from predictors.evaluate import ErrorMetrics, error_metrics
+from predictors.transfer import Rows, TransferConfig, all_rows, fit_transfer
+from predictors.transfer_data import TransferData
+
+ALL = "all"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FoldResult:
+    """One held-out GPU: scores per stack and over every scorable row (``ALL``)."""
+
+    family: str
+    heldout: str
+    train_gpus: tuple[str, ...]
+    train_rows: int
+    fit_s: float
+    transfer: dict[str, ErrorMetrics]  # stack or ALL -> metrics
+    roofline: dict[str, ErrorMetrics]  # same rows
+    unscored: dict[str, int] = field(default_factory=dict)  # stack -> rows (stack unseen)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"family": self.family, "heldout": self.heldout,
+                "train_gpus": list(self.train_gpus), "train_rows": self.train_rows,
+                "fit_s": round(self.fit_s, 2),
+                "transfer": {k: m.as_dict() for k, m in self.transfer.items()},
+                "roofline": {k: m.as_dict() for k, m in self.roofline.items()},
+                "unscored": dict(self.unscored)}
+
+
+def roofline_seconds(rows: Rows, hw) -> np.ndarray:
+    """The analytical engine's answer per row (NaN where it has none, e.g. an unsupported
+    dtype: such rows are left out of both scores)."""
+    out = np.empty(len(rows.ops))
+    for i, op in enumerate(rows.ops):
+        try:
+            out[i] = roofline_time(op, hw)
+        except SpecError:
+            out[i] = np.nan
+    return out
+
+
+def evaluate_fold(data: TransferData, rows: Rows, heldout: str,
+                  config: TransferConfig) -> FoldResult:
+    """Train without ``heldout`` and score its rows."""
+    start = time.perf_counter()
+    model = fit_transfer(data, config, leave_out=(heldout,), rows=rows)
+    fit_s = time.perf_counter() - start
+    test = rows.select(rows.gpu == heldout)
+    seen = np.isin(test.stacks, model.stacks)
+    unscored = {str(s): int(n) for s, n in zip(*np.unique(test.stacks[~seen],
+                                                         return_counts=True), strict=True)}
+    test = test.select(seen)
+    hw = data.gpus[heldout].hardware
+    predicted = model.predict(test.ops, hw, test.stacks.tolist())
+    analytic = roofline_seconds(test, hw)
+    ok = np.isfinite(analytic)
+    transfer, roof = {}, {}
+    for stack in [ALL, *sorted(set(test.stacks.tolist()))]:
+        mask = ok & ((test.stacks == stack) if stack != ALL else True)
+        transfer[stack] = error_metrics(test.latency_s[mask], predicted[mask])
+        roof[stack] = error_metrics(test.latency_s[mask], analytic[mask])
+    return FoldResult(family=data.family, heldout=heldout, train_gpus=model.gpus,
+                      train_rows=model.rows, fit_s=fit_s, transfer=transfer, roofline=roof,
+                      unscored=unscored)
+
+
+def leave_one_out(data: TransferData, config: TransferConfig = TransferConfig(), *,
+                  gpus: Sequence[str] | None = None) -> list[FoldResult]:
+    """One fold per GPU of ``data`` (or of ``gpus``); needs at least two GPUs."""
+    if len(data.gpus) < 2:
+        raise LlmsimError(f"leave-one-GPU-out needs two GPUs with {data.family} rows; the "
+                          f"store has {list(data.gpus)}")
+    names = list(data.gpus) if gpus is None else list(gpus)
+    unknown = [n for n in names if n not in data.gpus]
+    if unknown:
+        raise SpecError("--leave-out", f"no {data.family} rows for {unknown[0]!r}; GPUs with "
+                        f"rows: {', '.join(data.gpus)}")
+    rows = all_rows(data)
+    return [evaluate_fold(data, rows, name, config) for name in names]
+
+
+def champion_heldout(hardware: str, family: str, tracking_uri: str | None) -> dict | None:
+    """The per-hardware champion's ``heldout_shape`` MAPE and n (its own split), or None."""
+    try:
+        from predictors.tracking import champion_version, client_for, registered_name
+
+        client = client_for(tracking_uri)
+        version = champion_version(client, registered_name(hardware, family))
+        if version is None:
+            return None
+        run = client.get_run(version.run_id)
+    except Exception:  # noqa: BLE001 - no tracking store or model: the column stays empty
+        return None
+    metrics = run.data.metrics
+    if "heldout_shape.xgb.mape" not in metrics:
+        return None
+    return {"mape": metrics["heldout_shape.xgb.mape"], "n": int(metrics["heldout_shape.xgb.n"]),
+            "provenance": run.data.tags.get("provenance", ""), "version": str(version.version)}

@@ -1,0 +1,203 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Features of the cross-GPU (transfer) predictor: the shape's work decomposition on a GPU,
+measured against that GPU's spec, in units that mean the same thing on every GPU.
+
+A per-(hardware, family) model (`predictors.features`) sees one GPU, so its columns can be raw
+dimensions. A model that must answer for a GPU it never saw needs the shape described *relative
+to the GPU*: waves of output tiles over its SMs and the idle tail of the last wave (NVIDIA
+"Matrix Multiplication Background User's Guide", sections "Tile Quantization" and "Wave
+Quantization"), arithmetic intensity against the GPU's ridge point (Williams, Waterman &
+Patterson, "Roofline", CACM 2009), working set against its L2, the compute, memory and link time
+bounds at its vendor peaks (peak FLOP/s for the op's dtype, HBM and link bandwidth, link
+latency), and the roofline's own tile efficiency. The spec enters only through such ratios: raw
+spec columns (peak, bandwidth, SM count, L2 size as values) were tried and dropped: with four
+training GPUs a tree can only use them to recognise a GPU, and it routes an unseen one to
+whichever GPU a split happens to put it with (leave-one-out attention MAPE, 2,000 rows per GPU,
+300 trees: A100 34.4% with them and 21.6% without; B200 22.7 / 23.4, H100 28.4 / 27.6, L40S 59.6
+/ 60.2). The idea is NeuSight's (Lee et al., "Forecasting GPU Performance for Deep Learning
+Training and Inference", ASPLOS 2025, arXiv:2407.13853): predict the utilisation of tile-level
+work from the device's specifications, not the latency of a shape on one device. The target
+(`predictors.transfer`) is the latency relative to the roofline of that GPU (`ideal_seconds`).
+
+The hardware YAML (`analytical.hardware`) exposes no clock and no L2 bandwidth, so neither is
+used. ``TRANSFER_SCHEMA_VERSION`` changes whenever a formula here does. The provenance stack
+(`predictors.transfer_data.stack_of`) is appended by the model as one-hot columns; its
+vocabulary is stored with the model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from analytical.errors import SpecError, UnknownNameError
+from analytical.hardware import HardwareSpec
+from analytical.ops import (
+    AttentionSpec,
+    CollectiveKind,
+    CollectiveSpec,
+    GemmSpec,
+    MemoryBoundSpec,
+    MemoryOpKind,
+    OpSpec,
+    Phase,
+)
+from analytical.roofline import gemm_tile_efficiency, roofline_time
+from predictors.features import _DTYPES, _log2, _peak_flops, ideal_time_s, row_alignment_log2
+
+TRANSFER_SCHEMA_VERSION = 1
+TRANSFER_FAMILIES = ("gemm", "attention", "collective", "memory")
+
+# CTA output tiles of CUTLASS/cuBLAS GEMMs (128x128 default, 128x256 and 256x128 Hopper wide
+# tiles, 64x128 for skinny problems): each tile runs on one SM.
+_GEMM_TILES = ((64, 128), (128, 128), (128, 256), (256, 128))
+# FlashAttention-2 forward: one CTA per (batch, head, 128-query block) (Dao 2023, section 3.2);
+# split-KV decode (FlashDecoding) cuts the KV sequence in blocks of 256.
+_ATTN_Q_BLOCK = 128
+_ATTN_KV_BLOCK = 256
+
+
+def _waves(ctas: float, hw: HardwareSpec) -> list[float]:
+    """log2 CTAs, waves over the SMs, busy fraction of the issued waves (1.0: no idle tail)."""
+    waves = ctas / hw.compute_units
+    busy = waves / math.ceil(waves) if waves > 0 else 0.0
+    return [_log2(ctas), _log2(waves), busy]
+
+
+def _wave_names(prefix: str) -> list[str]:
+    return [f"{prefix}_log2_ctas", f"{prefix}_log2_waves", f"{prefix}_wave_busy"]
+
+
+def _work(op: OpSpec, hw: HardwareSpec, working_set: float) -> list[float]:
+    """FLOPs, bytes, intensity over the ridge point, the three time bounds, working set / L2."""
+    peak = _peak_flops(op, hw)
+    bw = hw.memory_bw_bytes_per_s
+    intensity = op.flops / op.bytes if op.bytes else 0.0
+    return [_log2(op.flops), _log2(op.bytes), _log2(intensity), _log2(intensity * bw / peak),
+            _log2(op.flops / peak), _log2(op.bytes / bw), _log2(ideal_time_s(op, hw)),
+            _log2(working_set / hw.l2_bytes)]
+
+
+_WORK = ["log2_flops", "log2_bytes", "log2_intensity", "log2_intensity_over_ridge",
+         "log2_compute_s", "log2_memory_s", "log2_roofline_s", "log2_working_set_over_l2"]
+
+
+def _dtype(op: OpSpec) -> list[float]:
+    return [1.0 if op.dtype == d else 0.0 for d in _DTYPES]
+
+
+_DTYPE = [f"dtype_{d.value}" for d in _DTYPES]
+
+
+def gemm_row(op: GemmSpec, hw: HardwareSpec) -> list[float]:
+    e = op.dtype.bytes
+    row = [_log2(d) for d in (op.m, op.n, op.k, op.batch)]
+    row += _work(op, hw, op.bytes)
+    for tile_m, tile_n in _GEMM_TILES:
+        m_tiles, n_tiles = math.ceil(op.m / tile_m), math.ceil(op.n / tile_n)
+        ctas = op.batch * m_tiles * n_tiles
+        padded = (op.m * op.n) / (m_tiles * tile_m * n_tiles * tile_n)
+        # operand bytes every CTA streams through its SM: an A panel and a B panel over k,
+        # and the time if all of it came from HBM (the no-L2-reuse bound)
+        tile_bytes = (tile_m + tile_n) * op.k * e
+        row += _waves(ctas, hw) + [padded, _log2(tile_bytes),
+                                   _log2(ctas * tile_bytes / hw.memory_bw_bytes_per_s)]
+    row += [gemm_tile_efficiency(op, hw), row_alignment_log2(op.k, op.dtype),
+            row_alignment_log2(op.n, op.dtype)]
+    return row + _dtype(op)
+
+
+_GEMM = (["log2_m", "log2_n", "log2_k", "log2_batch"] + _WORK
+         + [n for tm, tn in _GEMM_TILES for n in
+            (*_wave_names(f"t{tm}x{tn}"), f"t{tm}x{tn}_padding_eff", f"t{tm}x{tn}_log2_tile_bytes",
+             f"t{tm}x{tn}_log2_stream_s")]
+         + ["roofline_tile_efficiency", "k_row_align_log2_bytes", "n_row_align_log2_bytes"]
+         + _DTYPE)
+
+
+def attention_row(op: AttentionSpec, hw: HardwareSpec) -> list[float]:
+    e = op.dtype.bytes
+    kv_bytes = 2.0 * op.batch * op.kv_len * op.kv_heads * op.head_dim * e
+    row = [_log2(d) for d in (op.batch, op.q_len, op.kv_len, op.heads, op.kv_heads,
+                              op.head_dim)]
+    row += [op.heads / op.kv_heads, float(op.causal), float(op.phase == Phase.DECODE),
+            float(op.backward), _log2(op.score_pairs)]
+    row += _work(op, hw, kv_bytes)
+    row += _waves(op.batch * op.heads * math.ceil(op.q_len / _ATTN_Q_BLOCK), hw)
+    row += _waves(op.batch * op.kv_heads * math.ceil(op.kv_len / _ATTN_KV_BLOCK), hw)
+    row += _waves(op.batch * op.kv_heads, hw)
+    # bytes of K and V one CTA streams per query block: the kernel's inner loop
+    row += [_log2(2.0 * op.kv_len * op.head_dim * e)]
+    return row + _dtype(op)
+
+
+_ATTENTION = (["log2_batch", "log2_q_len", "log2_kv_len", "log2_heads", "log2_kv_heads",
+               "log2_head_dim", "gqa_ratio", "causal", "decode", "backward",
+               "log2_score_pairs"] + _WORK + _wave_names("qblock")
+              + _wave_names("kvsplit") + _wave_names("kvhead") + ["log2_kv_bytes_per_cta"]
+              + _DTYPE)
+
+
+def collective_row(op: CollectiveSpec, hw: HardwareSpec) -> list[float]:
+    link = hw.intra_node if op.nodes == 1 else hw.inter_node
+    row = [_log2(op.size_bytes), _log2(op.size_bytes / op.group_size), float(op.group_size),
+           float(op.ranks_per_node), float(op.nodes), op.bus_factor, _log2(op.bytes)]
+    row += [_log2(op.bytes / link.bandwidth_bytes_per_s), _log2(ideal_time_s(op, hw)),
+            _log2(op.size_bytes / hw.l2_bytes)]
+    row += [1.0 if op.kind == k else 0.0 for k in CollectiveKind]
+    return row + _dtype(op)
+
+
+_COLLECTIVE = (["log2_size_bytes", "log2_chunk_bytes", "group_size", "ranks_per_node", "nodes",
+                "bus_factor", "log2_bus_bytes", "log2_link_s", "log2_roofline_s",
+                "log2_size_over_l2"]
+               + [f"kind_{k.value}" for k in CollectiveKind] + _DTYPE)
+
+
+def memory_row(op: MemoryBoundSpec, hw: HardwareSpec) -> list[float]:
+    row = [_log2(op.rows), _log2(op.cols), float(op.backward)]
+    row += _work(op, hw, op.bytes)
+    row += _waves(op.rows, hw)  # one CTA per row: the usual norm/activation launch
+    row += [1.0 if op.kind == k else 0.0 for k in MemoryOpKind]
+    return row + _dtype(op)
+
+
+_MEMORY = (["log2_rows", "log2_cols", "backward"] + _WORK + _wave_names("row")
+           + [f"kind_{k.value}" for k in MemoryOpKind] + _DTYPE)
+
+TRANSFER_FEATURES: dict[str, tuple[str, ...]] = {
+    "gemm": tuple(_GEMM), "attention": tuple(_ATTENTION), "collective": tuple(_COLLECTIVE),
+    "memory": tuple(_MEMORY)}
+_ROWS: dict[str, tuple[type, Callable[..., list[float]]]] = {
+    "gemm": (GemmSpec, gemm_row), "attention": (AttentionSpec, attention_row),
+    "collective": (CollectiveSpec, collective_row), "memory": (MemoryBoundSpec, memory_row)}
+
+
+def transfer_feature_names(family: str) -> list[str]:
+    """The ordered hardware + work columns of ``family`` (before the stack one-hot)."""
+    try:
+        return list(TRANSFER_FEATURES[family])
+    except KeyError:
+        raise UnknownNameError("transfer family", family, list(TRANSFER_FEATURES)) from None
+
+
+def transfer_matrix(family: str, ops: Sequence[OpSpec], hw: HardwareSpec) -> np.ndarray:
+    """[len(ops), len(names)] float64 matrix of one family on one GPU."""
+    names = transfer_feature_names(family)
+    cls, fn = _ROWS[family]
+    out = np.empty((len(ops), len(names)), dtype=np.float64)
+    for i, op in enumerate(ops):
+        if not isinstance(op, cls):
+            raise SpecError(f"ops[{i}]", f"expected a {family} spec, got {type(op).__name__}")
+        out[i] = fn(op, hw)
+    return out
+
+
+def ideal_seconds(ops: Sequence[OpSpec], hw: HardwareSpec) -> np.ndarray:
+    """The target's normaliser before the floor: `analytical.roofline.roofline_time`, the
+    roofline the engine chain falls back to (vendor peaks derated by the YAML's efficiency
+    factors and, for GEMMs, tile and wave quantisation; collectives: the link model).
+    Raises `SpecError` for a dtype the GPU does not support."""
+    return np.array([roofline_time(op, hw) for op in ops], dtype=np.float64)

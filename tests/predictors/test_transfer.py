@@ -1,0 +1,222 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The transfer predictor on a synthetic three-GPU store with a known law: fit, leave one GPU
+out, save and reload in a fresh process, schema checks, MLflow and the engine chain."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analytical.dtypes import DType
+from analytical.errors import LlmsimError
+from analytical.hardware import get_hardware
+from analytical.ops import GemmSpec, op_to_dict
+from predictors.evaluate import error_metrics
+from predictors.transfer import DEFAULT_PARAMS, TransferConfig, TransferModel, fit_transfer
+from predictors.transfer_data import load_transfer_data, stack_of
+from predictors.transfer_eval import ALL, leave_one_out
+
+GPUS = ("a100-sxm-80gb", "h100-sxm", "b200")
+CONFIG = TransferConfig(seed=0, nthread=2, params=replace(DEFAULT_PARAMS, max_rounds=200))
+
+
+def law_seconds(op: GemmSpec, hw) -> float:
+    """A GEMM law in the GPU's own units: compute at 70% of the dtype's peak scaled by the
+    busy fraction of 128x128 tile waves over the SMs, memory at 80% of HBM, plus 5 us."""
+    tiles = -(-op.m // 128) * -(-op.n // 128)
+    waves = tiles / hw.compute_units
+    busy = waves / np.ceil(waves)
+    compute = op.flops / (0.7 * hw.peak_flops(op.dtype) * busy)
+    memory = op.bytes / (0.8 * hw.memory_bw_bytes_per_s)
+    return max(compute, memory) + 5e-6
+
+
+def synthetic_frame() -> pd.DataFrame:
+    rows = []
+    sizes = [16, 96, 512, 1536, 4096, 12288]
+    for name in GPUS:
+        hw = get_hardware(name)
+        for m, n, k, dtype in itertools.product(sizes, sizes, sizes[1:], ("bf16", "fp16")):
+            op = GemmSpec(m=m, n=n, k=k, dtype=DType(dtype))
+            rows.append({**op_to_dict(op), "op_key": op.key, "hardware": name,
+                         "provenance": "imported:synthetic-1.0/kernels-2.1",
+                         "median_s": law_seconds(op, hw)})
+    return pd.DataFrame(rows)
+
+
+class FakeStore:
+    """What `load_transfer_data` reads of `profiler.store.Store`."""
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        self._frame = frame
+
+    def frame(self, family: str, *, status: str = "ok") -> pd.DataFrame:
+        return self._frame if family == "gemm" else self._frame.iloc[:0]
+
+
+@pytest.fixture(scope="module")
+def data():
+    return load_transfer_data(FakeStore(synthetic_frame()), "gemm", cap=300, seed=0)
+
+
+@pytest.fixture(scope="module")
+def model(data):
+    return fit_transfer(data, CONFIG)
+
+
+def test_stack_names():
+    assert stack_of("imported:aiconfigurator-0.12.0/trtllm-1.3.0rc20") == "trtllm"
+    assert stack_of("imported:aiconfigurator-0.12.0/nccl-2.27.3") == "nccl"
+    assert stack_of("imported:vidur@7d47513") == "vidur"
+    assert stack_of("profiled") == "profiled"
+
+
+def test_sample_is_capped_stratified_and_seeded(data):
+    assert list(data.gpus) == sorted(GPUS)
+    for rows in data.gpus.values():
+        assert len(rows) == pytest.approx(300, abs=2)
+        dtypes = {op.dtype for op in rows.ops}
+        assert dtypes == {DType.BF16, DType.FP16}  # both strata drawn
+        assert rows.rows_available == 6 * 6 * 5 * 2
+    again = load_transfer_data(FakeStore(synthetic_frame()), "gemm", cap=300, seed=0)
+    assert str(again.fingerprint) == str(data.fingerprint)
+    other = load_transfer_data(FakeStore(synthetic_frame()), "gemm", cap=300, seed=1)
+    assert str(other.fingerprint) != str(data.fingerprint)
+
+
+def test_unseen_gpu_follows_the_law(model):
+    """H200 has a YAML and no rows: the model must follow the law there, far better than a
+    plain vendor-peak roofline does."""
+    h200 = get_hardware("h200")
+    ops = [GemmSpec(m=m, n=n, k=k) for m, n, k in itertools.product(
+        [32, 700, 3000], [1024, 5000], [2048, 8192])]
+    truth = np.array([law_seconds(op, h200) for op in ops])
+    predicted = model.predict(ops, h200)
+    assert error_metrics(truth, predicted).mape < 15.0
+    assert model.gpus == tuple(sorted(GPUS)) and model.default_stack == "kernels"
+
+
+def test_leave_one_out_scores_every_gpu(data):
+    folds = leave_one_out(data, CONFIG)
+    assert [f.heldout for f in folds] == sorted(GPUS)
+    for fold in folds:
+        assert fold.heldout not in fold.train_gpus and len(fold.train_gpus) == 2
+        assert fold.transfer[ALL].n == len(data.gpus[fold.heldout])
+        assert fold.roofline[ALL].n == fold.transfer[ALL].n
+        assert fold.transfer[ALL].mape < 25.0  # the law is the same in every GPU's units
+    with pytest.raises(LlmsimError, match="rows for 'h200'"):
+        leave_one_out(data, CONFIG, gpus=["h200"])
+
+
+def test_fit_is_deterministic(data, model):
+    again = fit_transfer(data, CONFIG)
+    ops = list(data.gpus["b200"].ops[:50])
+    hw = get_hardware("b200")
+    # same machine, same test: the raw predictions may be compared exactly
+    assert np.array_equal(again.predict(ops, hw), model.predict(ops, hw))
+
+
+def test_reload_in_a_fresh_process(model, data, tmp_path):
+    folder = model.save(tmp_path / "m")
+    doc = json.loads((folder / "schema.json").read_text())
+    assert doc["gpus"] == sorted(GPUS) and doc["kind"] == "transfer"
+    assert (folder / "model.ubj").exists() and not list(folder.glob("*.pkl"))
+    ops = list(data.gpus["h100-sxm"].ops[:20])
+    expected = model.predict(ops, get_hardware("h100-sxm"))
+    code = ("import json, sys; from analytical.hardware import get_hardware; "
+            "from analytical.ops import op_from_dict; "
+            "from predictors.transfer import TransferModel; "
+            f"m = TransferModel.load({str(folder)!r}); "
+            "ops = [op_from_dict('gemm', d) for d in json.loads(sys.stdin.read())]; "
+            "print(json.dumps(m.predict(ops, get_hardware('h100-sxm')).tolist()))")
+    out = subprocess.run([sys.executable, "-c", code], input=json.dumps(
+        [op_to_dict(o) for o in ops]), capture_output=True, text=True, check=True,
+        cwd=Path(__file__).resolve().parents[2])
+    assert np.allclose(json.loads(out.stdout), expected, rtol=1e-6)
+
+
+def test_schema_mismatch_is_refused(model, tmp_path):
+    folder = model.save(tmp_path / "m")
+    doc = json.loads((folder / "schema.json").read_text())
+    (folder / "schema.json").write_text(json.dumps({**doc, "schema_version": 0}))
+    with pytest.raises(LlmsimError, match="llmsim train transfer --op gemm"):
+        TransferModel.load(folder)
+    (folder / "schema.json").write_text(json.dumps({**doc, "features": doc["features"][1:]}))
+    with pytest.raises(LlmsimError, match="feature names differ"):
+        TransferModel.load(folder)
+
+
+def test_domain_declines_other_vendors_and_dtypes(model):
+    op = GemmSpec(m=64, n=64, k=64)
+    assert model.outside_domain(op, get_hardware("h200")) is None
+    assert model.outside_domain(op, get_hardware("mi300x")) == "vendor=amd"
+    assert model.outside_domain(op, get_hardware("cpu")) == "kind=cpu"
+    assert model.outside_domain(replace(op, dtype=DType.FP8), get_hardware("h200")) \
+        == "dtype=fp8"
+
+
+@pytest.fixture()
+def fake_store(monkeypatch):
+    import contextlib
+
+    import predictors.transfer_pipeline as pipeline
+
+    frame = synthetic_frame()
+    monkeypatch.setattr(pipeline, "open_store",
+                        lambda db=None: contextlib.nullcontext(FakeStore(frame)))
+    return frame
+
+
+def test_cli_trains_logs_and_writes_the_table(llmsim_home, fake_store, tmp_path, capsys):
+    from predictors.transfer_tracking import clear_cache, load_transfer
+    from simulate.cli.main import main
+
+    clear_cache()
+    common = ["train", "transfer", "--op", "gemm", "--rows-per-gpu", "150"]
+    assert main([*common, "--leave-out", "b200", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["models"][0]["gpus"] == ["a100-sxm-80gb", "h100-sxm"]
+    assert out["models"][0]["champion"] is True, out["models"][0]["gate"]  # beats the roofline
+    fold = [r for r in out["leave_one_out"] if r["stack"].startswith(ALL)]
+    assert [r["heldout"] for r in fold] == ["b200"] and fold[0]["n"] == 150
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n")
+    assert main([*common, "--loo", "--write-readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert text.startswith("intro\n") and "transfer-table:begin" in text
+    assert text.count("| gemm | ") == len(GPUS)  # one stack: one row per fold
+    assert load_transfer("gemm").gpus == tuple(sorted(GPUS))  # three GPUs beat two
+    assert main([*common, "--leave-out", "h200"]) == 2
+    assert "no gemm rows for 'h200'" in capsys.readouterr().err
+    assert main([*common, "--write-readme", str(readme)]) == 2
+
+
+def test_engine_chain_uses_the_transfer_model(llmsim_home, fake_store):
+    from predictors.transfer_tracking import clear_cache
+    from simulate.cli.main import main
+    from simulate.engines import ENGINE_ORDER, EngineChain
+
+    clear_cache()
+    assert main(["train", "transfer", "--op", "gemm", "--rows-per-gpu", "150"]) == 0
+    assert EngineChain(get_hardware("h200"), use_store=False).estimate(
+        GemmSpec(m=8, n=8, k=8)).engine == "roofline"  # no evaluation, no champion alias
+    assert main(["train", "transfer", "--op", "gemm", "--rows-per-gpu", "150", "--loo"]) == 0
+    assert ENGINE_ORDER.index("xgboost") < ENGINE_ORDER.index("xgboost-transfer") \
+        < ENGINE_ORDER.index("roofline")
+    op = GemmSpec(m=512, n=4096, k=4096)
+    chain = EngineChain(get_hardware("h200"), use_store=False)  # a YAML and no rows
+    estimate = chain.estimate(op)
+    assert estimate.engine == "xgboost-transfer" and chain.available["xgboost-transfer"]
+    assert estimate.latency_s == pytest.approx(law_seconds(op, get_hardware("h200")), rel=0.2)
+    amd = EngineChain(get_hardware("mi300x"), use_store=False).estimate(op)
+    assert amd.engine == "roofline" and "vendor=amd" in amd.detail
+    off = EngineChain(get_hardware("h200"), use_store=False, use_predictors=False)
+    assert off.estimate(op).engine == "roofline"
