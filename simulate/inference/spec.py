@@ -137,12 +137,16 @@ class ServingSpec:
     prefill_pool: PoolSpec | None = None
     decode_pool: PoolSpec | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    engine: str = ""  # vllm | sglang | trtllm: that engine's defaults (simulate.serving.engine_presets)
+    engine_version: str = ""
+    explicit: frozenset[str] = frozenset()  # keys the scenario set (they override an engine preset)
 
 
 def parse_serving(block: Any, path: str = "serving") -> ServingSpec:
     b = check_keys(block, path, {"scheduler", "arrival", "max_num_seqs", "max_batched_tokens",
                                  "chunk_size", "block_size", "preemption", "step_overhead_ms",
-                                 "gpu_memory_utilization", "slo", "disaggregated"}, {"arrival"})
+                                 "gpu_memory_utilization", "slo", "disaggregated", "engine",
+                                 "engine_version"}, {"arrival"})
     scheduler = b.get("scheduler", "continuous")
     if scheduler not in ("continuous", "chunked_prefill", "static"):
         raise SpecError(f"{path}.scheduler",
@@ -174,4 +178,6 @@ def parse_serving(block: Any, path: str = "serving") -> ServingSpec:
         gpu_memory_utilization=fraction(b, "gpu_memory_utilization", path, 0.9, allow_zero=False),
         slo_ttft_s=slo.get("ttft_s"), slo_tpot_s=slo.get("tpot_s"),
         prefill_pool=pools.get("prefill"), decode_pool=pools.get("decode"),
+        engine=str(b.get("engine", "")), engine_version=str(b.get("engine_version", "")),
+        explicit=frozenset(b),
     )

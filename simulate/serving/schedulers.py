@@ -7,8 +7,17 @@
   its blocks are freed and it re-runs its prefill; swap: its KV goes to host memory).
 - ``chunked_prefill``: Sarathi-Serve / vLLM v1: every step carries all running decodes plus
   prefill chunks filling a fixed token budget, so decodes never stall behind long prompts.
+- ``prefill_first``: SGLang's default: a step runs either prefill chunks (up to the token budget,
+  a partly prefilled prompt first) or one decode token for every running sequence, prefill first
+  (sglang managers/scheduler.py get_next_batch_to_run; no mixing without --enable-mixed-chunk).
 - ``static``: classic static batching: a batch of up to `max_num_seqs` requests is prefilled
   together and decoded until its last member finishes; nothing joins mid-batch.
+
+Two admission options come from engine presets: `chunk_prompts=False` makes the mixed scheduler
+take prompts whole (TensorRT-LLM without chunked context; a prompt longer than the whole budget
+is still chunked, as it could never run otherwise), and `reserve_output=True` admits a request
+only when KV blocks for its prompt and whole output are free (TensorRT-LLM's
+GUARANTEED_NO_EVICT capacity policy), so it never needs preemption.
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ class SchedulerConfig:
     block_size: int = 16  # tokens per KV block
     preemption: str = "recompute"  # recompute | swap
     decode_q: int = 1  # KV slots a decode step appends per sequence (k+1 with speculation)
+    chunk_prompts: bool = True  # chunked_prefill: split prompts over steps
+    reserve_output: bool = False  # admission reserves KV for prompt + whole output
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_batched_tokens", "block_size", "decode_q"):
@@ -102,8 +113,10 @@ def _decode_all(state: SchedulerState, batch: Batch) -> None:
             break  # `seq` itself was the last one; it is back in the queue
 
 
-def _admit(state: SchedulerState, batch: Batch, budget: int, *, chunked: bool) -> int:
-    """Move waiting sequences into the batch while budget, slots and KV blocks allow."""
+def _admit(state: SchedulerState, batch: Batch, budget: int, *, chunked: bool,
+           split_long: bool = False) -> int:
+    """Move waiting sequences into the batch while budget, slots and KV blocks allow
+    (`split_long`: a prompt longer than the whole budget is chunked even when `chunked` is off)."""
     cfg = state.config
     while state.waiting and budget > 0:
         seq = state.waiting[0]
@@ -119,7 +132,11 @@ def _admit(state: SchedulerState, batch: Batch, budget: int, *, chunked: bool) -
             state.waiting.popleft()
             state.running.append(seq)
             continue
-        chunk = seq.remaining_prefill if not chunked else min(seq.remaining_prefill, budget)
+        whole = not chunked and not (split_long and seq.remaining_prefill > cfg.max_batched_tokens)
+        chunk = seq.remaining_prefill if whole else min(seq.remaining_prefill, budget)
+        if cfg.reserve_output and seq not in state.running and not state.grow(
+                seq, seq.req.input_len + seq.req.output_len - seq.prefilled):
+            break
         if chunk > budget or not state.grow(seq, chunk):
             break
         state.waiting.popleft()
@@ -156,7 +173,26 @@ def schedule_chunked(state: SchedulerState) -> Batch:
         if state.grow(seq, chunk):
             batch.prefill.append((seq, chunk))
             budget -= chunk
-    _admit(state, batch, budget, chunked=True)
+    _admit(state, batch, budget, chunked=state.config.chunk_prompts, split_long=True)
+    return batch
+
+
+def schedule_prefill_first(state: SchedulerState) -> Batch:
+    batch = Batch()
+    prefilling = [s for s in state.running if s.in_prefill]
+    budget = state.config.max_batched_tokens
+    for seq in prefilling:  # the chunked request in progress goes first
+        chunk = min(seq.remaining_prefill, budget)
+        if chunk > 0 and state.grow(seq, chunk):
+            batch.prefill.append((seq, chunk))
+            budget -= chunk
+    if state.waiting and budget > 0:
+        _admit(state, batch, budget, chunked=True)
+    if batch.prefill:
+        return batch
+    state.running = [s for s in state.running if not s.in_prefill]
+    _decode_all(state, batch)
+    state.running += prefilling
     return batch
 
 
@@ -175,5 +211,6 @@ def schedule_static(state: SchedulerState) -> Batch:
 SCHEDULERS: dict[str, Callable[[SchedulerState], Batch]] = {
     "continuous": schedule_continuous,
     "chunked_prefill": schedule_chunked,
+    "prefill_first": schedule_prefill_first,
     "static": schedule_static,
 }
