@@ -148,13 +148,7 @@ def _admit(state: SchedulerState, batch: Batch, budget: int, *, chunked: bool,
 
 
 def schedule_continuous(state: SchedulerState) -> Batch:
-    batch = Batch()
-    if state.waiting:
-        _admit(state, batch, state.config.max_batched_tokens, chunked=False)
-        if batch.prefill:
-            return batch
-    _decode_all(state, batch)
-    return batch
+    return _prefill_or_decode(state, chunked=False)
 
 
 def schedule_chunked(state: SchedulerState) -> Batch:
@@ -178,16 +172,23 @@ def schedule_chunked(state: SchedulerState) -> Batch:
 
 
 def schedule_prefill_first(state: SchedulerState) -> Batch:
+    return _prefill_or_decode(state, chunked=True)
+
+
+def _prefill_or_decode(state: SchedulerState, *, chunked: bool) -> Batch:
+    """A prefill step if any prompt can run (a partly prefilled one first), else one decode
+    token for every running sequence. Unchunked, a prompt longer than the whole budget (or a
+    recomputed one that grew past it) is still split, as it could never run otherwise."""
     batch = Batch()
     prefilling = [s for s in state.running if s.in_prefill]
     budget = state.config.max_batched_tokens
-    for seq in prefilling:  # the chunked request in progress goes first
+    for seq in prefilling:
         chunk = min(seq.remaining_prefill, budget)
         if chunk > 0 and state.grow(seq, chunk):
             batch.prefill.append((seq, chunk))
             budget -= chunk
     if state.waiting and budget > 0:
-        _admit(state, batch, budget, chunked=True)
+        _admit(state, batch, budget, chunked=chunked, split_long=True)
     if batch.prefill:
         return batch
     state.running = [s for s in state.running if not s.in_prefill]

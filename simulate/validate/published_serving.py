@@ -1,0 +1,160 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Score llmsim's serving predictions against published measurements (the serving corpus).
+
+Every row becomes the scenario `llmsim simulate --json` would run (`serving_corpus.row_scenario`)
+and goes through `simulate.api.run`, the same code path. Predicted and measured values are
+compared on the statistic the source states (mean, median, p95...; unstated = mean): TTFT,
+TPOT, ITL, E2E latency and output throughput. The report gives n and MAPE per source and
+overall, the signed error by concurrency band (a trend there means queueing is modelled wrong),
+and the false out-of-memory verdicts (a published run exists, so "does not fit" is wrong).
+Nothing here is calibrated on the corpus, so no leave-one-source-out split is needed; a
+calibrated variant must fit on the other sources only (`leave_one_source_out`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from analytical.errors import LlmsimError
+from simulate.validate.serving_corpus import MEASURES, ServingRow, load_corpus, row_scenario
+
+BANDS = (("1-4", 1, 4), ("5-16", 5, 16), ("17-64", 17, 64), (">64", 65, 1 << 30))
+_STAT = {"": "mean", "mean": "mean", "median": "p50", "p50": "p50", "p90": "p90", "p95": "p95",
+         "p99": "p99"}
+_KEY = {"ttft_ms": "ttft_s", "tpot_ms": "tpot_s", "itl_ms": "itl_s", "e2e_ms": "e2e_latency_s"}
+
+Predict = Callable[[dict[str, Any]], Mapping[str, Any]]
+
+
+def simulate_json(*, use_store: bool = False, use_predictors: bool = False,
+                  store_path: str | Path | None = None, tracking_uri: str | None = None
+                  ) -> Predict:
+    """A predictor that runs a scenario exactly as ``llmsim simulate --json`` does."""
+    from simulate.api import run
+
+    def predict(doc: dict[str, Any]) -> Mapping[str, Any]:
+        return run(doc, store_path=store_path, tracking_uri=tracking_uri, use_store=use_store,
+                   use_predictors=use_predictors).data
+
+    return predict
+
+
+def predicted_value(data: Mapping[str, Any], measure: str, stat: str = "") -> float | None:
+    """The predicted counterpart of a measured value (ms, or tokens/s for throughput)."""
+    if measure == "output_tok_s":
+        value = data.get("throughput_tokens_per_s")
+        return float(value) if value is not None else None
+    value = data.get(_KEY[measure])
+    if isinstance(value, Mapping):
+        value = value.get(_STAT.get(stat, "mean"))
+    return float(value) * 1e3 if value is not None else None
+
+
+def score_row(row: ServingRow, predict: Predict, *, engine_presets: bool = True,
+              max_prompts: int | None = None) -> dict[str, Any]:
+    """One row: predicted and measured values and signed relative errors ((pred - meas) / meas)."""
+    out: dict[str, Any] = {"id": row.id, "source": row.source, "mode": row.mode,
+                           "concurrency": row.concurrency, "measured": dict(row.measured)}
+    try:
+        data = predict(row_scenario(row, engine_presets=engine_presets,
+                                    max_prompts=max_prompts))
+    except LlmsimError as exc:  # a row llmsim cannot take (unknown model/GPU...): reported
+        return {**out, "fits": None, "error": f"{type(exc).__name__}: {exc}"}
+    out["fits"] = bool(data.get("fits", True))
+    if not out["fits"]:
+        return {**out, "reason": str(data.get("reason", ""))}
+    pred = {m: predicted_value(data, m, row.stats.get(m, "")) for m in row.measured}
+    out["predicted"] = pred
+    out["error"] = {m: (pred[m] - v) / v for m, v in row.measured.items()
+                    if pred.get(m) is not None and v > 0}
+    return out
+
+
+def _band(result: Mapping[str, Any]) -> str:
+    if result["mode"] != "closed":
+        return result["mode"]
+    conc = int(result["concurrency"])
+    return next(name for name, lo, hi in BANDS if lo <= conc <= hi)
+
+
+def summarize(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """n, MAPE (%), median APE and mean signed error (%) per measure; false OOM and failures."""
+    summary: dict[str, Any] = {
+        "rows": len(results),
+        "false_oom": sum(1 for r in results if r.get("fits") is False),
+        "not_run": sum(1 for r in results if r.get("fits") is None)}
+    for measure in MEASURES:
+        errs = np.array([r["error"][measure] for r in results
+                         if isinstance(r.get("error"), Mapping) and measure in r["error"]])
+        if errs.size:
+            summary[measure] = {"n": int(errs.size),
+                                "mape_pct": float(np.mean(np.abs(errs)) * 100),
+                                "median_ape_pct": float(np.median(np.abs(errs)) * 100),
+                                "mean_signed_pct": float(np.mean(errs) * 100)}
+    return summary
+
+
+def by_band(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Signed TTFT / TPOT / ITL error per concurrency band (and offline / latency rows)."""
+    bands: dict[str, list[Mapping[str, Any]]] = {}
+    for r in results:
+        bands.setdefault(_band(r), []).append(r)
+    out = {}
+    for name, group in bands.items():
+        s = summarize(group)
+        out[name] = {m: {"n": s[m]["n"], "mean_signed_pct": s[m]["mean_signed_pct"]}
+                     for m in ("ttft_ms", "tpot_ms", "itl_ms") if m in s}
+    return out
+
+
+def score_serving(rows: Sequence[ServingRow] | None = None, *, engine_presets: bool = True,
+                  predict: Predict | None = None, use_store: bool = False,
+                  use_predictors: bool = False, store_path: str | Path | None = None,
+                  tracking_uri: str | None = None, max_prompts: int | None = None
+                  ) -> dict[str, Any]:
+    """Score serving predictions against published rows (default: the whole corpus).
+
+    rows: `ServingRow`s (`serving_corpus.load_corpus`, or `rows_from_vllm_bench` for a user's
+    own ``vllm bench serve`` JSON files). engine_presets: pass each row's engine to the scenario
+    (``serving.engine``); False scores llmsim's engine-less default (``continuous``).
+    predict: scenario -> result JSON; default runs `simulate.api.run` (``llmsim simulate
+    --json``) with the store / predictors as asked (default: neither, roofline only).
+    max_prompts: cap each row's request count (speed; a steady state needs far fewer than the
+    30,000 some offline rows list).
+
+    Returns {"overall", "by_source", "by_band", "rows"}: per measure n, MAPE %, median APE %
+    and mean signed error %, plus false-OOM and not-run counts.
+    """
+    rows = load_corpus() if rows is None else list(rows)
+    predict = predict or simulate_json(use_store=use_store, use_predictors=use_predictors,
+                                       store_path=store_path, tracking_uri=tracking_uri)
+    results = [score_row(r, predict, engine_presets=engine_presets, max_prompts=max_prompts)
+               for r in rows]
+    sources = sorted({r["source"] for r in results})
+    return {
+        "settings": {"engine_presets": engine_presets, "use_store": use_store,
+                     "use_predictors": use_predictors, "max_prompts": max_prompts},
+        "overall": summarize(results),
+        "by_source": {s: summarize([r for r in results if r["source"] == s]) for s in sources},
+        "by_band": by_band(results),
+        "rows": results,
+    }
+
+
+def leave_one_source_out(rows: Sequence[ServingRow],
+                         fit: Callable[[Sequence[ServingRow]], Predict]) -> dict[str, Any]:
+    """For anything calibrated on the corpus: each source is scored by a predictor fitted on
+    the other sources only (`fit(train_rows) -> predict`)."""
+    results = []
+    for source in sorted({r.source for r in rows}):
+        held = [r for r in rows if r.source == source]
+        predict = fit([r for r in rows if r.source != source])
+        results += [score_row(r, predict) for r in held]
+    return {"overall": summarize(results),
+            "by_source": {s: summarize([r for r in results if r["source"] == s])
+                          for s in sorted({r["source"] for r in results})},
+            "by_band": by_band(results), "rows": results}
