@@ -7,8 +7,10 @@ compared on the statistic the source states (mean, median, p95...; unstated = me
 TPOT, ITL, E2E latency and output throughput. The report gives n and MAPE per source and
 overall, the signed error by concurrency band (a trend there means queueing is modelled wrong),
 and the false out-of-memory verdicts (a published run exists, so "does not fit" is wrong).
-Nothing here is calibrated on the corpus, so no leave-one-source-out split is needed; a
-calibrated variant must fit on the other sources only (`leave_one_source_out`).
+`score_serving` calibrates nothing on the corpus. `score_serving_loso` adds the one calibrated
+quantity, a per-step host overhead per engine (scheduling, sampling, detokenisation and launch
+time that the engines do not publish as a function of batch size), fitted as the median
+measured-minus-predicted decode step of the *other* sources and applied to the held-out one.
 """
 
 from __future__ import annotations
@@ -55,13 +57,15 @@ def predicted_value(data: Mapping[str, Any], measure: str, stat: str = "") -> fl
 
 
 def score_row(row: ServingRow, predict: Predict, *, engine_presets: bool = True,
-              max_prompts: int | None = None) -> dict[str, Any]:
+              max_prompts: int | None = None, step_overhead_ms: float | None = None
+              ) -> dict[str, Any]:
     """One row: predicted and measured values and signed relative errors ((pred - meas) / meas)."""
-    out: dict[str, Any] = {"id": row.id, "source": row.source, "mode": row.mode,
-                           "concurrency": row.concurrency, "measured": dict(row.measured)}
+    out: dict[str, Any] = {"id": row.id, "source": row.source, "engine": row.engine,
+                           "mode": row.mode, "concurrency": row.concurrency,
+                           "measured": dict(row.measured)}
     try:
-        data = predict(row_scenario(row, engine_presets=engine_presets,
-                                    max_prompts=max_prompts))
+        data = predict(row_scenario(row, engine_presets=engine_presets, max_prompts=max_prompts,
+                                    step_overhead_ms=step_overhead_ms))
     except LlmsimError as exc:  # a row llmsim cannot take (unknown model/GPU...): reported
         return {**out, "fits": None, "error": f"{type(exc).__name__}: {exc}"}
     out["fits"] = bool(data.get("fits", True))
@@ -145,16 +149,54 @@ def score_serving(rows: Sequence[ServingRow] | None = None, *, engine_presets: b
     }
 
 
-def leave_one_source_out(rows: Sequence[ServingRow],
-                         fit: Callable[[Sequence[ServingRow]], Predict]) -> dict[str, Any]:
-    """For anything calibrated on the corpus: each source is scored by a predictor fitted on
-    the other sources only (`fit(train_rows) -> predict`)."""
-    results = []
+def step_residual_ms(row: ServingRow, result: Mapping[str, Any]) -> float | None:
+    """Measured minus predicted time of one decode step, from a row predicted without host
+    overhead: TPOT (else ITL) at concurrency <= 16, where queueing barely enters, or E2E over
+    the output tokens of a one-batch latency row. None where the row says nothing about it."""
+    pred = result.get("predicted") or {}
+    meas = row.measured
+    if row.mode == "latency" and "e2e_ms" in meas and pred.get("e2e_ms") is not None:
+        return (meas["e2e_ms"] - pred["e2e_ms"]) / max(row.output_len, 1)
+    if row.mode == "closed" and row.concurrency <= 16:
+        for m in ("tpot_ms", "itl_ms"):
+            if m in meas and pred.get(m) is not None:
+                return meas[m] - pred[m]
+    return None
+
+
+def fit_step_overhead(pairs: Sequence[tuple[ServingRow, Mapping[str, Any]]]) -> dict[str, float]:
+    """Per-step overhead (ms) per engine as the median residual of its rows, and under "" the
+    median of all rows (for an engine without any); never negative."""
+    residuals: dict[str, list[float]] = {"": []}
+    for row, result in pairs:
+        r = step_residual_ms(row, result)
+        if r is not None:
+            residuals.setdefault(row.engine, []).append(r)
+            residuals[""].append(r)
+    return {engine: max(float(np.median(v)), 0.0) for engine, v in residuals.items() if v}
+
+
+def score_serving_loso(rows: Sequence[ServingRow] | None = None, *,
+                       predict: Predict | None = None, max_prompts: int | None = None,
+                       **options: Any) -> dict[str, Any]:
+    """`score_serving` with engine presets, then again with a per-step overhead per engine
+    fitted on every source but the one scored (leave-one-source-out). Returns {"base",
+    "loso", "fitted_step_overhead_ms"}; base/loso as `score_serving` (without "rows" in base)."""
+    rows = load_corpus() if rows is None else list(rows)
+    predict = predict or simulate_json(**options)
+    base = score_serving(rows, predict=predict, max_prompts=max_prompts)
+    by_id = {r["id"]: r for r in base["rows"]}
+    results, fitted = [], {}
     for source in sorted({r.source for r in rows}):
-        held = [r for r in rows if r.source == source]
-        predict = fit([r for r in rows if r.source != source])
-        results += [score_row(r, predict) for r in held]
-    return {"overall": summarize(results),
+        fit = fit_step_overhead([(r, by_id[r.id]) for r in rows if r.source != source])
+        fitted[source] = fit
+        for row in (r for r in rows if r.source == source):
+            ms = fit.get(row.engine, fit.get("", 0.0))
+            results.append(score_row(row, predict, max_prompts=max_prompts, step_overhead_ms=ms))
+    sources = sorted({r["source"] for r in results})
+    loso = {"overall": summarize(results),
             "by_source": {s: summarize([r for r in results if r["source"] == s])
-                          for s in sorted({r["source"] for r in results})},
+                          for s in sources},
             "by_band": by_band(results), "rows": results}
+    return {"base": {k: v for k, v in base.items() if k != "rows"}, "loso": loso,
+            "fitted_step_overhead_ms": fitted}

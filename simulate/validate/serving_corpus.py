@@ -136,9 +136,11 @@ def _kv_dtype(row: ServingRow, precision: str) -> str:
     return "bf16" if precision in ("fp8", "fp4", "int8", "int4") else precision
 
 
-def row_scenario(row: ServingRow, *, engine_presets: bool = True,
-                 max_prompts: int | None = None) -> dict[str, Any]:
-    """The llmsim scenario of one row (the same document `llmsim simulate` takes)."""
+def row_scenario(row: ServingRow, *, engine_presets: bool = True, max_prompts: int | None = None,
+                 step_overhead_ms: float | None = None) -> dict[str, Any]:
+    """The llmsim scenario of one row (the same document `llmsim simulate` takes). A latency
+    row (`vllm bench latency`: one batch handed to the engine at once) is a burst of
+    `batch_size` requests through the engine's scheduler."""
     precision = row.weight_dtype or "bf16"  # dtype "auto" of a bf16 checkpoint
     inference: dict[str, Any] = {
         "parallel": {"tp": row.tp, "pp": row.pp, "ep": row.ep,
@@ -149,9 +151,6 @@ def row_scenario(row: ServingRow, *, engine_presets: bool = True,
         "name": row.id.replace("/", "-"), "model": row.model,
         "hardware": {"gpu": row.gpu, "num_gpus": row.num_gpus, "gpus_per_node": 8},
         "inference": inference}
-    if row.mode == "latency":
-        inference["batch_size"] = row.batch_size or 1
-        return doc
     prompts = row.num_prompts or max(DEFAULT_PROMPTS_PER_CLIENT * row.concurrency, MIN_PROMPTS)
     if max_prompts is not None:
         prompts = min(prompts, max(max_prompts, row.concurrency))
@@ -160,6 +159,8 @@ def row_scenario(row: ServingRow, *, engine_presets: bool = True,
                    "num_requests": prompts, "seed": 0}
     elif row.mode == "offline":
         arrival = {"process": "burst", "num_requests": prompts, "seed": 0}
+    elif row.mode == "latency":
+        arrival = {"process": "burst", "num_requests": row.batch_size or 1, "seed": 0}
     else:
         raise SpecError(f"{row.id}.mode", f"unknown {row.mode!r}; known: closed, offline, "
                         "latency")
@@ -168,5 +169,7 @@ def row_scenario(row: ServingRow, *, engine_presets: bool = True,
         serving["engine"] = row.engine
     if row.gpu_memory_utilization is not None:
         serving["gpu_memory_utilization"] = row.gpu_memory_utilization
+    if step_overhead_ms is not None:
+        serving["step_overhead_ms"] = step_overhead_ms
     doc["serving"] = serving
     return doc

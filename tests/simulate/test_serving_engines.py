@@ -287,3 +287,24 @@ def test_score_serving_on_a_published_row_runs_the_simulate_path() -> None:
     assert result["fits"] is True
     assert set(result["error"]) == set(row.measured)
     assert scored["by_source"]["silybench"]["ttft_ms"]["n"] == 1
+
+
+def test_loso_fits_the_step_overhead_on_the_other_sources_only() -> None:
+    from simulate.validate.published_serving import score_serving_loso
+
+    rows = [ServingRow(id=f"{src}{c}", source=src, url="u", section="t", model="llama-2-7b",
+                       gpu="h100-sxm", num_gpus=1, engine="vllm", mode="closed", input_len=128,
+                       output_len=16, concurrency=c, measured={"tpot_ms": tpot})
+            for src, tpot in (("a", 7.0), ("b", 9.0)) for c in (1, 4)]
+
+    def fake(doc):  # 5 ms of GPU per step plus whatever host overhead the scenario sets
+        extra = doc["serving"].get("step_overhead_ms", 0.0)
+        return {"fits": True, "tpot_s": {"mean": (5.0 + extra) / 1e3}}
+
+    scored = score_serving_loso(rows, predict=fake)
+    assert scored["fitted_step_overhead_ms"]["a"]["vllm"] == pytest.approx(4.0)  # from b only
+    assert scored["fitted_step_overhead_ms"]["b"]["vllm"] == pytest.approx(2.0)  # from a only
+    by_source = scored["loso"]["by_source"]
+    assert by_source["a"]["tpot_ms"]["mean_signed_pct"] == pytest.approx((9 - 7) / 7 * 100)
+    assert by_source["b"]["tpot_ms"]["mean_signed_pct"] == pytest.approx((7 - 9) / 9 * 100)
+    assert scored["base"]["overall"]["tpot_ms"]["mean_signed_pct"] < 0
