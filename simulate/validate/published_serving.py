@@ -178,13 +178,15 @@ def fit_step_overhead(pairs: Sequence[tuple[ServingRow, Mapping[str, Any]]]) -> 
 
 def score_serving_loso(rows: Sequence[ServingRow] | None = None, *,
                        predict: Predict | None = None, max_prompts: int | None = None,
-                       **options: Any) -> dict[str, Any]:
+                       base: Mapping[str, Any] | None = None, **options: Any) -> dict[str, Any]:
     """`score_serving` with engine presets, then again with a per-step overhead per engine
-    fitted on every source but the one scored (leave-one-source-out). Returns {"base",
-    "loso", "fitted_step_overhead_ms"}; base/loso as `score_serving` (without "rows" in base)."""
+    fitted on every source but the one scored (leave-one-source-out). `base`: a finished
+    `score_serving(rows, max_prompts=...)` report to reuse (same rows and settings). Returns
+    {"base", "loso", "fitted_step_overhead_ms"} (base without its "rows")."""
     rows = load_corpus() if rows is None else list(rows)
     predict = predict or simulate_json(**options)
-    base = score_serving(rows, predict=predict, max_prompts=max_prompts)
+    if base is None:
+        base = score_serving(rows, predict=predict, max_prompts=max_prompts)
     by_id = {r["id"]: r for r in base["rows"]}
     results, fitted = [], {}
     for source in sorted({r.source for r in rows}):
@@ -200,3 +202,37 @@ def score_serving_loso(rows: Sequence[ServingRow] | None = None, *,
             "by_band": by_band(results), "rows": results}
     return {"base": {k: v for k, v in base.items() if k != "rows"}, "loso": loso,
             "fitted_step_overhead_ms": fitted}
+
+
+def _compact(report: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in report.items() if k != "rows"}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m simulate.validate.published_serving [--no-presets] [--loso]
+    [--max-prompts N] [--out FILE]``: score the corpus, roofline + store as configured."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--no-presets", action="store_true")
+    parser.add_argument("--loso", action="store_true")
+    parser.add_argument("--max-prompts", type=int)
+    parser.add_argument("--use-store", action="store_true")
+    parser.add_argument("--out", type=Path, help="also write every row's result here (JSON)")
+    args = parser.parse_args(argv)
+    if args.loso:
+        report = score_serving_loso(max_prompts=args.max_prompts, use_store=args.use_store)
+        shown = {"base": report["base"], "loso": _compact(report["loso"]),
+                 "fitted_step_overhead_ms": report["fitted_step_overhead_ms"]}
+    else:
+        report = score_serving(engine_presets=not args.no_presets, max_prompts=args.max_prompts,
+                               use_store=args.use_store)
+        shown = _compact(report)
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1, default=str))
+    print(json.dumps(shown, indent=1))
+
+
+if __name__ == "__main__":
+    main()
