@@ -162,7 +162,8 @@ def split_workload(workload: Workload, parts: int) -> list[Workload]:
     if parts == 1:
         return [workload]
     return [Workload(requests=workload.requests[i::parts],
-                     concurrency=-(-workload.concurrency // parts) if workload.closed else 0)
+                     concurrency=-(-workload.concurrency // parts) if workload.closed else 0,
+                     warmup=workload.warmup)
             for i in range(parts)]
 
 

@@ -152,7 +152,8 @@ def parse_serving(block: Any, path: str = "serving") -> ServingSpec:
         raise SpecError(f"{path}.scheduler",
                         f"unknown {scheduler!r}; known: continuous, chunked_prefill, static")
     arrival = check_keys(b["arrival"], f"{path}.arrival",
-                         {"process", "qps", "cv", "num_requests", "seed", "concurrency", "trace"})
+                         {"process", "qps", "cv", "num_requests", "seed", "concurrency", "trace",
+                          "warmup_requests"})
     overhead = b.get("step_overhead_ms", 0.0)
     if isinstance(overhead, bool) or not isinstance(overhead, (int, float)) or overhead < 0:
         raise SpecError(f"{path}.step_overhead_ms", f"must be >= 0, got {overhead!r}")

@@ -45,7 +45,7 @@ def vllm_bench_result(data: Mapping[str, Any], *, model_id: str, arrival: Mappin
     out_tokens = float(data["throughput_tokens_per_s"]) * duration
     total_tokens = float(data["total_tokens_per_s"]) * duration
     result: dict[str, Any] = {
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S"),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S"),
         "backend": "llmsim", "model_id": model_id, "tokenizer_id": model_id,
         "num_prompts": n, "request_rate": rate,
         "burstiness": 1.0 / float(arrival["cv"]) ** 2 if process == "gamma" else 1.0,

@@ -217,8 +217,9 @@ def _apply(tenant: Tenant, batch: Batch, t: float, rng: np.random.Generator) -> 
                 seq.last_token_s = t  # a recompute after preemption emits nothing new
     spec = tenant.speculation
     gaps = tenant.itl_gaps
+    warmup = tenant.workload.warmup
     for seq in batch.decode:
-        if seq.last_token_s is not None:
+        if seq.last_token_s is not None and seq.req.id >= warmup:
             gap = t - seq.last_token_s
             gaps[gap] = gaps.get(gap, 0) + 1
         seq.last_token_s = t

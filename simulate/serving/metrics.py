@@ -112,7 +112,9 @@ def summarize_latencies(arr: dict[str, np.ndarray], slo: Slo | None = None) -> d
 
 def summarize_tenants(tenants: Seq[Tenant], slo: Slo | None = None) -> dict[str, Any]:
     """Pooled metrics of tenants serving one stream (data-parallel replicas) or one tenant."""
-    seqs = [s for t in tenants for s in t.sequences]
+    # warm-up requests (a benchmark's ramp, e.g. genai-perf's unstable first window) ran and
+    # loaded the engine but are not measured
+    seqs = [s for t in tenants for s in t.sequences if s.req.id >= t.workload.warmup]
     result = summarize_latencies(latency_arrays(seqs), slo)
     result["itl_s"] = itl_stats(tenants)
     makespan = result["duration_s"]

@@ -24,6 +24,9 @@ CORPUS_DIR = Path(__file__).resolve().parents[2] / "datasets" / "validation" / "
 MEASURES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "output_tok_s")
 # a row with no published prompt count: enough requests for a steady state at its concurrency
 DEFAULT_PROMPTS_PER_CLIENT, MIN_PROMPTS = 5, 50
+# clients that report a steady-state window, not the start-up wave: AIPerf / genai-perf measure
+# over stable windows of perf_analyzer (its stability check), so the first wave is left out
+STEADY_STATE_TOOLS = ("aiperf", "genai-perf")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,6 +50,7 @@ class ServingRow:
     weight_dtype: str = ""
     kv_dtype: str = ""
     mode: str  # closed (fixed concurrency) | offline (all at once) | latency (one batch)
+    tool: str = ""  # the benchmark client: vllm-bench-serve, aiperf, trtllm-bench, ...
     input_len: int
     output_len: int
     concurrency: int = 0
@@ -58,7 +62,7 @@ class ServingRow:
     stats: Mapping[str, str] = field(default_factory=dict)  # measure -> mean|median|p95|...
 
 
-_ROW_KEYS = {"model", "gpu", "num_gpus", "tp", "pp", "ep", "engine", "engine_version",
+_ROW_KEYS = {"model", "gpu", "num_gpus", "tp", "pp", "ep", "engine", "engine_version", "tool",
              "weight_dtype", "kv_dtype", "mode", "input_len", "output_len", "concurrency",
              "num_prompts", "batch_size", "gpu_memory_utilization", "kv_cache_tokens"}
 
@@ -118,7 +122,7 @@ def rows_from_vllm_bench(paths: Iterable[str | Path], *, model: str, gpu: str, n
             raise SpecError(str(path), "open-loop (finite request_rate) runs are not importable "
                             "as rows yet; run with --max-concurrency")
         rows.append(ServingRow(
-            id=f"{source}/{Path(path).stem}", source=source, url=str(path),
+            id=f"{source}/{Path(path).stem}", source=source, url=str(path), tool="vllm-bench-serve",
             section=str(data.get("date", "")), model=model, gpu=gpu, num_gpus=num_gpus, tp=tp,
             pp=pp, engine=engine, weight_dtype=weight_dtype, kv_dtype=kv_dtype, mode=mode,
             input_len=round(data["total_input_tokens"] / done),
@@ -157,6 +161,8 @@ def row_scenario(row: ServingRow, *, engine_presets: bool = True, max_prompts: i
     if row.mode == "closed":
         arrival = {"process": "closed", "concurrency": row.concurrency,
                    "num_requests": prompts, "seed": 0}
+        if row.tool in STEADY_STATE_TOOLS:
+            arrival["warmup_requests"] = min(row.concurrency, prompts - 1)
     elif row.mode == "offline":
         arrival = {"process": "burst", "num_requests": prompts, "seed": 0}
     elif row.mode == "latency":

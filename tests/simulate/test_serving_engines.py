@@ -308,3 +308,18 @@ def test_loso_fits_the_step_overhead_on_the_other_sources_only() -> None:
     assert by_source["a"]["tpot_ms"]["mean_signed_pct"] == pytest.approx((9 - 7) / 7 * 100)
     assert by_source["b"]["tpot_ms"]["mean_signed_pct"] == pytest.approx((7 - 9) / 9 * 100)
     assert scored["base"]["overall"]["tpot_ms"]["mean_signed_pct"] < 0
+
+
+def test_warmup_requests_run_but_are_not_measured() -> None:
+    base = _closed("llama-2-7b", "vllm", concurrency=4, n=12)
+    warm = json.loads(json.dumps(base))
+    warm["serving"]["arrival"]["warmup_requests"] = 4
+    a = run(base, use_store=False, use_predictors=False).data
+    b = run(warm, use_store=False, use_predictors=False).data
+    assert (a["num_requests"], b["num_requests"]) == (12, 8)
+    # the first wave waits behind the whole burst of prompts; without it TTFT is lower
+    assert b["ttft_s"]["max"] <= a["ttft_s"]["max"]
+    bad = json.loads(json.dumps(base))
+    bad["serving"]["arrival"]["warmup_requests"] = 12
+    with pytest.raises(SpecError, match="warmup_requests"):
+        run(bad, use_store=False, use_predictors=False)
