@@ -323,3 +323,23 @@ def test_warmup_requests_run_but_are_not_measured() -> None:
     bad["serving"]["arrival"]["warmup_requests"] = 12
     with pytest.raises(SpecError, match="warmup_requests"):
         run(bad, use_store=False, use_predictors=False)
+
+
+def test_cli_format_vllm_bench_prints_vllm_keys_and_rejects_non_serving(tmp_path, capsys) -> None:
+    import yaml
+
+    from simulate.cli.main import main
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(_closed("llama-2-7b", "sglang", concurrency=2, n=4)))
+    assert main(["simulate", str(scenario), "--no-store", "--no-predictors",
+                 "--format", "vllm-bench"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["max_concurrency"] == 2 and printed["completed"] == 4
+    for metric in ("ttft", "tpot", "itl", "e2el"):
+        assert printed[f"mean_{metric}_ms"] > 0 and f"p99_{metric}_ms" in printed
+    single = _closed("llama-2-7b", "vllm", concurrency=2, n=4)
+    del single["serving"]
+    scenario.write_text(yaml.safe_dump(single))
+    assert main(["simulate", str(scenario), "--no-store", "--no-predictors",
+                 "--format", "vllm-bench"]) == 2
