@@ -152,22 +152,34 @@ def schedule_continuous(state: SchedulerState) -> Batch:
 
 
 def schedule_chunked(state: SchedulerState) -> Batch:
+    """vLLM V1's order (vllm/v1/core/sched/scheduler.py `schedule`): running requests in
+    admission order each take their next tokens (a decode slot or a prefill chunk) from the
+    budget; when KV is short the last running request is preempted (it may be a half-prefilled
+    one); new requests are admitted only in a step that preempted nothing."""
     batch = Batch()
-    running_prefill = [s for s in state.running if s.in_prefill]
-    decoding = [s for s in state.running if not s.in_prefill]
-    # decodes first (they are latency-critical), then continue partial prefills, then admit
-    state.running = decoding
-    _decode_all(state, batch)
-    budget = state.config.max_batched_tokens - len(batch.decode) * state.config.decode_q
-    for seq in running_prefill:
-        state.running.append(seq)
-        if budget <= 0:
-            continue
-        chunk = min(seq.remaining_prefill, budget)
-        if state.grow(seq, chunk):
-            batch.prefill.append((seq, chunk))
-            budget -= chunk
-    _admit(state, batch, budget, chunked=state.config.chunk_prompts, split_long=True)
+    cfg = state.config
+    budget = cfg.max_batched_tokens
+    preempted = state.preemptions
+    i = 0
+    while i < len(state.running) and budget > 0:
+        seq = state.running[i]
+        prefill = seq.in_prefill
+        need = min(seq.remaining_prefill, budget) if prefill else cfg.decode_q
+        if need > budget:
+            break
+        ok = state.grow(seq, need)
+        while not ok and state.preempt_last(batch) is not seq:
+            ok = state.grow(seq, need)
+        if not ok:
+            break  # `seq` itself was the last running request and went back to the queue
+        if prefill:
+            batch.prefill.append((seq, need))
+        else:
+            batch.decode.append(seq)
+        budget -= need
+        i += 1
+    if state.preemptions == preempted:
+        _admit(state, batch, budget, chunked=cfg.chunk_prompts, split_long=True)
     return batch
 
 
