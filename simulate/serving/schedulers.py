@@ -5,8 +5,9 @@
   prompts (whole, up to `max_batched_tokens`) or one decode token for every running sequence;
   when a decode cannot get a block, the most recently admitted sequence is preempted (recompute:
   its blocks are freed and it re-runs its prefill; swap: its KV goes to host memory).
-- ``chunked_prefill``: Sarathi-Serve / vLLM v1: every step carries all running decodes plus
-  prefill chunks filling a fixed token budget, so decodes never stall behind long prompts.
+- ``chunked_prefill``: Sarathi-Serve / vLLM v1: every step carries the running requests (decode
+  slots and prefill chunks, in admission order) within a fixed token budget, then new prompts;
+  decodes never stall behind long prompts.
 - ``prefill_first``: SGLang's default: a step runs either prefill chunks (up to the token budget,
   a partly prefilled prompt first) or one decode token for every running sequence, prefill first
   (sglang managers/scheduler.py get_next_batch_to_run; no mixing without --enable-mixed-chunk).
