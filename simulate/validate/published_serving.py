@@ -67,14 +67,18 @@ def score_row(row: ServingRow, predict: Predict, *, engine_presets: bool = True,
         data = predict(row_scenario(row, engine_presets=engine_presets, max_prompts=max_prompts,
                                     step_overhead_ms=step_overhead_ms))
     except LlmsimError as exc:  # a row llmsim cannot take (unknown model/GPU...): reported
-        return {**out, "fits": None, "error": f"{type(exc).__name__}: {exc}"}
+        return {**out, "fits": None, "failure": f"{type(exc).__name__}: {exc}"}
     out["fits"] = bool(data.get("fits", True))
     if not out["fits"]:
         return {**out, "reason": str(data.get("reason", ""))}
     pred = {m: predicted_value(data, m, row.stats.get(m, "")) for m in row.measured}
     out["predicted"] = pred
-    out["error"] = {m: (pred[m] - v) / v for m, v in row.measured.items()
-                    if pred.get(m) is not None and v > 0}
+    errors: dict[str, float] = {}
+    for m, v in row.measured.items():
+        p = pred.get(m)
+        if p is not None and v > 0:
+            errors[m] = (p - v) / v
+    out["error"] = errors
     return out
 
 
