@@ -10,7 +10,7 @@ import click
 import yaml
 
 from analytical.inputs import output_errors, write_text
-from simulate.api import run
+from simulate.api import SimulationOutput, run
 from simulate.cli.output import PLOT_SUFFIXES, InputPath, OutputPath, print_json, print_table
 from simulate.cli.quick_opts import quick_options
 from simulate.inference.outputs import inference_rows, plot_latency_cdfs
@@ -20,6 +20,8 @@ from simulate.report import plot_breakdown, summary_rows
 @click.command(name="simulate")
 @click.argument("scenario", required=False, type=InputPath())
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--format", "fmt", type=click.Choice(["vllm-bench"]),
+              help="Print a serving prediction as `vllm bench serve --save-result` JSON.")
 @click.option("--trace", "trace_file", type=OutputPath(),
               help="Write a Chrome/Perfetto trace (training iteration, or serving steps).")
 @click.option("--plot", "plot_file", type=OutputPath(PLOT_SUFFIXES),
@@ -36,7 +38,8 @@ from simulate.report import plot_breakdown, summary_rows
 @quick_options
 def command(scenario: Path, as_json: bool, trace_file: Path | None, plot_file: Path | None,
             missing_file: Path | None, overrides: tuple[str, ...], db_path: Path | None,
-            tracking_uri: str | None, no_store: bool, no_predictors: bool) -> None:
+            tracking_uri: str | None, no_store: bool, no_predictors: bool,
+            fmt: str | None = None) -> None:
     """Predict SCENARIO (YAML/JSON): iteration time, MFU and memory, or serving latencies.
 
     Without a file: llmsim simulate --model llama-3-8b --gpu h100-sxm --gpus 8 [--train]
@@ -47,8 +50,11 @@ def command(scenario: Path, as_json: bool, trace_file: Path | None, plot_file: P
     """
     out = run(scenario, overrides=overrides, store_path=db_path, tracking_uri=tracking_uri,
               use_store=not no_store, use_predictors=not no_predictors,
-              trace=trace_file is not None)
+              trace=trace_file is not None or fmt is not None)
     data = out.data
+    if fmt == "vllm-bench":
+        _print_vllm_bench(out)
+        return
     if trace_file is not None and out.trace is not None:
         write_text(trace_file, json.dumps(out.trace), "--trace")
     if missing_file is not None and out.missing_sweep is not None:
@@ -76,3 +82,17 @@ def command(scenario: Path, as_json: bool, trace_file: Path | None, plot_file: P
                     f"{mem['capacity_gib']:.1f} GiB available", fg="red", bold=True)
     for warning in data.get("warnings", []):
         click.secho(f"warning: {warning}", fg="yellow", err=True)
+
+
+def _print_vllm_bench(out: SimulationOutput) -> None:
+    from analytical.errors import SpecError
+    from simulate.serving.bench_format import vllm_bench_result
+
+    serving = out.scenario.doc.get("serving")
+    if not isinstance(serving, dict) or out.data.get("mode") not in ("serving", None):
+        raise SpecError("--format", "vllm-bench needs a served inference scenario "
+                        "(a serving block with an arrival process)")
+    if not out.fits:
+        raise SpecError("--format", f"does not fit: {out.data.get('reason', '')}")
+    print_json(vllm_bench_result(out.data, model_id=out.scenario.model, arrival=serving["arrival"],
+                                 latencies=out.latencies))

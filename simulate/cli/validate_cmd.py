@@ -117,8 +117,10 @@ def ddp_cmd(db: Path | None, width: int, depth: int, batch: int, repeats: int, w
 
 
 @group.command("published")
-@click.option("--kind", default="training", show_default=True,
-              help="Which published corpus to score (simulate.validate.published.SCORERS).")
+@click.option("--kind", type=click.Choice(["training", "serving"]), default="training",
+              show_default=True, help="Which published corpus to score.")
+@click.option("--max-prompts", type=click.IntRange(1, 200_000), default=1000, show_default=True,
+              help="Serving: cap each row's request count (a steady state needs far fewer).")
 @click.option("--corpus", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Corpus CSV (default: datasets/validation/<kind>/published_runs.csv).")
 @click.option("--sources", default=None, help="Comma-separated source ids to score (default: all).")
@@ -133,16 +135,23 @@ def ddp_cmd(db: Path | None, width: int, depth: int, batch: int, repeats: int, w
               default=None, help="Write the summary table between the validate-published "
                                  "markers of this Markdown file.")
 @_JSON
-def published_cmd(kind: str, corpus: Path | None, sources: str | None, db_path: Path | None,
-                  tracking_uri: str | None, no_store: bool, no_predictors: bool,
-                  rows_file: Path | None, readme: Path | None, as_json: bool) -> None:
-    """Predict published training runs (the code path of simulate --json) and score them."""
+def published_cmd(kind: str, max_prompts: int, corpus: Path | None, sources: str | None,
+                  db_path: Path | None, tracking_uri: str | None, no_store: bool,
+                  no_predictors: bool, rows_file: Path | None, readme: Path | None,
+                  as_json: bool) -> None:
+    """Predict published runs (the code path of simulate --json) and score them per source:
+    training runs (tokens/s/GPU, MFU, memory, false OOM) or serving measurements (TTFT, TPOT,
+    ITL, throughput, signed error by concurrency band, leave-one-source-out)."""
     import csv
     import dataclasses
 
     from analytical.errors import UnknownNameError
     from simulate.validate import published as pub
 
+    if kind == "serving":
+        _published_serving(max_prompts, sources, db_path, tracking_uri, no_store, no_predictors,
+                           as_json)
+        return
     if kind not in pub.SCORERS:
         raise UnknownNameError("--kind", kind, sorted(pub.SCORERS))
     rows = pub.load_corpus(corpus or pub.CORPORA[kind])
@@ -178,3 +187,42 @@ def published_cmd(kind: str, corpus: Path | None, sources: str | None, db_path: 
     failed = [o for o in outcomes if o.fits is None]
     for o in failed[:10]:
         click.echo(f"not simulated: {o.name}: {o.error}")
+
+
+def _published_serving(max_prompts: int, sources: str | None, db_path: Path | None,
+                       tracking_uri: str | None, no_store: bool, no_predictors: bool,
+                       as_json: bool) -> None:
+    """Score the serving corpus with engine presets, then leave-one-source-out (the one
+    calibrated value, a host step overhead per engine, fitted without the source scored)."""
+    from simulate.engines import checked_store
+    from simulate.validate.published_serving import score_serving_loso
+    from simulate.validate.serving_corpus import MEASURES, load_corpus
+
+    rows = load_corpus()
+    if sources:
+        wanted = {s.strip() for s in sources.split(",") if s.strip()}
+        rows = [r for r in rows if r.source in wanted]
+    store = checked_store(db_path, not no_store)
+    report = score_serving_loso(rows, max_prompts=max_prompts, use_store=bool(store["use_store"]),
+                                store_path=store["store_path"],
+                                use_predictors=not no_predictors, tracking_uri=tracking_uri)
+    if as_json:
+        print_json(report)
+        return
+    for title, part in (("engine presets", report["base"]),
+                        ("leave-one-source-out", report["loso"])):
+        table = []
+        for name, summary in [*part["by_source"].items(), ("overall", part["overall"])]:
+            row: dict[str, object] = {"source": name, "rows": summary["rows"],
+                                      "false_oom": summary["false_oom"]}
+            for m in MEASURES:
+                if m in summary:
+                    row[f"{m} MAPE % (n)"] = (f"{summary[m]['mape_pct']:.1f} "
+                                              f"({summary[m]['n']})")
+            table.append(row)
+        print_table(table, title=f"validate published (serving), {title}")
+    bands = [{"band": band, **{f"{m} signed %": f"{v['mean_signed_pct']:+.1f} ({v['n']})"
+                               for m, v in measures.items()}}
+             for band, measures in report["loso"]["by_band"].items() if measures]
+    if bands:
+        print_table(bands, title="signed error by concurrency band (leave-one-source-out)")

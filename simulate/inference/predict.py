@@ -26,6 +26,7 @@ from simulate.inference.run import (
     make_tenant,
     memory_report,
     plan_instance,
+    resolve_serving,
     single_batch_serving,
     split_workload,
 )
@@ -88,6 +89,8 @@ def predict_inference(doc: Mapping[str, Any], *, model: ModelSpec, hw: HardwareS
     """Predict the scenario's inference; returns the JSON-ready result."""
     inf = parse_inference(doc["inference"], lengths_from_trace=has_trace(doc))
     serving = parse_serving(doc["serving"]) if "serving" in doc else None
+    if serving is not None:  # an engine preset fills what the scenario left unset
+        serving = resolve_serving(serving, hw, tp=inf.tp, pp=inf.pp)
     if serving and serving.prefill_pool:
         return _disaggregated(inf, serving, model=model, hw=hw, num_gpus=num_gpus,
                               estimate=estimate, base_dir=base_dir)
@@ -237,6 +240,7 @@ def predict_colocated(doc: Mapping[str, Any], *, hw: HardwareSpec, num_gpus: int
         inf = parse_inference(entry["inference"], f"{path}.inference",
                               lengths_from_trace=has_trace(entry))
         serving = parse_serving(entry["serving"], f"{path}.serving")
+        serving = resolve_serving(serving, hw, tp=inf.tp, pp=inf.pp)
         _check_gpus(num_gpus, inf.tp * inf.pp, f"{path}.inference.parallel (tp*pp)")
         model = load_model(str(entry["model"]))
         plan, speculation, _ = _plan(model, hw, inf, serving, estimate,

@@ -11,7 +11,7 @@ gets a verdict with the numbers and no latency.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from analytical import memory as mem
@@ -30,6 +30,7 @@ from simulate.inference.layer_ops import (
 )
 from simulate.inference.spec import InferenceSpec, ServingSpec
 from simulate.inference.step_cost import EstimateFn, MeteredCost, StepCostTables, build_tables
+from simulate.serving.engine_presets import EnginePreset, MemoryRule, engine_preset, kv_cache_bytes
 from simulate.serving.loop import Speculation, Tenant
 from simulate.serving.schedulers import SchedulerConfig
 from simulate.serving.workload import Workload
@@ -67,6 +68,33 @@ def lora_weight_bytes(model: ModelSpec, lora: LoraSpec | None, adapters: int, tp
     return 2.0 * adapters * lora_params_per_layer(model, lora) * model.layers / tp
 
 
+def preset_for(serving: ServingSpec, hw: HardwareSpec, *, tp: int, pp: int
+               ) -> EnginePreset | None:
+    """The engine preset of `serving` on this GPU, or None when no engine is named."""
+    if not serving.engine:
+        return None
+    return engine_preset(serving.engine, memory_bytes=hw.memory_bytes, device=hw.name, tp=tp,
+                         pp=pp)
+
+
+def resolve_serving(serving: ServingSpec, hw: HardwareSpec, *, tp: int, pp: int) -> ServingSpec:
+    """Fill every serving field the scenario did not set with its engine's default on this GPU
+    (explicit fields win; without an engine the spec is returned unchanged)."""
+    preset = preset_for(serving, hw, tp=tp, pp=pp)
+    if preset is None:
+        return serving
+    given = serving.explicit
+    changes: dict[str, Any] = {}
+    for key in ("scheduler", "max_num_seqs", "block_size", "gpu_memory_utilization"):
+        if key not in given:
+            changes[key] = getattr(preset, key)
+    if not {"max_batched_tokens", "chunk_size"} & given:
+        changes["max_batched_tokens"] = preset.max_batched_tokens
+    if "step_overhead_ms" not in given:
+        changes["step_overhead_s"] = preset.step_overhead_s
+    return replace(serving, **changes)
+
+
 def plan_instance(model: ModelSpec, hw: HardwareSpec, *, tp: int, pp: int, ep: int,
                   weight_dtype: DType, kv_dtype: DType, serving: ServingSpec,
                   estimate: EstimateFn, memory_fraction: float = 1.0, extra_weight_bytes: float = 0.0,
@@ -81,7 +109,11 @@ def plan_instance(model: ModelSpec, hw: HardwareSpec, *, tp: int, pp: int, ep: i
                                        serving.max_num_seqs)
     usable = hw.memory_bytes * serving.gpu_memory_utilization * memory_fraction
     kv_per_token = mem.kv_cache_bytes(model, tokens=1, kv_dtype=kv_dtype, tp=tp, pp=pp)
-    free = usable - weights - extra_weight_bytes - reserve
+    preset = preset_for(serving, hw, tp=tp, pp=pp)
+    free = kv_cache_bytes(preset.memory_rule if preset else MemoryRule.TOTAL_FRACTION,
+                          capacity=hw.memory_bytes * memory_fraction,
+                          utilization=serving.gpu_memory_utilization,
+                          weights=weights + extra_weight_bytes, activations=reserve)
     if free <= kv_per_token * serving.block_size:
         raise InfeasibleError(
             f"{model.name} does not fit on {hw.name} at tp={tp} pp={pp}: weights "
@@ -132,7 +164,8 @@ def split_workload(workload: Workload, parts: int) -> list[Workload]:
     if parts == 1:
         return [workload]
     return [Workload(requests=workload.requests[i::parts],
-                     concurrency=-(-workload.concurrency // parts) if workload.closed else 0)
+                     concurrency=-(-workload.concurrency // parts) if workload.closed else 0,
+                     warmup=workload.warmup)
             for i in range(parts)]
 
 
@@ -140,10 +173,13 @@ def make_tenant(name: str, plan: InstancePlan, workload: Workload, serving: Serv
             hw: HardwareSpec, speculation: Speculation | None) -> tuple[Tenant, MeteredCost]:
     cost = MeteredCost(plan.tables)
     decode_q = speculation.k + 1 if speculation else 1
+    preset = preset_for(serving, hw, tp=plan.shard.tp, pp=plan.shard.pp)
     config = SchedulerConfig(max_num_seqs=serving.max_num_seqs,
                              max_batched_tokens=serving.max_batched_tokens,
                              block_size=serving.block_size, preemption=serving.preemption,
-                             decode_q=decode_q)
+                             decode_q=decode_q,
+                             chunk_prompts=preset.chunk_prompts if preset else True,
+                             reserve_output=preset.reserve_output_kv if preset else False)
     tenant = Tenant(name=name, workload=workload, scheduler=serving.scheduler, config=config,
                     cost=cost, kv_blocks=plan.kv_blocks,
                     kv_bytes_per_token=plan.kv_bytes_per_token * plan.shard.tp,

@@ -14,6 +14,7 @@ from typing import Any
 from analytical.dtypes import DType, parse_dtype
 from analytical.errors import SpecError
 from simulate.fields import check_keys, float_field, int_field, optional_float
+from simulate.serving.schedulers import SCHEDULERS
 
 PRECISIONS = (DType.BF16, DType.FP16, DType.FP8, DType.FP4, DType.INT8, DType.INT4)
 
@@ -164,18 +165,23 @@ class ServingSpec:
     prefill_pool: PoolSpec | None = None
     decode_pool: PoolSpec | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    engine: str = ""  # vllm | sglang | trtllm: that engine's defaults (simulate.serving.engine_presets)
+    engine_version: str = ""
+    explicit: frozenset[str] = frozenset()  # keys the scenario set (they override an engine preset)
 
 
 def parse_serving(block: Any, path: str = "serving") -> ServingSpec:
     b = check_keys(block, path, {"scheduler", "arrival", "max_num_seqs", "max_batched_tokens",
                                  "chunk_size", "block_size", "preemption", "step_overhead_ms",
-                                 "gpu_memory_utilization", "slo", "disaggregated"}, {"arrival"})
+                                 "gpu_memory_utilization", "slo", "disaggregated", "engine",
+                                 "engine_version"}, {"arrival"})
     scheduler = b.get("scheduler", "continuous")
-    if scheduler not in ("continuous", "chunked_prefill", "static"):
+    if scheduler not in SCHEDULERS:
         raise SpecError(f"{path}.scheduler",
-                        f"unknown {scheduler!r}; known: continuous, chunked_prefill, static")
+                        f"unknown {scheduler!r}; known: {', '.join(SCHEDULERS)}")
     arrival = check_keys(b["arrival"], f"{path}.arrival",
-                         {"process", "qps", "cv", "num_requests", "seed", "concurrency", "trace"})
+                         {"process", "qps", "cv", "num_requests", "seed", "concurrency", "trace",
+                          "warmup_requests"})
     overhead = float_field(b, "step_overhead_ms", path, default=0.0, maximum=3.6e6)
     budget_key = "chunk_size" if "chunk_size" in b else "max_batched_tokens"
     slo = check_keys(b.get("slo", {}), f"{path}.slo", {"ttft_s", "tpot_s"})
@@ -200,6 +206,8 @@ def parse_serving(block: Any, path: str = "serving") -> ServingSpec:
         slo_ttft_s=optional_float(slo, "ttft_s", f"{path}.slo", exclusive_min=True),
         slo_tpot_s=optional_float(slo, "tpot_s", f"{path}.slo", exclusive_min=True),
         prefill_pool=pools.get("prefill"), decode_pool=pools.get("decode"),
+        engine=str(b.get("engine", "")), engine_version=str(b.get("engine_version", "")),
+        explicit=frozenset(b),
     )
 
 

@@ -67,6 +67,9 @@ class Tenant:
     kv_trace: list[tuple[float, float]] = field(default_factory=list)
     steps: int = 0
     busy_s: float = 0.0
+    # inter-token gaps (seconds) -> how many token arrivals had that gap; a step's decodes share
+    # one end time, so few distinct values (vLLM bench serve's ITL: every gap between chunks)
+    itl_gaps: dict[float, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -211,7 +214,15 @@ def _apply(tenant: Tenant, batch: Batch, t: float, rng: np.random.Generator) -> 
                 seq.generated = 1  # the prefill step samples the first token
             if seq.first_token_s is None:
                 seq.first_token_s = t
+                seq.last_token_s = t  # a recompute after preemption emits nothing new
     spec = tenant.speculation
+    gaps = tenant.itl_gaps
+    warmup = tenant.workload.warmup
+    for seq in batch.decode:
+        if seq.last_token_s is not None and seq.req.id >= warmup:
+            gap = t - seq.last_token_s
+            gaps[gap] = gaps.get(gap, 0) + 1
+        seq.last_token_s = t
     if batch.decode and spec:
         produced = _spec_tokens(rng, spec, len(batch.decode)).tolist()
         for seq, k in zip(batch.decode, produced, strict=True):

@@ -25,14 +25,42 @@ class Slo:
 def _stats(values: np.ndarray) -> dict[str, float]:
     if values.size == 0:
         return {"mean": float("nan"), "p50": float("nan"), "p90": float("nan"),
-                "p99": float("nan"), "max": float("nan")}
+                "p95": float("nan"), "p99": float("nan"), "max": float("nan")}
     return {
         "mean": float(values.mean()),
         "p50": float(np.percentile(values, 50)),
         "p90": float(np.percentile(values, 90)),
+        "p95": float(np.percentile(values, 95)),
         "p99": float(np.percentile(values, 99)),
         "max": float(values.max()),
     }
+
+
+def weighted_stats(values: np.ndarray, counts: np.ndarray) -> dict[str, float]:
+    """`_stats` of a sample given as distinct values with their counts (percentile = the
+    smallest value whose cumulative share reaches q, the inverted-CDF definition)."""
+    if values.size == 0 or counts.sum() == 0:
+        return _stats(np.array([]))
+    order = np.argsort(values)
+    v, c = values[order], counts[order].astype(float)
+    cum = np.cumsum(c) / c.sum()
+
+    def pct(q: float) -> float:
+        return float(v[min(int(np.searchsorted(cum, q / 100.0)), v.size - 1)])
+
+    return {"mean": float((v * c).sum() / c.sum()), "p50": pct(50), "p90": pct(90),
+            "p95": pct(95), "p99": pct(99), "max": float(v[-1])}
+
+
+def itl_stats(tenants: Seq[Tenant]) -> dict[str, float]:
+    """Inter-token latency over every gap between consecutive tokens of every request, pooled
+    (what `vllm bench serve` reports as ITL; its TPOT is the per-request mean instead)."""
+    merged: dict[float, int] = {}
+    for tenant in tenants:
+        for gap, n in tenant.itl_gaps.items():
+            merged[gap] = merged.get(gap, 0) + n
+    return weighted_stats(np.fromiter(merged.keys(), float, len(merged)),
+                          np.fromiter(merged.values(), float, len(merged)))
 
 
 def latency_arrays(seqs: Seq[Sequence]) -> dict[str, np.ndarray]:
@@ -84,8 +112,11 @@ def summarize_latencies(arr: dict[str, np.ndarray], slo: Slo | None = None) -> d
 
 def summarize_tenants(tenants: Seq[Tenant], slo: Slo | None = None) -> dict[str, Any]:
     """Pooled metrics of tenants serving one stream (data-parallel replicas) or one tenant."""
-    seqs = [s for t in tenants for s in t.sequences]
+    # warm-up requests (a benchmark's ramp, e.g. genai-perf's unstable first window) ran and
+    # loaded the engine but are not measured
+    seqs = [s for t in tenants for s in t.sequences if s.req.id >= t.workload.warmup]
     result = summarize_latencies(latency_arrays(seqs), slo)
+    result["itl_s"] = itl_stats(tenants)
     makespan = result["duration_s"]
     result["preemptions"] = sum(t.state.preemptions for t in tenants if t.state)
     result["steps"] = sum(t.steps for t in tenants)

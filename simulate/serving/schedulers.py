@@ -5,10 +5,20 @@
   prompts (whole, up to `max_batched_tokens`) or one decode token for every running sequence;
   when a decode cannot get a block, the most recently admitted sequence is preempted (recompute:
   its blocks are freed and it re-runs its prefill; swap: its KV goes to host memory).
-- ``chunked_prefill``: Sarathi-Serve / vLLM v1: every step carries all running decodes plus
-  prefill chunks filling a fixed token budget, so decodes never stall behind long prompts.
+- ``chunked_prefill``: Sarathi-Serve / vLLM v1: every step carries the running requests (decode
+  slots and prefill chunks, in admission order) within a fixed token budget, then new prompts;
+  decodes never stall behind long prompts.
+- ``prefill_first``: SGLang's default: a step runs either prefill chunks (up to the token budget,
+  a partly prefilled prompt first) or one decode token for every running sequence, prefill first
+  (sglang managers/scheduler.py get_next_batch_to_run; no mixing without --enable-mixed-chunk).
 - ``static``: classic static batching: a batch of up to `max_num_seqs` requests is prefilled
   together and decoded until its last member finishes; nothing joins mid-batch.
+
+Two admission options come from engine presets: `chunk_prompts=False` makes the mixed scheduler
+take prompts whole (TensorRT-LLM without chunked context; a prompt longer than the whole budget
+is still chunked, as it could never run otherwise), and `reserve_output=True` admits a request
+only when KV blocks for its prompt and whole output are free (TensorRT-LLM's
+GUARANTEED_NO_EVICT capacity policy), so it never needs preemption.
 """
 
 from __future__ import annotations
@@ -29,6 +39,8 @@ class SchedulerConfig:
     block_size: int = 16  # tokens per KV block
     preemption: str = "recompute"  # recompute | swap
     decode_q: int = 1  # KV slots a decode step appends per sequence (k+1 with speculation)
+    chunk_prompts: bool = True  # chunked_prefill: split prompts over steps
+    reserve_output: bool = False  # admission reserves KV for prompt + whole output
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_batched_tokens", "block_size", "decode_q"):
@@ -102,8 +114,10 @@ def _decode_all(state: SchedulerState, batch: Batch) -> None:
             break  # `seq` itself was the last one; it is back in the queue
 
 
-def _admit(state: SchedulerState, batch: Batch, budget: int, *, chunked: bool) -> int:
-    """Move waiting sequences into the batch while budget, slots and KV blocks allow."""
+def _admit(state: SchedulerState, batch: Batch, budget: int, *, chunked: bool,
+           split_long: bool = False) -> int:
+    """Move waiting sequences into the batch while budget, slots and KV blocks allow
+    (`split_long`: a prompt longer than the whole budget is chunked even when `chunked` is off)."""
     cfg = state.config
     while state.waiting and budget > 0:
         seq = state.waiting[0]
@@ -119,7 +133,11 @@ def _admit(state: SchedulerState, batch: Batch, budget: int, *, chunked: bool) -
             state.waiting.popleft()
             state.running.append(seq)
             continue
-        chunk = seq.remaining_prefill if not chunked else min(seq.remaining_prefill, budget)
+        whole = not chunked and not (split_long and seq.remaining_prefill > cfg.max_batched_tokens)
+        chunk = seq.remaining_prefill if whole else min(seq.remaining_prefill, budget)
+        if cfg.reserve_output and seq not in state.running and not state.grow(
+                seq, seq.req.input_len + seq.req.output_len - seq.prefilled):
+            break
         if chunk > budget or not state.grow(seq, chunk):
             break
         state.waiting.popleft()
@@ -131,32 +149,64 @@ def _admit(state: SchedulerState, batch: Batch, budget: int, *, chunked: bool) -
 
 
 def schedule_continuous(state: SchedulerState) -> Batch:
-    batch = Batch()
-    if state.waiting:
-        _admit(state, batch, state.config.max_batched_tokens, chunked=False)
-        if batch.prefill:
-            return batch
-    _decode_all(state, batch)
-    return batch
+    return _prefill_or_decode(state, chunked=False)
 
 
 def schedule_chunked(state: SchedulerState) -> Batch:
+    """vLLM V1's order (vllm/v1/core/sched/scheduler.py `schedule`): running requests in
+    admission order each take their next tokens (a decode slot or a prefill chunk) from the
+    budget; when KV is short the last running request is preempted (it may be a half-prefilled
+    one); new requests are admitted only in a step that preempted nothing."""
     batch = Batch()
-    running_prefill = [s for s in state.running if s.in_prefill]
-    decoding = [s for s in state.running if not s.in_prefill]
-    # decodes first (they are latency-critical), then continue partial prefills, then admit
-    state.running = decoding
-    _decode_all(state, batch)
-    budget = state.config.max_batched_tokens - len(batch.decode) * state.config.decode_q
-    for seq in running_prefill:
-        state.running.append(seq)
-        if budget <= 0:
-            continue
+    cfg = state.config
+    budget = cfg.max_batched_tokens
+    preempted = state.preemptions
+    i = 0
+    while i < len(state.running) and budget > 0:
+        seq = state.running[i]
+        prefill = seq.in_prefill
+        need = min(seq.remaining_prefill, budget) if prefill else cfg.decode_q
+        if need > budget:
+            break
+        ok = state.grow(seq, need)
+        while not ok and state.preempt_last(batch) is not seq:
+            ok = state.grow(seq, need)
+        if not ok:
+            break  # `seq` itself was the last running request and went back to the queue
+        if prefill:
+            batch.prefill.append((seq, need))
+        else:
+            batch.decode.append(seq)
+        budget -= need
+        i += 1
+    if state.preemptions == preempted:
+        _admit(state, batch, budget, chunked=cfg.chunk_prompts, split_long=True)
+    return batch
+
+
+def schedule_prefill_first(state: SchedulerState) -> Batch:
+    return _prefill_or_decode(state, chunked=True)
+
+
+def _prefill_or_decode(state: SchedulerState, *, chunked: bool) -> Batch:
+    """A prefill step if any prompt can run (a partly prefilled one first), else one decode
+    token for every running sequence. Unchunked, a prompt longer than the whole budget (or a
+    recomputed one that grew past it) is still split, as it could never run otherwise."""
+    batch = Batch()
+    prefilling = [s for s in state.running if s.in_prefill]
+    budget = state.config.max_batched_tokens
+    for seq in prefilling:
         chunk = min(seq.remaining_prefill, budget)
-        if state.grow(seq, chunk):
+        if chunk > 0 and state.grow(seq, chunk):
             batch.prefill.append((seq, chunk))
             budget -= chunk
-    _admit(state, batch, budget, chunked=True)
+    if state.waiting and budget > 0:
+        _admit(state, batch, budget, chunked=chunked, split_long=True)
+    if batch.prefill:
+        return batch
+    state.running = [s for s in state.running if not s.in_prefill]
+    _decode_all(state, batch)
+    state.running += prefilling
     return batch
 
 
@@ -175,5 +225,6 @@ def schedule_static(state: SchedulerState) -> Batch:
 SCHEDULERS: dict[str, Callable[[SchedulerState], Batch]] = {
     "continuous": schedule_continuous,
     "chunked_prefill": schedule_chunked,
+    "prefill_first": schedule_prefill_first,
     "static": schedule_static,
 }

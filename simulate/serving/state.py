@@ -12,7 +12,7 @@ class Sequence:
     """A request in flight: how much of its context is in the KV cache and what it generated."""
 
     __slots__ = ("req", "prefilled", "generated", "blocks", "first_token_s", "finish_s",
-                 "preemptions", "swapped", "admitted_s", "token_times")
+                 "preemptions", "swapped", "admitted_s", "token_times", "last_token_s")
 
     def __init__(self, req: Request) -> None:
         self.req = req
@@ -24,6 +24,7 @@ class Sequence:
         self.preemptions = 0
         self.swapped = False
         self.admitted_s: float | None = None
+        self.last_token_s: float | None = None  # when the newest token came out (for ITL)
 
     @property
     def context_target(self) -> int:

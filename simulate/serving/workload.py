@@ -20,7 +20,8 @@ from simulate.fields import check_keys, float_field, float_value, int_field, int
 # percentiles settle within a few thousand).
 MAX_REQUESTS = 200_000
 MAX_TOKENS = 10_000_000
-ARRIVAL_KEYS = {"process", "qps", "cv", "num_requests", "seed", "concurrency", "trace"}
+ARRIVAL_KEYS = {"process", "qps", "cv", "num_requests", "seed", "concurrency", "trace",
+                "warmup_requests"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,6 +42,7 @@ class Workload:
 
     requests: tuple[Request, ...]
     concurrency: int = 0
+    warmup: int = 0  # requests with id < warmup run but are left out of the statistics
 
     @property
     def closed(self) -> bool:
@@ -124,7 +126,10 @@ def make_workload(arrival: Mapping[str, Any], *, input_len: Any, output_len: Any
                 cached_prefix=_cached(int(ins[i]), prefix_hit))
         for i in range(n)
     )
-    return Workload(requests=reqs, concurrency=concurrency)
+    warmup = arrival.get("warmup_requests", 0)
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or not 0 <= warmup < n:
+        raise SpecError(f"{field}.warmup_requests", f"must be an int in [0, {n}), got {warmup!r}")
+    return Workload(requests=reqs, concurrency=concurrency, warmup=warmup)
 
 
 def _cached(input_len: int, prefix_hit: float) -> int:

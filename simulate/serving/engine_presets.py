@@ -1,0 +1,134 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What a serving engine does by default: vLLM, SGLang or TensorRT-LLM as they start without flags.
+
+The values are data (``datasets/engines/<engine>.yaml``), one entry per setting with the engine
+code it was read from; some depend on the GPU's memory, its name or the tensor-parallel degree
+(the engines pick them at start-up from the device they find). A scenario's explicit
+``serving.*`` fields override a preset (see `simulate.inference.run.resolve_serving`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from analytical.errors import SpecError
+
+ENGINES_DIR = Path(__file__).resolve().parents[2] / "datasets" / "engines"
+ENGINES = ("vllm", "sglang", "trtllm")
+MIB = 2**20
+GIB = 2**30
+
+
+class MemoryRule(StrEnum):
+    """How an engine turns its memory setting into a KV-cache size."""
+
+    TOTAL_FRACTION = "total_fraction"  # vLLM: total * util - weights - activations
+    STATIC_FRACTION = "static_fraction"  # SGLang: total * mem_fraction_static - weights
+    FREE_AFTER_WEIGHTS = "free_after_weights"  # TensorRT-LLM: (total - weights - act.) * frac
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnginePreset:
+    """One engine's defaults resolved for a GPU and a parallel layout."""
+
+    engine: str
+    version: str
+    scheduler: str
+    chunk_prompts: bool  # long prompts are split over steps
+    reserve_output_kv: bool  # admission reserves KV for the whole output (no eviction later)
+    max_batched_tokens: int
+    max_num_seqs: int
+    block_size: int
+    gpu_memory_utilization: float  # meaning depends on memory_rule
+    memory_rule: MemoryRule
+    prefix_caching: bool
+    cuda_graph_max_bs: int
+    step_overhead_s: float
+
+
+@functools.cache
+def engine_data(engine: str) -> Mapping[str, Any]:
+    """The engine's YAML (each entry: value or tiers or rule, plus its source)."""
+    if engine not in ENGINES:
+        raise SpecError("serving.engine", f"unknown {engine!r}; known: {', '.join(ENGINES)}")
+    with (ENGINES_DIR / f"{engine}.yaml").open() as fh:
+        return yaml.safe_load(fh)
+
+
+def _tier(entry: Mapping[str, Any], *, gib: float, device: str, tp: int) -> Any:
+    """A value chosen by GPU memory / name / tp, as the engine does at start-up."""
+    if "value" in entry:
+        return entry["value"]
+    for tier in entry["tiers"]:
+        if "min_gib" in tier and gib < tier["min_gib"]:
+            continue
+        if "below_gib" in tier and gib >= tier["below_gib"]:
+            continue
+        if any(word in device.lower() for word in tier.get("exclude", ())):
+            continue
+        return tier["tp_ge_4"] if tp >= 4 and "tp_ge_4" in tier else tier["value"]
+    raise SpecError("serving.engine", f"no tier matches a {gib:.0f} GiB {device}")
+
+
+def sglang_mem_fraction_static(*, gpu_mib: float, chunked_prefill: int, graph_max_bs: int,
+                               tp: int, pp: int) -> float:
+    """SGLang's default mem_fraction_static (server_args.py _handle_gpu_memory_settings)."""
+    reserved = 512 + max(chunked_prefill, 2048) * 1.5 + graph_max_bs * 2 + tp * pp / 8 * 1024
+    if gpu_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((gpu_mib - reserved) / gpu_mib, 3)
+
+
+def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
+                  pp: int = 1) -> EnginePreset:
+    """Resolve `engine`'s defaults for one GPU (its memory in bytes and its name)."""
+    data = engine_data(engine)
+    gib = memory_bytes / GIB
+
+    def pick(key: str) -> Any:
+        return _tier(data[key], gib=gib, device=device, tp=tp)
+
+    budget = int(pick("max_batched_tokens"))
+    max_seqs = int(pick("max_num_seqs"))
+    if engine == "vllm":  # max_num_seqs = min(default, max_num_batched_tokens) (arg_utils.py)
+        max_seqs = min(max_seqs, budget)
+    graph_bs = (min(2 * max_seqs, 512) if "rule" in data["cuda_graph_max_bs"]
+                else int(pick("cuda_graph_max_bs")))
+    if "rule" in data["gpu_memory_utilization"]:
+        util = sglang_mem_fraction_static(gpu_mib=memory_bytes / MIB, chunked_prefill=budget,
+                                          graph_max_bs=graph_bs, tp=tp, pp=pp)
+    else:
+        util = float(pick("gpu_memory_utilization"))
+    return EnginePreset(
+        engine=engine, version=str(data["version"]), scheduler=str(pick("scheduler")),
+        chunk_prompts=bool(pick("chunk_prompts")),
+        reserve_output_kv=bool(pick("reserve_output_kv")), max_batched_tokens=budget,
+        max_num_seqs=max_seqs, block_size=int(pick("block_size")),
+        gpu_memory_utilization=util, memory_rule=MemoryRule(pick("memory_rule")),
+        prefix_caching=bool(pick("prefix_caching")), cuda_graph_max_bs=graph_bs,
+        step_overhead_s=float(pick("step_overhead_ms")) / 1e3)
+
+
+def kv_cache_bytes(rule: MemoryRule | str, *, capacity: float, utilization: float,
+                   weights: float, activations: float) -> float:
+    """Bytes an engine gives its KV cache on one GPU under its memory rule."""
+    rule = MemoryRule(rule)
+    if rule is MemoryRule.STATIC_FRACTION:
+        return capacity * utilization - weights
+    if rule is MemoryRule.FREE_AFTER_WEIGHTS:
+        return (capacity - weights - activations) * utilization
+    return capacity * utilization - weights - activations
+
+
+def preset_sources(engine: str) -> dict[str, str]:
+    """Setting -> where its value comes from (for reports and tests)."""
+    data = engine_data(engine)
+    return {key: " ".join(str(entry.get("source", "")).split()) for key, entry in data.items()
+            if isinstance(entry, Mapping)}

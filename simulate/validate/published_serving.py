@@ -1,0 +1,242 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Score llmsim's serving predictions against published measurements (the serving corpus).
+
+Every row becomes the scenario `llmsim simulate --json` would run (`serving_corpus.row_scenario`)
+and goes through `simulate.api.run`, the same code path. Predicted and measured values are
+compared on the statistic the source states (mean, median, p95...; unstated = mean): TTFT,
+TPOT, ITL, E2E latency and output throughput. The report gives n and MAPE per source and
+overall, the signed error by concurrency band (a trend there means queueing is modelled wrong),
+and the false out-of-memory verdicts (a published run exists, so "does not fit" is wrong).
+`score_serving` calibrates nothing on the corpus. `score_serving_loso` adds the one calibrated
+quantity, a per-step host overhead per engine (scheduling, sampling, detokenisation and launch
+time that the engines do not publish as a function of batch size), fitted as the median
+measured-minus-predicted decode step of the *other* sources and applied to the held-out one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from analytical.errors import LlmsimError
+from simulate.validate.serving_corpus import MEASURES, ServingRow, load_corpus, row_scenario
+
+BANDS = (("1-4", 1, 4), ("5-16", 5, 16), ("17-64", 17, 64), (">64", 65, 1 << 30))
+_STAT = {"": "mean", "mean": "mean", "median": "p50", "p50": "p50", "p90": "p90", "p95": "p95",
+         "p99": "p99"}
+_KEY = {"ttft_ms": "ttft_s", "tpot_ms": "tpot_s", "itl_ms": "itl_s", "e2e_ms": "e2e_latency_s"}
+
+Predict = Callable[[dict[str, Any]], Mapping[str, Any]]
+
+
+def simulate_json(*, use_store: bool = False, use_predictors: bool = False,
+                  store_path: str | Path | None = None, tracking_uri: str | None = None
+                  ) -> Predict:
+    """A predictor that runs a scenario exactly as ``llmsim simulate --json`` does."""
+    from simulate.api import run
+
+    def predict(doc: dict[str, Any]) -> Mapping[str, Any]:
+        return run(doc, store_path=store_path, tracking_uri=tracking_uri, use_store=use_store,
+                   use_predictors=use_predictors).data
+
+    return predict
+
+
+def predicted_value(data: Mapping[str, Any], measure: str, stat: str = "") -> float | None:
+    """The predicted counterpart of a measured value (ms, or tokens/s for throughput)."""
+    if measure == "output_tok_s":
+        value = data.get("throughput_tokens_per_s")
+        return float(value) if value is not None else None
+    value = data.get(_KEY[measure])
+    if isinstance(value, Mapping):
+        value = value.get(_STAT.get(stat, "mean"))
+    return float(value) * 1e3 if value is not None else None
+
+
+def score_row(row: ServingRow, predict: Predict, *, engine_presets: bool = True,
+              max_prompts: int | None = None, step_overhead_ms: float | None = None
+              ) -> dict[str, Any]:
+    """One row: predicted and measured values and signed relative errors ((pred - meas) / meas)."""
+    out: dict[str, Any] = {"id": row.id, "source": row.source, "engine": row.engine,
+                           "mode": row.mode, "concurrency": row.concurrency,
+                           "measured": dict(row.measured)}
+    try:
+        data = predict(row_scenario(row, engine_presets=engine_presets, max_prompts=max_prompts,
+                                    step_overhead_ms=step_overhead_ms))
+    except LlmsimError as exc:  # a row llmsim cannot take (unknown model/GPU...): reported
+        return {**out, "fits": None, "failure": f"{type(exc).__name__}: {exc}"}
+    out["fits"] = bool(data.get("fits", True))
+    if not out["fits"]:
+        return {**out, "reason": str(data.get("reason", ""))}
+    pred = {m: predicted_value(data, m, row.stats.get(m, "")) for m in row.measured}
+    out["predicted"] = pred
+    errors: dict[str, float] = {}
+    for m, v in row.measured.items():
+        p = pred.get(m)
+        if p is not None and v > 0:
+            errors[m] = (p - v) / v
+    out["error"] = errors
+    return out
+
+
+def _band(result: Mapping[str, Any]) -> str:
+    if result["mode"] != "closed":
+        return result["mode"]
+    conc = int(result["concurrency"])
+    return next(name for name, lo, hi in BANDS if lo <= conc <= hi)
+
+
+def summarize(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """n, MAPE (%), median APE and mean signed error (%) per measure; false OOM and failures."""
+    summary: dict[str, Any] = {
+        "rows": len(results),
+        "false_oom": sum(1 for r in results if r.get("fits") is False),
+        "not_run": sum(1 for r in results if r.get("fits") is None)}
+    for measure in MEASURES:
+        errs = np.array([r["error"][measure] for r in results
+                         if isinstance(r.get("error"), Mapping) and measure in r["error"]])
+        if errs.size:
+            summary[measure] = {"n": int(errs.size),
+                                "mape_pct": float(np.mean(np.abs(errs)) * 100),
+                                "median_ape_pct": float(np.median(np.abs(errs)) * 100),
+                                "mean_signed_pct": float(np.mean(errs) * 100)}
+    return summary
+
+
+def by_band(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Signed TTFT / TPOT / ITL error per concurrency band (and offline / latency rows)."""
+    bands: dict[str, list[Mapping[str, Any]]] = {}
+    for r in results:
+        bands.setdefault(_band(r), []).append(r)
+    out = {}
+    for name, group in bands.items():
+        s = summarize(group)
+        out[name] = {m: {"n": s[m]["n"], "mean_signed_pct": s[m]["mean_signed_pct"]}
+                     for m in ("ttft_ms", "tpot_ms", "itl_ms") if m in s}
+    return out
+
+
+def score_serving(rows: Sequence[ServingRow] | None = None, *, engine_presets: bool = True,
+                  predict: Predict | None = None, use_store: bool = False,
+                  use_predictors: bool = False, store_path: str | Path | None = None,
+                  tracking_uri: str | None = None, max_prompts: int | None = None
+                  ) -> dict[str, Any]:
+    """Score serving predictions against published rows (default: the whole corpus).
+
+    rows: `ServingRow`s (`serving_corpus.load_corpus`, or `rows_from_vllm_bench` for a user's
+    own ``vllm bench serve`` JSON files). engine_presets: pass each row's engine to the scenario
+    (``serving.engine``); False scores llmsim's engine-less default (``continuous``).
+    predict: scenario -> result JSON; default runs `simulate.api.run` (``llmsim simulate
+    --json``) with the store / predictors as asked (default: neither, roofline only).
+    max_prompts: cap each row's request count (speed; a steady state needs far fewer than the
+    30,000 some offline rows list).
+
+    Returns {"overall", "by_source", "by_band", "rows"}: per measure n, MAPE %, median APE %
+    and mean signed error %, plus false-OOM and not-run counts.
+    """
+    rows = load_corpus() if rows is None else list(rows)
+    predict = predict or simulate_json(use_store=use_store, use_predictors=use_predictors,
+                                       store_path=store_path, tracking_uri=tracking_uri)
+    results = [score_row(r, predict, engine_presets=engine_presets, max_prompts=max_prompts)
+               for r in rows]
+    sources = sorted({r["source"] for r in results})
+    return {
+        "settings": {"engine_presets": engine_presets, "use_store": use_store,
+                     "use_predictors": use_predictors, "max_prompts": max_prompts},
+        "overall": summarize(results),
+        "by_source": {s: summarize([r for r in results if r["source"] == s]) for s in sources},
+        "by_band": by_band(results),
+        "rows": results,
+    }
+
+
+def step_residual_ms(row: ServingRow, result: Mapping[str, Any]) -> float | None:
+    """Measured minus predicted time of one decode step, from a row predicted without host
+    overhead: TPOT (else ITL) at concurrency <= 16, where queueing barely enters, or E2E over
+    the output tokens of a one-batch latency row. None where the row says nothing about it."""
+    pred = result.get("predicted") or {}
+    meas = row.measured
+    if row.mode == "latency" and "e2e_ms" in meas and pred.get("e2e_ms") is not None:
+        return (meas["e2e_ms"] - pred["e2e_ms"]) / max(row.output_len, 1)
+    if row.mode == "closed" and row.concurrency <= 16:
+        for m in ("tpot_ms", "itl_ms"):
+            if m in meas and pred.get(m) is not None:
+                return meas[m] - pred[m]
+    return None
+
+
+def fit_step_overhead(pairs: Sequence[tuple[ServingRow, Mapping[str, Any]]]) -> dict[str, float]:
+    """Per-step overhead (ms) per engine as the median residual of its rows, and under "" the
+    median of all rows (for an engine without any); never negative."""
+    residuals: dict[str, list[float]] = {"": []}
+    for row, result in pairs:
+        r = step_residual_ms(row, result)
+        if r is not None:
+            residuals.setdefault(row.engine, []).append(r)
+            residuals[""].append(r)
+    return {engine: max(float(np.median(v)), 0.0) for engine, v in residuals.items() if v}
+
+
+def score_serving_loso(rows: Sequence[ServingRow] | None = None, *,
+                       predict: Predict | None = None, max_prompts: int | None = None,
+                       base: Mapping[str, Any] | None = None, **options: Any) -> dict[str, Any]:
+    """`score_serving` with engine presets, then again with a per-step overhead per engine
+    fitted on every source but the one scored (leave-one-source-out). `base`: a finished
+    `score_serving(rows, max_prompts=...)` report to reuse (same rows and settings). Returns
+    {"base", "loso", "fitted_step_overhead_ms"} (base without its "rows")."""
+    rows = load_corpus() if rows is None else list(rows)
+    predict = predict or simulate_json(**options)
+    if base is None:
+        base = score_serving(rows, predict=predict, max_prompts=max_prompts)
+    by_id = {r["id"]: r for r in base["rows"]}
+    results, fitted = [], {}
+    for source in sorted({r.source for r in rows}):
+        fit = fit_step_overhead([(r, by_id[r.id]) for r in rows if r.source != source])
+        fitted[source] = fit
+        for row in (r for r in rows if r.source == source):
+            ms = fit.get(row.engine, fit.get("", 0.0))
+            results.append(score_row(row, predict, max_prompts=max_prompts, step_overhead_ms=ms))
+    sources = sorted({r["source"] for r in results})
+    loso = {"overall": summarize(results),
+            "by_source": {s: summarize([r for r in results if r["source"] == s])
+                          for s in sources},
+            "by_band": by_band(results), "rows": results}
+    return {"base": {k: v for k, v in base.items() if k != "rows"}, "loso": loso,
+            "fitted_step_overhead_ms": fitted}
+
+
+def _compact(report: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in report.items() if k != "rows"}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m simulate.validate.published_serving [--no-presets] [--loso]
+    [--max-prompts N] [--out FILE]``: score the corpus, roofline + store as configured."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--no-presets", action="store_true")
+    parser.add_argument("--loso", action="store_true")
+    parser.add_argument("--max-prompts", type=int)
+    parser.add_argument("--use-store", action="store_true")
+    parser.add_argument("--out", type=Path, help="also write every row's result here (JSON)")
+    args = parser.parse_args(argv)
+    if args.loso:
+        report = score_serving_loso(max_prompts=args.max_prompts, use_store=args.use_store)
+        shown = {"base": report["base"], "loso": _compact(report["loso"]),
+                 "fitted_step_overhead_ms": report["fitted_step_overhead_ms"]}
+    else:
+        report = score_serving(engine_presets=not args.no_presets, max_prompts=args.max_prompts,
+                               use_store=args.use_store)
+        shown = _compact(report)
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1, default=str))
+    print(json.dumps(shown, indent=1))
+
+
+if __name__ == "__main__":
+    main()

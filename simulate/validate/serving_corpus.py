@@ -1,0 +1,181 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Published serving measurements as flat rows, and each row as an llmsim scenario.
+
+The corpus files (``datasets/validation/serving/*.yaml``) group points that share a setup into
+series; `load_corpus` expands them so that every row carries its full configuration and its
+citation (URL, table/section, date or commit). `rows_from_vllm_bench` turns a user's own
+``vllm bench serve --save-result`` JSON into rows of the same shape, so llmsim can be scored on
+any run. `row_scenario` writes the scenario `llmsim simulate` runs for a row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from analytical.errors import SpecError
+
+CORPUS_DIR = Path(__file__).resolve().parents[2] / "datasets" / "validation" / "serving"
+MEASURES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "output_tok_s")
+# a row with no published prompt count: enough requests for a steady state at its concurrency
+DEFAULT_PROMPTS_PER_CLIENT, MIN_PROMPTS = 5, 50
+# clients that report a steady-state window, not the start-up wave: AIPerf / genai-perf measure
+# over stable windows of perf_analyzer (its stability check), so the first wave is left out
+STEADY_STATE_TOOLS = ("aiperf", "genai-perf")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingRow:
+    """One published measurement with its whole setup; empty/None means not published."""
+
+    id: str
+    source: str
+    url: str
+    section: str
+    date: str = ""
+    commit: str = ""
+    model: str
+    gpu: str
+    num_gpus: int
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    engine: str = ""
+    engine_version: str = ""
+    weight_dtype: str = ""
+    kv_dtype: str = ""
+    mode: str  # closed (fixed concurrency) | offline (all at once) | latency (one batch)
+    tool: str = ""  # the benchmark client: vllm-bench-serve, aiperf, trtllm-bench, ...
+    input_len: int
+    output_len: int
+    concurrency: int = 0
+    num_prompts: int = 0
+    batch_size: int = 0
+    gpu_memory_utilization: float | None = None
+    kv_cache_tokens: int | None = None
+    measured: Mapping[str, float] = field(default_factory=dict)  # MEASURES present
+    stats: Mapping[str, str] = field(default_factory=dict)  # measure -> mean|median|p95|...
+
+
+_ROW_KEYS = {"model", "gpu", "num_gpus", "tp", "pp", "ep", "engine", "engine_version", "tool",
+             "weight_dtype", "kv_dtype", "mode", "input_len", "output_len", "concurrency",
+             "num_prompts", "batch_size", "gpu_memory_utilization", "kv_cache_tokens"}
+
+
+def _expand(doc: Mapping[str, Any], name: str) -> list[ServingRow]:
+    columns = list(doc["columns"])
+    rows = []
+    for si, series in enumerate(doc["series"]):
+        setup = {**doc.get("defaults", {}), **series}
+        stats = {f"{k}_ms": v for k, v in dict(setup.get("stats") or {}).items()}
+        for pi, point in enumerate(series["points"]):
+            if len(point) != len(columns):
+                raise SpecError(f"{name}.series[{si}].points[{pi}]",
+                                f"expected {len(columns)} values ({', '.join(columns)})")
+            values = dict(zip(columns, point, strict=True))
+            merged = {**setup, **{k: v for k, v in values.items() if k in _ROW_KEYS}}
+            measured = {k: float(v) for k, v in values.items() if k in MEASURES and v is not None}
+            rows.append(ServingRow(
+                id=f"{name}/{si}/{pi}", source=str(doc["source"]), url=str(doc["url"]),
+                section=str(series["section"]), date=str(doc.get("date", "")),
+                commit=str(doc.get("commit", "")), measured=measured, stats=stats,
+                **{k: merged[k] for k in _ROW_KEYS if k in merged and merged[k] is not None}))
+    return rows
+
+
+def load_corpus(paths: Iterable[str | Path] | None = None) -> list[ServingRow]:
+    """Every row of the given corpus files (default: all of ``datasets/validation/serving``)."""
+    files = sorted(CORPUS_DIR.glob("*.yaml")) if paths is None else [Path(p) for p in paths]
+    rows: list[ServingRow] = []
+    for path in files:
+        with Path(path).open() as fh:
+            rows += _expand(yaml.safe_load(fh), Path(path).stem)
+    return rows
+
+
+def rows_from_vllm_bench(paths: Iterable[str | Path], *, model: str, gpu: str, num_gpus: int,
+                         tp: int = 1, pp: int = 1, weight_dtype: str = "", kv_dtype: str = "",
+                         engine: str = "vllm", source: str = "user") -> list[ServingRow]:
+    """Rows from ``vllm bench serve --save-result`` JSON files (one run per file). Lengths are
+    the run's means (total tokens / completed); the setup the JSON lacks is given here."""
+    rows = []
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        done = int(data.get("completed") or 0)
+        if done <= 0:
+            raise SpecError(str(path), "no completed requests in this vllm bench result")
+        measured = {f"{m}_ms": float(data[f"mean_{m}_ms"]) for m in ("ttft", "tpot", "itl", "e2el")
+                    if data.get(f"mean_{m}_ms") is not None}
+        if "e2el_ms" in measured:
+            measured["e2e_ms"] = measured.pop("e2el_ms")
+        if data.get("output_throughput") is not None:
+            measured["output_tok_s"] = float(data["output_throughput"])
+        conc = int(data.get("max_concurrency") or 0)
+        rate = data.get("request_rate")
+        mode = "closed" if conc else ("offline" if rate in (None, "inf", float("inf")) else "")
+        if not mode:
+            raise SpecError(str(path), "open-loop (finite request_rate) runs are not importable "
+                            "as rows yet; run with --max-concurrency")
+        rows.append(ServingRow(
+            id=f"{source}/{Path(path).stem}", source=source, url=str(path), tool="vllm-bench-serve",
+            section=str(data.get("date", "")), model=model, gpu=gpu, num_gpus=num_gpus, tp=tp,
+            pp=pp, engine=engine, weight_dtype=weight_dtype, kv_dtype=kv_dtype, mode=mode,
+            input_len=round(data["total_input_tokens"] / done),
+            output_len=round(data["total_output_tokens"] / done), concurrency=conc,
+            num_prompts=int(data.get("num_prompts") or done), measured=measured,
+            stats={k: "mean" for k in measured}))
+    return rows
+
+
+def _kv_dtype(row: ServingRow, precision: str) -> str:
+    """The engines' default KV dtype "auto" is the checkpoint's activation dtype, bf16 for every
+    model here (vLLM CacheConfig.cache_dtype / TensorRT-LLM KvCacheConfig.dtype = "auto")."""
+    if row.kv_dtype and row.kv_dtype != "auto":
+        return row.kv_dtype
+    return "bf16" if precision in ("fp8", "fp4", "int8", "int4") else precision
+
+
+def row_scenario(row: ServingRow, *, engine_presets: bool = True, max_prompts: int | None = None,
+                 step_overhead_ms: float | None = None) -> dict[str, Any]:
+    """The llmsim scenario of one row (the same document `llmsim simulate` takes). A latency
+    row (`vllm bench latency`: one batch handed to the engine at once) is a burst of
+    `batch_size` requests through the engine's scheduler."""
+    precision = row.weight_dtype or "bf16"  # dtype "auto" of a bf16 checkpoint
+    inference: dict[str, Any] = {
+        "parallel": {"tp": row.tp, "pp": row.pp, "ep": row.ep,
+                     "dp": max(row.num_gpus // (row.tp * row.pp), 1)},
+        "precision": precision, "kv_cache_dtype": _kv_dtype(row, precision),
+        "input_len": row.input_len, "output_len": row.output_len}
+    doc: dict[str, Any] = {
+        "name": row.id.replace("/", "-"), "model": row.model,
+        "hardware": {"gpu": row.gpu, "num_gpus": row.num_gpus, "gpus_per_node": 8},
+        "inference": inference}
+    prompts = row.num_prompts or max(DEFAULT_PROMPTS_PER_CLIENT * row.concurrency, MIN_PROMPTS)
+    if max_prompts is not None:
+        prompts = min(prompts, max(max_prompts, row.concurrency))
+    if row.mode == "closed":
+        arrival = {"process": "closed", "concurrency": row.concurrency,
+                   "num_requests": prompts, "seed": 0}
+        if row.tool in STEADY_STATE_TOOLS:
+            arrival["warmup_requests"] = min(row.concurrency, prompts - 1)
+    elif row.mode == "offline":
+        arrival = {"process": "burst", "num_requests": prompts, "seed": 0}
+    elif row.mode == "latency":
+        arrival = {"process": "burst", "num_requests": row.batch_size or 1, "seed": 0}
+    else:
+        raise SpecError(f"{row.id}.mode", f"unknown {row.mode!r}; known: closed, offline, "
+                        "latency")
+    serving: dict[str, Any] = {"arrival": arrival}
+    if engine_presets and row.engine:
+        serving["engine"] = row.engine
+    if row.gpu_memory_utilization is not None:
+        serving["gpu_memory_utilization"] = row.gpu_memory_utilization
+    if step_overhead_ms is not None:
+        serving["step_overhead_ms"] = step_overhead_ms
+    doc["serving"] = serving
+    return doc
