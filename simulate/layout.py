@@ -29,6 +29,7 @@ def validate_layout(model, hw: HardwareSpec, cluster: ClusterSpec, training: Tra
 
     KV heads: when tp > kv_heads (and tp is a multiple of it) each rank keeps one replicated KV
     head, as vLLM and Megatron-Core (``num_query_groups`` < tp) do; otherwise rejected.
+    The checks run in a fixed order, so the first impossible field is the one reported.
     """
     par = training.parallel
     if par.world_size != cluster.num_gpus:
@@ -39,6 +40,23 @@ def validate_layout(model, hw: HardwareSpec, cluster: ClusterSpec, training: Tra
         check_tensor_parallel(model, par.tp)
     except SpecError as exc:
         raise _rename(exc, source) from None
+    warnings = _check_stages(model, par, source)
+    _check_experts(model, par, source)
+    _check_batch_and_schedule(training, source)
+    _check_sequence(training, source)
+    _check_precision(hw, training, source)
+    if training.seq_len > model.max_seq_len:
+        warnings.append(f"training.seq_len={training.seq_len} exceeds the model's "
+                        f"max_seq_len={model.max_seq_len}")
+    gpn = cluster.gpus_per_node or hw.gpus_per_node
+    if cluster.num_gpus > gpn and cluster.num_gpus % gpn:
+        raise SpecError("hardware.num_gpus", f"{cluster.num_gpus} GPUs do not fill whole nodes "
+                        f"of {gpn}", source=source)
+    return warnings
+
+
+def _check_stages(model, par, source: str | None) -> list[str]:
+    """Layers over pp*vpp chunks: every stage needs a layer; an uneven split only warns."""
     warnings = []
     if model.layers < par.pp * par.vpp:
         raise SpecError(f"{P}.pp", f"pp*vpp={par.pp * par.vpp} exceeds layers={model.layers}",
@@ -54,6 +72,12 @@ def validate_layout(model, hw: HardwareSpec, cluster: ClusterSpec, training: Tra
         # ceil(layers / (pp*vpp)) layers and the last ones take the rest.
         warnings.append(f"layers={model.layers} do not split evenly over pp*vpp="
                         f"{par.pp * par.vpp}; the last stage holds fewer layers")
+    return warnings
+
+
+def _check_experts(model, par, source: str | None) -> None:
+    """Expert parallelism needs an MoE model, divides the experts and the dp*cp ranks; fsdp is
+    ZeRO-3."""
     if model.is_moe:
         if model.num_experts % par.ep:
             raise SpecError(f"{P}.ep", f"num_experts={model.num_experts} is not divisible by "
@@ -70,6 +94,11 @@ def validate_layout(model, hw: HardwareSpec, cluster: ClusterSpec, training: Tra
     if par.fsdp and par.zero not in (0, 3):
         raise SpecError(f"{P}.zero", f"fsdp shards like ZeRO-3; zero={par.zero} contradicts it",
                         source=source)
+
+
+def _check_batch_and_schedule(training: TrainingSpec, source: str | None) -> None:
+    """The global batch splits into micro-batches that the pipeline schedule can run."""
+    par = training.parallel
     if training.global_batch % (training.micro_batch * par.dp):
         raise SpecError("training.global_batch", f"global_batch={training.global_batch} is not a "
                         f"multiple of micro_batch*dp={training.micro_batch * par.dp}",
@@ -87,6 +116,11 @@ def validate_layout(model, hw: HardwareSpec, cluster: ClusterSpec, training: Tra
     if training.schedule == Schedule.ONE_F_ONE_B and m < par.pp:
         raise SpecError("training.global_batch", f"1f1b needs num_microbatches={m} >= pp="
                         f"{par.pp}; raise global_batch or lower micro_batch", source=source)
+
+
+def _check_sequence(training: TrainingSpec, source: str | None) -> None:
+    """The sequence splits over context-parallel ranks (fused attention) and tp under sp."""
+    par = training.parallel
     if training.attention == "unfused" and par.cp > 1:
         raise SpecError("training.attention", "context parallelism is modelled with fused "
                         "(flash) attention only", source=source)
@@ -97,16 +131,12 @@ def validate_layout(model, hw: HardwareSpec, cluster: ClusterSpec, training: Tra
     if par.sp and (training.seq_len // par.cp * training.micro_batch) % par.tp:
         raise SpecError("training.seq_len", "tokens per rank must be divisible by tp under "
                         "sequence parallelism", source=source)
+
+
+def _check_precision(hw: HardwareSpec, training: TrainingSpec, source: str | None) -> None:
+    """The device has tensor cores for the training precision."""
     if training.precision == DType.FP8 and not hw.supports(DType.FP8):
         raise SpecError("training.precision", f"{hw.name} has no fp8 tensor cores",
                         source=source)
     if not hw.supports(DType.BF16) and training.precision == DType.BF16:
         raise SpecError("training.precision", f"{hw.name} has no bf16 support", source=source)
-    if training.seq_len > model.max_seq_len:
-        warnings.append(f"training.seq_len={training.seq_len} exceeds the model's "
-                        f"max_seq_len={model.max_seq_len}")
-    gpn = cluster.gpus_per_node or hw.gpus_per_node
-    if cluster.num_gpus > gpn and cluster.num_gpus % gpn:
-        raise SpecError("hardware.num_gpus", f"{cluster.num_gpus} GPUs do not fill whole nodes "
-                        f"of {gpn}", source=source)
-    return warnings

@@ -80,86 +80,102 @@ def simulate_pipeline(*, schedule: Schedule, pp: int, vpp: int, num_microbatches
                       p2p_s: float, record: bool = False) -> PipelineResult:
     """Run the schedule; ``fwd_s[stage][chunk]`` / ``bwd_s`` are one micro-batch's times and
     ``p2p_s`` one activation (or gradient) transfer between neighbouring stages."""
-    m, n_virtual = num_microbatches, pp * vpp
-    orders = [stage_order(schedule, s, pp, vpp, m) for s in range(pp)]
-    pos = [0] * pp
-    stage_free = [0.0] * pp
-    comm_free = [0.0] * pp
-    busy = [0.0] * pp
-    running = [False] * pp
-    last_bwd = [0.0] * pp
-    arrived: dict[tuple[int, int, int], float] = {}  # (dir, mb, virtual stage) -> input ready
-    records: list[TaskRecord] = []
-    heap: list[tuple[float, int, int, int]] = []  # (time, seq, stage, kind 0=end)
-    seq = 0
+    return _PipelineRun(schedule=schedule, pp=pp, vpp=vpp, m=num_microbatches, fwd_s=fwd_s,
+                        bwd_s=bwd_s, p2p_s=p2p_s, record=record).run()
 
-    def needs(stage: int, task: tuple[int, int, int]) -> tuple[int, int, int] | None:
+
+class _PipelineRun:
+    """The event loop's state: per stage its task order, position, compute and send streams."""
+
+    def __init__(self, *, schedule: Schedule, pp: int, vpp: int, m: int,
+                 fwd_s: Sequence[Sequence[float]], bwd_s: Sequence[Sequence[float]],
+                 p2p_s: float, record: bool) -> None:
+        self.pp, self.vpp, self.m, self.n_virtual = pp, vpp, m, pp * vpp
+        self.fwd_s, self.bwd_s, self.p2p_s, self.record = fwd_s, bwd_s, p2p_s, record
+        self.orders = [stage_order(schedule, s, pp, vpp, m) for s in range(pp)]
+        self.pos = [0] * pp
+        self.stage_free = [0.0] * pp
+        self.comm_free = [0.0] * pp
+        self.busy = [0.0] * pp
+        self.running = [False] * pp
+        self.last_bwd = [0.0] * pp
+        self.arrived: dict[tuple[int, int, int], float] = {}  # (dir, mb, virtual) -> ready
+        self.records: list[TaskRecord] = []
+        self.heap: list[tuple[float, int, int, int]] = []  # (time, seq, stage, kind 0=end)
+        self.seq = 0
+
+    def run(self) -> PipelineResult:
+        for s in range(self.pp):
+            self._try_start(s, 0.0)
+        while self.heap:
+            now, _, stage, kind = heapq.heappop(self.heap)
+            if kind == 0:  # compute task ended
+                task = self.orders[stage][self.pos[stage]]
+                self.pos[stage] += 1
+                self.running[stage] = False
+                self.stage_free[stage] = now
+                self._send(stage, task, now)
+                self._try_start(stage, now)
+            else:  # an input arrived at `stage`
+                self._try_start(stage, now)
+        if any(self.pos[s] < len(self.orders[s]) for s in range(self.pp)):
+            raise RuntimeError("pipeline schedule deadlocked")  # a bug in stage_order, not input
+        return PipelineResult(span_s=max(self.stage_free), stage_end_s=tuple(self.stage_free),
+                              stage_busy_s=tuple(self.busy), last_bwd_start_s=tuple(self.last_bwd),
+                              records=tuple(self.records))
+
+    def _push(self, time: float, stage: int, kind: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (time, self.seq, stage, kind))
+
+    def _needs(self, stage: int, task: tuple[int, int, int]) -> tuple[int, int, int] | None:
+        """The (dir, mb, virtual stage) input a task waits for; None for the pipeline's ends."""
         direction, mb, chunk = task
-        v = chunk * pp + stage
+        v = chunk * self.pp + stage
         if direction == FWD:
             return None if v == 0 else (FWD, mb, v)
-        return None if v == n_virtual - 1 else (BWD, mb, v)
+        return None if v == self.n_virtual - 1 else (BWD, mb, v)
 
-    def try_start(stage: int, now: float) -> None:
-        nonlocal seq
-        if running[stage] or pos[stage] >= len(orders[stage]):
+    def _try_start(self, stage: int, now: float) -> None:
+        if self.running[stage] or self.pos[stage] >= len(self.orders[stage]):
             return
-        task = orders[stage][pos[stage]]
-        dep = needs(stage, task)
-        ready = now if dep is None else arrived.get(dep)
+        task = self.orders[stage][self.pos[stage]]
+        dep = self._needs(stage, task)
+        ready = now if dep is None else self.arrived.get(dep)
         if ready is None:
             return
-        start = max(now, ready, stage_free[stage])
+        start = max(now, ready, self.stage_free[stage])
         direction, mb, chunk = task
-        dur = (fwd_s if direction == FWD else bwd_s)[stage][chunk]
+        dur = (self.fwd_s if direction == FWD else self.bwd_s)[stage][chunk]
         end = start + dur
-        running[stage] = True
-        busy[stage] += dur
-        if direction == BWD and mb == m - 1:
-            last_bwd[stage] = start if last_bwd[stage] == 0.0 else min(last_bwd[stage], start)
-        if record:
-            label = f"{'F' if direction == FWD else 'B'}{mb}" + (f".c{chunk}" if vpp > 1 else "")
-            records.append(TaskRecord(stage=stage, stream="compute", name=label,
-                                      start_s=start, end_s=end))
-        seq += 1
-        heapq.heappush(heap, (end, seq, stage, 0))
+        self.running[stage] = True
+        self.busy[stage] += dur
+        if direction == BWD and mb == self.m - 1:
+            last = self.last_bwd[stage]
+            self.last_bwd[stage] = start if last == 0.0 else min(last, start)
+        if self.record:
+            label = (f"{'F' if direction == FWD else 'B'}{mb}"
+                     + (f".c{chunk}" if self.vpp > 1 else ""))
+            self.records.append(TaskRecord(stage=stage, stream="compute", name=label,
+                                           start_s=start, end_s=end))
+        self._push(end, stage, 0)
 
-    def send(stage: int, task: tuple[int, int, int], now: float) -> None:
+    def _send(self, stage: int, task: tuple[int, int, int], now: float) -> None:
         direction, mb, chunk = task
-        v = chunk * pp + stage
+        v = chunk * self.pp + stage
         target_v = v + 1 if direction == FWD else v - 1
-        if target_v < 0 or target_v >= n_virtual:
+        if target_v < 0 or target_v >= self.n_virtual:
             return
-        target = target_v % pp
+        target = target_v % self.pp
         if target == stage:
-            arrived[(direction, mb, target_v)] = now
+            self.arrived[(direction, mb, target_v)] = now
             return
-        start = max(now, comm_free[stage])
-        comm_free[stage] = start + p2p_s
-        arrived[(direction, mb, target_v)] = start + p2p_s
-        if record and p2p_s > 0:
-            records.append(TaskRecord(stage=stage, stream="p2p",
-                                      name=f"{'send_act' if direction == FWD else 'send_grad'}"
-                                           f"{mb}", start_s=start, end_s=start + p2p_s))
-        nonlocal seq
-        seq += 1
-        heapq.heappush(heap, (start + p2p_s, seq, target, 1))
-
-    for s in range(pp):
-        try_start(s, 0.0)
-    while heap:
-        now, _, stage, kind = heapq.heappop(heap)
-        if kind == 0:  # compute task ended
-            task = orders[stage][pos[stage]]
-            pos[stage] += 1
-            running[stage] = False
-            stage_free[stage] = now
-            send(stage, task, now)
-            try_start(stage, now)
-        else:  # an input arrived at `stage`
-            try_start(stage, now)
-    if any(pos[s] < len(orders[s]) for s in range(pp)):
-        raise RuntimeError("pipeline schedule deadlocked")  # a bug in stage_order, not input
-    return PipelineResult(span_s=max(stage_free), stage_end_s=tuple(stage_free),
-                          stage_busy_s=tuple(busy), last_bwd_start_s=tuple(last_bwd),
-                          records=tuple(records))
+        p2p_s = self.p2p_s
+        start = max(now, self.comm_free[stage])
+        self.comm_free[stage] = start + p2p_s
+        self.arrived[(direction, mb, target_v)] = start + p2p_s
+        if self.record and p2p_s > 0:
+            name = f"{'send_act' if direction == FWD else 'send_grad'}{mb}"
+            self.records.append(TaskRecord(stage=stage, stream="p2p", name=name,
+                                           start_s=start, end_s=start + p2p_s))
+        self._push(start + p2p_s, target, 1)

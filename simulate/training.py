@@ -269,68 +269,92 @@ def _after_pipeline(model, hw: HardwareSpec, t: TrainingSpec, chain: EngineChain
     """DP gradient sync (bucketed, overlapped with the last backward), optimizer step and the
     ZeRO parameter all-gather, per stage. Returns each stage's finish time and its parts."""
     par = t.parallel
-    zero = par.zero_stage
-    shard = par.dp * par.cp
-    expert_shard = par.expert_shard_group
-    bucket_bytes = t.dp_bucket_mb * 1e6
     finish, extra = [], []
     for s in range(par.pp):
         sp = stage_params(model, tp=par.tp, pp=par.pp, vpp=par.vpp, ep=par.ep, stage=s,
                           etp=par.etp)
         if t.lora_rank:  # only the adapters train: their share of this stage, split over tp
             sp = _lora_stage(model, t, sp)
-        syncs = []  # (params, group, rpn)
-        if zero < 3:
-            syncs.append((sp.dense, shard, _rpn(shard, par.tp, gpn)))
-            if sp.expert:
-                syncs.append((sp.expert, expert_shard, _rpn(expert_shard, par.expert_tp * par.ep, gpn)))
-        kind = CollectiveKind.ALL_REDUCE if zero == 0 else CollectiveKind.REDUCE_SCATTER
-        jobs, estimates = [], []
         end = pipe.stage_end_s[s]
         start = pipe.last_bwd_start_s[s] if t.overlap.dp_grad else end
-        for queue, (params, group, rpn) in enumerate(syncs):
-            if group == 1 or params <= 0:
-                continue
-            total = params * GRAD_COMM_BYTES
-            n = max(1, math.ceil(total / bucket_bytes))
-            # n-1 full buckets and one remainder: two distinct shapes, estimated once each
-            full, last = chain.estimate_many([
-                _collective(kind, min(bucket_bytes, total), group, rpn),
-                _collective(kind, total - (n - 1) * bucket_bytes, group, rpn)])
-            estimates += [full] * (n - 1) + [last]
-            jobs += [(start + (end - start) * (i + 1) / n, queue) for i in range(n)]
-        comm_s = sum(e.latency_s for e in estimates)
-        for e in estimates:
-            add_engine_time(engine_s[s], {e.engine: e.latency_s}, 1)
-        window = end - start
-        # Backward compute sharing the GPU with gradient buckets runs at 1/slowdown.
-        lost = min(window * slowdown, comm_s) * (1.0 - 1.0 / slowdown) if window > 0 else 0.0
-        compute_end = end + lost
-        sync_end = compute_end
-        records = []
-        if jobs:
-            scale = (compute_end - start) / window if window > 0 else 1.0
-            done = share_link([(start + (r - start) * scale, e.latency_s, q)
-                               for (r, q), e in zip(jobs, estimates, strict=True)])
-            sync_end = max(compute_end, max(done))
-            records.append(TaskRecord(stage=s, stream="dp", name=f"grad_{kind}",
-                                      start_s=start, end_s=sync_end))
-        local = sp.dense / shard + sp.expert / expert_shard if zero >= 1 else sp.total
-        opt = MemoryBoundSpec(kind=MemoryOpKind.OPTIMIZER, rows=1, cols=max(1, int(local)),
-                              dtype=DType.FP32)
-        opt_e = chain.estimate(opt)
-        add_engine_time(engine_s[s], {opt_e.engine: opt_e.latency_s}, 1)
-        gather_s = 0.0
-        if 1 <= zero < 3 and shard > 1:  # distributed optimizer: gather the updated bf16 params
-            ag = chain.estimate(_collective(CollectiveKind.ALL_GATHER, sp.total * 2, shard,
-                                            _rpn(shard, par.tp, gpn)))
-            add_engine_time(engine_s[s], {ag.engine: ag.latency_s}, 1)
-            hide = fwd[s][0] if t.overlap.param_gather else 0.0
-            gather_s = max(0.0, ag.latency_s - hide)
-        opt_start = sync_end
+        sync_end, records = _grad_sync(t, chain, sp, s, start=start, end=end, gpn=gpn,
+                                       slowdown=slowdown, engine_s=engine_s[s])
+        opt_s, gather_s = _optimizer_step(t, chain, sp, gpn=gpn, hide_s=fwd[s][0],
+                                          engine_s=engine_s[s])
         records.append(TaskRecord(stage=s, stream="compute", name="optimizer",
-                                  start_s=opt_start, end_s=opt_start + opt_e.latency_s))
-        finish.append(sync_end + opt_e.latency_s + gather_s)
+                                  start_s=sync_end, end_s=sync_end + opt_s))
+        finish.append(sync_end + opt_s + gather_s)
         extra.append({"dp_exposed_s": sync_end - end + gather_s,
-                      "optimizer_s": opt_e.latency_s, "records": records})
+                      "optimizer_s": opt_s, "records": records})
     return finish, extra
+
+
+def _grad_sync(t: TrainingSpec, chain: EngineChain, sp, stage: int, *, start: float,
+               end: float, gpn: int, slowdown: float,
+               engine_s: dict[str, float]) -> tuple[float, list[TaskRecord]]:
+    """One stage's gradient buckets (dense over dp*cp, expert over the expert shard group)
+    released evenly over ``start..end`` and sharing one link; the backward they overlap runs
+    at 1/slowdown. Returns when the sync ends (>= the stretched compute end) and its record."""
+    par = t.parallel
+    zero = par.zero_stage
+    shard = par.dp * par.cp
+    expert_shard = par.expert_shard_group
+    bucket_bytes = t.dp_bucket_mb * 1e6
+    syncs = []  # (params, group, rpn)
+    if zero < 3:
+        syncs.append((sp.dense, shard, _rpn(shard, par.tp, gpn)))
+        if sp.expert:
+            syncs.append((sp.expert, expert_shard, _rpn(expert_shard, par.expert_tp * par.ep, gpn)))
+    kind = CollectiveKind.ALL_REDUCE if zero == 0 else CollectiveKind.REDUCE_SCATTER
+    jobs, estimates = [], []
+    for queue, (params, group, rpn) in enumerate(syncs):
+        if group == 1 or params <= 0:
+            continue
+        total = params * GRAD_COMM_BYTES
+        n = max(1, math.ceil(total / bucket_bytes))
+        # n-1 full buckets and one remainder: two distinct shapes, estimated once each
+        full, last = chain.estimate_many([
+            _collective(kind, min(bucket_bytes, total), group, rpn),
+            _collective(kind, total - (n - 1) * bucket_bytes, group, rpn)])
+        estimates += [full] * (n - 1) + [last]
+        jobs += [(start + (end - start) * (i + 1) / n, queue) for i in range(n)]
+    comm_s = sum(e.latency_s for e in estimates)
+    for e in estimates:
+        add_engine_time(engine_s, {e.engine: e.latency_s}, 1)
+    window = end - start
+    # Backward compute sharing the GPU with gradient buckets runs at 1/slowdown.
+    lost = min(window * slowdown, comm_s) * (1.0 - 1.0 / slowdown) if window > 0 else 0.0
+    compute_end = end + lost
+    sync_end = compute_end
+    records = []
+    if jobs:
+        scale = (compute_end - start) / window if window > 0 else 1.0
+        done = share_link([(start + (r - start) * scale, e.latency_s, q)
+                           for (r, q), e in zip(jobs, estimates, strict=True)])
+        sync_end = max(compute_end, max(done))
+        records.append(TaskRecord(stage=stage, stream="dp", name=f"grad_{kind}",
+                                  start_s=start, end_s=sync_end))
+    return sync_end, records
+
+
+def _optimizer_step(t: TrainingSpec, chain: EngineChain, sp, *, gpn: int, hide_s: float,
+                    engine_s: dict[str, float]) -> tuple[float, float]:
+    """The optimizer over this rank's (ZeRO-sharded) parameters, then, for the distributed
+    optimizer, the exposed part of the bf16 parameter all-gather (hidden behind ``hide_s`` of
+    the first forward when overlapped). Returns (optimizer_s, exposed gather_s)."""
+    par = t.parallel
+    zero = par.zero_stage
+    shard = par.dp * par.cp
+    local = sp.dense / shard + sp.expert / par.expert_shard_group if zero >= 1 else sp.total
+    opt = MemoryBoundSpec(kind=MemoryOpKind.OPTIMIZER, rows=1, cols=max(1, int(local)),
+                          dtype=DType.FP32)
+    opt_e = chain.estimate(opt)
+    add_engine_time(engine_s, {opt_e.engine: opt_e.latency_s}, 1)
+    gather_s = 0.0
+    if 1 <= zero < 3 and shard > 1:  # distributed optimizer: gather the updated bf16 params
+        ag = chain.estimate(_collective(CollectiveKind.ALL_GATHER, sp.total * 2, shard,
+                                        _rpn(shard, par.tp, gpn)))
+        add_engine_time(engine_s, {ag.engine: ag.latency_s}, 1)
+        hide = hide_s if t.overlap.param_gather else 0.0
+        gather_s = max(0.0, ag.latency_s - hide)
+    return opt_e.latency_s, gather_s

@@ -23,39 +23,10 @@ from simulate.cli.output import (
 )
 from simulate.scenario import apply_overrides, read_document
 from simulate.search.answers import collapse_ties, scenario_doc, set_flags
+from simulate.search.columns import layout_row
 from simulate.search.executors import DEFAULT_EXECUTOR, EXECUTORS
 from simulate.search.serving_search import search_serving
 from simulate.search.training_search import OBJECTIVES, search_training
-
-
-def _flat(row: dict) -> dict:
-    lay = row["layout"]
-    par = lay["parallel"]
-    out = {"rank": row["rank"], "gpu": row.get("gpu", ""), "gpus": row["num_gpus"],
-           "tp": par.get("tp", 1), "pp": par.get("pp", 1), "dp": par.get("dp", 1),
-           "cp": par.get("cp", 1), "ep": par.get("ep", 1), "vpp": par.get("vpp", 1),
-           "sp": par.get("sp", False), "zero": 3 if par.get("fsdp") else par.get("zero", 0),
-           "mb": lay.get("micro_batch", 1), "recompute": lay.get("recompute", "none"),
-           "schedule": lay.get("schedule", "1f1b"), "seq_len": lay.get("seq_len"),
-           "global_batch": lay.get("global_batch"),
-           "tp_overlap": (lay.get("overlap") or {}).get("tp_comm", False),
-           "dp_overlap": (lay.get("overlap") or {}).get("dp_grad", True),
-           "tokens/s": round(row["tokens_per_s"]),
-           "MFU": round(row["mfu"], 4), "GiB": round(row["memory_per_gpu_gib"], 1),
-           "headroom_GiB": round(row.get("memory_headroom_gib", 0.0), 1),
-           **{f"{k}_s": round(v, 3) for k, v in row["breakdown_s"].items()},
-           **({"$/Mtok": round(row["usd_per_million_tokens"], 4)}
-              if "usd_per_million_tokens" in row else {})}
-    if row.get("ties"):
-        out["ties"] = "; ".join(_tie(t) for t in row["ties"])
-    return out
-
-
-def _tie(tie: dict) -> str:
-    """One tied alternative: what it changes and its memory, e.g. ``zero=1 (41.2 GiB)``."""
-    changes = ",".join(f"{k.split('.')[-1]}={v}" for k, v in tie.items()
-                       if k != "memory_per_gpu_gib")
-    return f"{changes} ({tie['memory_per_gpu_gib']:.1f} GiB)"
 
 
 def _write_out(path: Path, rows: list[dict]) -> None:
@@ -64,7 +35,7 @@ def _write_out(path: Path, rows: list[dict]) -> None:
         with output_errors(path, "--out"):
             path.write_text(json.dumps(rows, indent=1, default=str))
         return
-    flat = [{**_flat(r), **{f"engine_{k}": v for k, v in r["engine_coverage"].items()}}
+    flat = [{**layout_row(r), **{f"engine_{k}": v for k, v in r["engine_coverage"].items()}}
             for r in rows]
     with output_errors(path, "--out"), path.open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(dict.fromkeys(k for r in flat for k in r)))
@@ -194,8 +165,8 @@ def _print_training(res, top: int, objective: str, as_json: bool, scenario: Path
         click.secho(f"no layout fits: {res.valid} valid layouts, {res.fit} fit in memory",
                     fg="red", err=True)
         return
-    rows = [_flat(r) for r in answers]
-    every = [_flat(x) for x in res.rows]
+    rows = [layout_row(r) for r in answers]
+    every = [layout_row(x) for x in res.rows]
     varied = [c for c in ("gpu", "gpus", "seq_len", "global_batch", "cp", "ep", "vpp", "sp",
                           "zero", "mb", "recompute", "schedule", "tp_overlap", "dp_overlap")
               if len({str(r[c]) for r in every}) > 1]
@@ -212,7 +183,7 @@ def _print_training(res, top: int, objective: str, as_json: bool, scenario: Path
     titles = {"memory_headroom": "tokens/s vs memory headroom per GPU",
               "num_gpus": "tokens/s vs GPU count", "cost": "tokens/s vs $ per 1e6 tokens"}
     for name, front in res.frontiers.items():
-        print_table([_flat(r) for r in front],
+        print_table([layout_row(r) for r in front],
                     [*outer, *layout, "tokens/s", "MFU", "GiB", "headroom_GiB"]
                     + (["$/Mtok"] if name == "cost" else []),
                     title=f"Pareto frontier: {titles[name]}")

@@ -11,12 +11,14 @@ from pathlib import Path
 
 import click
 
+from analytical.ops import OP_FAMILIES
 from predictors.model import Target
 from predictors.train import TrainConfig
+from predictors.transfer_features import TRANSFER_FAMILIES
 from simulate.cli.output import OutputPath, print_json, print_table
 
 _DEFAULTS = TrainConfig()
-_FAMILIES = ["gemm", "attention", "collective", "memory", "moe"]
+_FAMILIES = list(OP_FAMILIES)
 
 
 def _common(func):
@@ -232,7 +234,7 @@ def promote_cmd(hardware, op, version, tracking_uri, force, as_json) -> None:
     click.echo(f"{p.name} v{p.candidate_version} {verb}: {p.reason}")
 
 
-_TRANSFER_FAMILIES = ["gemm", "attention", "collective", "memory"]
+_TRANSFER_FAMILIES = list(TRANSFER_FAMILIES)
 
 
 @group.command("transfer")

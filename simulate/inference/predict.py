@@ -155,43 +155,14 @@ def _disaggregated(inf: InferenceSpec, serving: ServingSpec, *, model: ModelSpec
         Request(id=r.id, arrival_s=r.arrival_s, input_len=r.input_len, output_len=1,
                 cached_prefix=r.cached_prefix) for r in workload.requests))
     costs: list[MeteredCost] = []
-    pre_tenants: list[Tenant] = []
-    for i, part in enumerate(split_workload(prefill_only, pre.instances)):
-        tenant, cost = make_tenant(f"prefill{i}", pre_plan, part, serving, hw, None)
-        run_tenants([tenant])
-        pre_tenants.append(tenant)
-        costs.append(cost)
+    pre_tenants = _run_pool("prefill", pre_plan, prefill_only, pre.instances, serving, hw, None,
+                            costs)
     first_token = {s.req.id: s.first_token_s for t in pre_tenants for s in t.sequences}
-    kv_bytes_full = pre_plan.kv_bytes_per_token * pre_plan.shard.tp  # whole model, per token
-    same_node = False  # pools sit on different nodes: KV crosses the network
-    decode_reqs = []
-    transfer = {}
-    for r in workload.requests:
-        if r.output_len <= 1:
-            continue
-        # each GPU of the prefill instance sends its KV shard in parallel to the decode instance
-        per_gpu = r.input_len * kv_bytes_full / max(pre.tp, 1)
-        transfer[r.id] = p2p_time(per_gpu, hw, same_node=same_node)
-        decode_reqs.append(Request(id=r.id, arrival_s=first_token[r.id] + transfer[r.id],
-                                   input_len=r.input_len + 1, output_len=r.output_len - 1,
-                                   cached_prefix=r.input_len))
-    decode_reqs.sort(key=lambda r: (r.arrival_s, r.id))
-    dec_tenants: list[Tenant] = []
-    for i, part in enumerate(split_workload(Workload(requests=tuple(decode_reqs)), dec.instances)):
-        tenant, cost = make_tenant(f"decode{i}", dec_plan, part, serving, hw, speculation)
-        run_tenants([tenant])
-        dec_tenants.append(tenant)
-        costs.append(cost)
+    decode_reqs, transfer = _kv_handoff(workload, first_token, pre_plan, pre.tp, hw)
+    dec_tenants = _run_pool("decode", dec_plan, Workload(requests=tuple(decode_reqs)),
+                            dec.instances, serving, hw, speculation, costs)
     finish = {s.req.id: s.finish_s for t in dec_tenants for s in t.sequences}
-    # assemble end-to-end latencies per original request
-    reqs = workload.requests
-    arrival = np.array([r.arrival_s for r in reqs])
-    first = np.array([first_token[r.id] for r in reqs])
-    done = np.array([finish.get(r.id, first_token[r.id]) for r in reqs])
-    outs = np.array([r.output_len for r in reqs])
-    arr = {"arrival": arrival, "ttft": first - arrival, "e2e": done - arrival, "finish": done,
-           "tpot": np.where(outs > 1, (done - first) / np.maximum(outs - 1, 1), 0.0),
-           "input_len": np.array([r.input_len for r in reqs]), "output_len": outs}
+    arr = _end_to_end(workload, first_token, finish)
     metrics = summarize_latencies(arr, Slo(ttft_s=serving.slo_ttft_s, tpot_s=serving.slo_tpot_s))
     metrics.update({
         "mode": "disaggregated",
@@ -206,6 +177,54 @@ def _disaggregated(inf: InferenceSpec, serving: ServingSpec, *, model: ModelSpec
         "engine_coverage": coverage(costs),
     })
     return metrics
+
+
+def _run_pool(name: str, plan, workload: Workload, instances: int, serving: ServingSpec,
+              hw: HardwareSpec, speculation, costs: list[MeteredCost]) -> list[Tenant]:
+    """Split the workload over the pool's instances and run each alone; their costs go to
+    ``costs``."""
+    tenants: list[Tenant] = []
+    for i, part in enumerate(split_workload(workload, instances)):
+        tenant, cost = make_tenant(f"{name}{i}", plan, part, serving, hw, speculation)
+        run_tenants([tenant])
+        tenants.append(tenant)
+        costs.append(cost)
+    return tenants
+
+
+def _kv_handoff(workload: Workload, first_token: dict[int, float], pre_plan, pre_tp: int,
+                hw: HardwareSpec) -> tuple[list[Request], dict[int, float]]:
+    """The decode pool's requests (arriving once their KV cache crossed the network after the
+    first token) and each request's transfer time."""
+    kv_bytes_full = pre_plan.kv_bytes_per_token * pre_plan.shard.tp  # whole model, per token
+    same_node = False  # pools sit on different nodes: KV crosses the network
+    decode_reqs = []
+    transfer = {}
+    for r in workload.requests:
+        if r.output_len <= 1:
+            continue
+        # each GPU of the prefill instance sends its KV shard in parallel to the decode instance
+        per_gpu = r.input_len * kv_bytes_full / max(pre_tp, 1)
+        transfer[r.id] = p2p_time(per_gpu, hw, same_node=same_node)
+        decode_reqs.append(Request(id=r.id, arrival_s=first_token[r.id] + transfer[r.id],
+                                   input_len=r.input_len + 1, output_len=r.output_len - 1,
+                                   cached_prefix=r.input_len))
+    decode_reqs.sort(key=lambda r: (r.arrival_s, r.id))
+    return decode_reqs, transfer
+
+
+def _end_to_end(workload: Workload, first_token: dict[int, float],
+                finish: dict[int, float]) -> dict[str, np.ndarray]:
+    """Latency arrays per original request, from its first token (prefill pool) and its finish
+    (decode pool; the first token for single-token outputs)."""
+    reqs = workload.requests
+    arrival = np.array([r.arrival_s for r in reqs])
+    first = np.array([first_token[r.id] for r in reqs])
+    done = np.array([finish.get(r.id, first_token[r.id]) for r in reqs])
+    outs = np.array([r.output_len for r in reqs])
+    return {"arrival": arrival, "ttft": first - arrival, "e2e": done - arrival, "finish": done,
+            "tpot": np.where(outs > 1, (done - first) / np.maximum(outs - 1, 1), 0.0),
+            "input_len": np.array([r.input_len for r in reqs]), "output_len": outs}
 
 
 def predict_colocated(doc: Mapping[str, Any], *, hw: HardwareSpec, num_gpus: int,

@@ -316,23 +316,8 @@ def search_training(scenario: str | Path | Mapping[str, Any], *, overrides: Sequ
     scenario, whose own layout becomes the baseline the gain is measured against.
     """
     start = time.perf_counter()
-    if objective not in OBJECTIVES:
-        raise UnknownNameError("objective", objective, sorted(OBJECTIVES))
-    if objective == "cost" and usd_per_gpu_hour is None:
-        raise SpecError("--usd-per-gpu-hour", "the cost objective needs a $/GPU-h price")
-    if prune_top is not None and prune_top < 1:
-        raise SpecError("--prune-top", f"must be >= 1, got {prune_top}")
-    source, base_dir = None, None
-    if isinstance(scenario, Mapping):
-        doc = apply_overrides(scenario, overrides)
-    else:
-        source, base_dir = str(scenario), Path(scenario).resolve().parent
-        doc = apply_overrides(read_document(scenario), overrides)
-    if "training" not in doc:
-        raise SpecError("training", "a training search needs a training block", source=source)
-    hw_block = doc.get("hardware")
-    if not isinstance(hw_block, Mapping) or "gpu" not in hw_block:
-        raise SpecError("hardware.gpu", "missing", source=source)
+    _check_options(objective, usd_per_gpu_hour, prune_top)
+    doc, source, base_dir = _search_document(scenario, overrides)
     baseline_doc = baseline_scenario(doc, auto=auto, source=source)
     if auto:
         doc = auto_space(doc)
@@ -364,5 +349,35 @@ def search_training(scenario: str | Path | Mapping[str, Any], *, overrides: Sequ
         rows=ranked, frontier=pareto_front(ranked, [("num_gpus", "min"),
                                                     ("tokens_per_s", "max")]),
         frontiers=frontiers(ranked, usd=usd_per_gpu_hour is not None),
-        baseline=baseline, doc={k: v for k, v in doc.items() if k != "baseline"}, elapsed_s=time.perf_counter() - start, executor=executor,
+        baseline=baseline, doc={k: v for k, v in doc.items() if k != "baseline"},
+        elapsed_s=time.perf_counter() - start, executor=executor,
         workers=workers, pruned=prune_top is not None)
+
+
+def _check_options(objective: str, usd_per_gpu_hour: float | None,
+                   prune_top: int | None) -> None:
+    """The search options name a known objective, a price for "cost" and a positive top k."""
+    if objective not in OBJECTIVES:
+        raise UnknownNameError("objective", objective, sorted(OBJECTIVES))
+    if objective == "cost" and usd_per_gpu_hour is None:
+        raise SpecError("--usd-per-gpu-hour", "the cost objective needs a $/GPU-h price")
+    if prune_top is not None and prune_top < 1:
+        raise SpecError("--prune-top", f"must be >= 1, got {prune_top}")
+
+
+def _search_document(scenario: str | Path | Mapping[str, Any], overrides: Sequence[str]
+                     ) -> tuple[Mapping[str, Any], str | None, Path | None]:
+    """The scenario mapping with overrides applied, its source file and directory (None for
+    a mapping); it must have a training block and a hardware.gpu."""
+    source, base_dir = None, None
+    if isinstance(scenario, Mapping):
+        doc = apply_overrides(scenario, overrides)
+    else:
+        source, base_dir = str(scenario), Path(scenario).resolve().parent
+        doc = apply_overrides(read_document(scenario), overrides)
+    if "training" not in doc:
+        raise SpecError("training", "a training search needs a training block", source=source)
+    hw_block = doc.get("hardware")
+    if not isinstance(hw_block, Mapping) or "gpu" not in hw_block:
+        raise SpecError("hardware.gpu", "missing", source=source)
+    return doc, source, base_dir

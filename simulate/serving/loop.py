@@ -98,20 +98,7 @@ def run_tenants(tenants: Seq[Tenant], *, record_steps: bool = False,
     """Simulate until every request of every tenant has finished."""
     records: list[StepRecord] = []
     t = 0.0
-    pending: list[list[Request]] = []
-    for tenant in tenants:
-        if tenant.scheduler not in SCHEDULERS:
-            raise SpecError("serving.scheduler",
-                            f"unknown {tenant.scheduler!r}; known: {', '.join(SCHEDULERS)}")
-        tenant.state = SchedulerState(BlockPool(tenant.kv_blocks, tenant.config.block_size),
-                                      tenant.config)
-        tenant.state.kv_bytes_per_token = tenant.kv_bytes_per_token
-        reqs = list(tenant.workload.requests)
-        if tenant.workload.closed:  # the first `concurrency` clients send at t=0
-            reqs = [Request(id=r.id, arrival_s=0.0, input_len=r.input_len,
-                            output_len=r.output_len, cached_prefix=r.cached_prefix)
-                    for r in reqs]
-        pending.append(reqs)
+    pending = [_start(tenant) for tenant in tenants]
     cursor = [0] * len(tenants)
     closed_next = [t.workload.concurrency for t in tenants]
     in_system = [0] * len(tenants)
@@ -128,15 +115,7 @@ def run_tenants(tenants: Seq[Tenant], *, record_steps: bool = False,
             fn = SCHEDULERS[tenant.scheduler]
             batch = fn(state)
             if batch.empty:
-                if state.running and not state.waiting:
-                    raise InfeasibleError(f"{tenant.name}: scheduler made no progress")
-                if state.waiting and not state.running:
-                    seq = state.waiting[0]
-                    raise InfeasibleError(
-                        f"{tenant.name}: request {seq.req.id} needs "
-                        f"{seq.context_target + seq.req.output_len} KV tokens; the cache holds "
-                        f"{tenant.kv_blocks * tenant.config.block_size}",
-                        details={"kv_tokens": float(tenant.kv_blocks * tenant.config.block_size)})
+                _check_stuck(tenant, state)
                 continue
             dt = _step_time(tenant, batch)
             start = t
@@ -160,6 +139,37 @@ def run_tenants(tenants: Seq[Tenant], *, record_steps: bool = False,
                 raise InfeasibleError("serving loop stalled: nothing runnable, nothing arriving")
             t = max(t, nxt)
     raise InfeasibleError(f"serving simulation exceeded {max_steps} steps")
+
+
+def _start(tenant: Tenant) -> list[Request]:
+    """Give the tenant a fresh scheduler state and return its requests in arrival order (a
+    closed workload's first `concurrency` clients send at t=0)."""
+    if tenant.scheduler not in SCHEDULERS:
+        raise SpecError("serving.scheduler",
+                        f"unknown {tenant.scheduler!r}; known: {', '.join(SCHEDULERS)}")
+    tenant.state = SchedulerState(BlockPool(tenant.kv_blocks, tenant.config.block_size),
+                                  tenant.config)
+    tenant.state.kv_bytes_per_token = tenant.kv_bytes_per_token
+    reqs = list(tenant.workload.requests)
+    if tenant.workload.closed:
+        reqs = [Request(id=r.id, arrival_s=0.0, input_len=r.input_len,
+                        output_len=r.output_len, cached_prefix=r.cached_prefix)
+                for r in reqs]
+    return reqs
+
+
+def _check_stuck(tenant: Tenant, state: SchedulerState) -> None:
+    """An empty batch is fine while waiting for arrivals; raise when the tenant cannot move:
+    running sequences without progress, or a waiting request larger than the whole KV cache."""
+    if state.running and not state.waiting:
+        raise InfeasibleError(f"{tenant.name}: scheduler made no progress")
+    if state.waiting and not state.running:
+        seq = state.waiting[0]
+        raise InfeasibleError(
+            f"{tenant.name}: request {seq.req.id} needs "
+            f"{seq.context_target + seq.req.output_len} KV tokens; the cache holds "
+            f"{tenant.kv_blocks * tenant.config.block_size}",
+            details={"kv_tokens": float(tenant.kv_blocks * tenant.config.block_size)})
 
 
 def _admit_arrivals(tenant: Tenant, reqs: list[Request], cursor: list[int], ti: int, t: float,

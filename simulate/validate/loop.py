@@ -208,24 +208,8 @@ def run_validation(config: LoopConfig, *,
     ops = needed_ops(list(traces.values()))
     elapsed["trace"] = time.perf_counter() - started
 
-    if config.profile:
-        stage(f"profile {len(ops)} shapes")
-        t0 = time.perf_counter()
-        summary: RunSummary = run_sweep(needed_sweep(ops, budget=config.budget),
-                                        store_path, device="cpu", threads=threads,
-                                        progress=config.progress, command="validate cpu")
-        stages["profile"] = {"shapes": len(ops), "skipped": summary.skipped,
-                             "measured": summary.measured, "statuses": summary.statuses}
-        elapsed["profile"] = time.perf_counter() - t0
-
-    families = sorted({op.family for op in ops})
-    if config.train:
-        stage(f"train {', '.join(families)}")
-        t0 = time.perf_counter()
-        stages["train"] = train_families(hw.name, families, store_path=store_path,
-                                         tracking_uri=config.tracking_uri,
-                                         fast=config.fast_train)
-        elapsed["train"] = time.perf_counter() - t0
+    _profile_and_train(config, ops, hw.name, store_path, threads, stage=stage, stages=stages,
+                       elapsed=elapsed)
 
     stage("predict")
     t0 = time.perf_counter()
@@ -242,6 +226,41 @@ def run_validation(config: LoopConfig, *,
     timings = _timings(config, threads)
     elapsed["measure"] = time.perf_counter() - t0
 
+    rows, unknown_rows = _report_rows(traces, priced, model_only, medians, timings)
+    elapsed["total"] = time.perf_counter() - started
+    stages["loadavg_1m_end"] = os.getloadavg()[0]  # other work on the machine skews timings
+    return ValidationReport(rows=tuple(rows), unknown=tuple(unknown_rows), hardware=hw.name,
+                            threads=threads, stages=stages, elapsed_s=elapsed)
+
+
+def _profile_and_train(config: LoopConfig, ops, hardware: str, store_path, threads: int, *,
+                       stage: Callable[[str], None], stages: dict[str, object],
+                       elapsed: dict[str, float]) -> None:
+    """Measure the traced shapes into the store and train each family on them, as configured;
+    record what each stage did in ``stages`` and how long it took in ``elapsed``."""
+    if config.profile:
+        stage(f"profile {len(ops)} shapes")
+        t0 = time.perf_counter()
+        summary: RunSummary = run_sweep(needed_sweep(ops, budget=config.budget),
+                                        store_path, device="cpu", threads=threads,
+                                        progress=config.progress, command="validate cpu")
+        stages["profile"] = {"shapes": len(ops), "skipped": summary.skipped,
+                             "measured": summary.measured, "statuses": summary.statuses}
+        elapsed["profile"] = time.perf_counter() - t0
+
+    families = sorted({op.family for op in ops})
+    if config.train:
+        stage(f"train {', '.join(families)}")
+        t0 = time.perf_counter()
+        stages["train"] = train_families(hardware, families, store_path=store_path,
+                                         tracking_uri=config.tracking_uri,
+                                         fast=config.fast_train)
+        elapsed["train"] = time.perf_counter() - t0
+
+
+def _report_rows(traces, priced, model_only, medians,
+                 timings) -> tuple[list[ValidationRow], list[UnknownRow]]:
+    """One row per (model, mode): predicted, measured and composition; plus the unknown ops."""
     rows: list[ValidationRow] = []
     unknown_rows: list[UnknownRow] = []
     for (name, mode), traced in traces.items():
@@ -258,7 +277,4 @@ def run_validation(config: LoopConfig, *,
         unknown_rows.extend(UnknownRow(model=name, mode=mode, aten=u.aten, count=u.count,
                                        bytes=u.bytes, time_s=u.time_s, share=u.share)
                             for u in pred.unknown)
-    elapsed["total"] = time.perf_counter() - started
-    stages["loadavg_1m_end"] = os.getloadavg()[0]  # other work on the machine skews timings
-    return ValidationReport(rows=tuple(rows), unknown=tuple(unknown_rows), hardware=hw.name,
-                            threads=threads, stages=stages, elapsed_s=elapsed)
+    return rows, unknown_rows
