@@ -220,9 +220,10 @@ def _published_serving(max_prompts: int, sources: str | None, db_path: Path | No
                     row[f"{m} MAPE % (n)"] = (f"{summary[m]['mape_pct']:.1f} "
                                               f"({summary[m]['n']})")
             table.append(row)
-        print_table(table, title=f"validate published (serving), {title}")
+        columns = list(dict.fromkeys(k for r in table for k in r))  # every measure any row has
+        print_table(table, columns, title=f"validate published (serving), {title}")
     bands = [{"band": band, **{f"{m} signed %": f"{v['mean_signed_pct']:+.1f} ({v['n']})"
                                for m, v in measures.items()}}
              for band, measures in report["loso"]["by_band"].items() if measures]
     if bands:
-        print_table(bands, title="signed error by concurrency band (leave-one-source-out)")
+        print_table(bands, list(dict.fromkeys(k for r in bands for k in r)), title="signed error by concurrency band (leave-one-source-out)")
