@@ -23,6 +23,7 @@ and the whole-stage total live in `analytical.memory`.
 from __future__ import annotations
 
 from analytical.errors import SpecError
+from analytical.model_spec import ModelSpec
 from analytical.parallel import ParallelConfig, Recompute
 
 DROPOUT_MASK_BYTES = 1.0  # Korthikanti et al. 2022 section 4.1: masks stored as bytes
@@ -49,14 +50,14 @@ def local_kv_heads(kv_heads: int, tp: int) -> int:
     return 1
 
 
-def check_tensor_parallel(model, tp: int) -> None:
+def check_tensor_parallel(model: ModelSpec, tp: int) -> None:
     """Heads must split evenly over tp (SpecError naming parallel.tp)."""
     _div(model.heads, tp, "parallel.tp", "heads")
     if not model.is_mla:
         local_kv_heads(model.kv_heads, tp)
 
 
-def _attention_widths(model, tp: int) -> tuple[float, float, float, float]:
+def _attention_widths(model: ModelSpec, tp: int) -> tuple[float, float, float, float]:
     """Per-rank per-token element counts of (Q, K, V, attention output) stored for backward."""
     heads = model.heads // tp
     if model.is_mla:
@@ -72,7 +73,7 @@ def _mlp_stored(width: float, gated: bool, e: float) -> float:
     return (3.0 if gated else 2.0) * width * e
 
 
-def activation_bytes_per_layer(model, parallel: ParallelConfig, *, micro_batch: int,
+def activation_bytes_per_layer(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: int,
                                seq_len: int, recompute: Recompute = Recompute.NONE,
                                flash_attention: bool = True, dropout: bool = False,
                                moe_layer: bool | None = None,
@@ -129,7 +130,7 @@ def activation_bytes_per_layer(model, parallel: ParallelConfig, *, micro_batch: 
     return total
 
 
-def _moe_stored(model, tp: int, e: float, rep: float) -> float:
+def _moe_stored(model: ModelSpec, tp: int, e: float, rep: float) -> float:
     """Per-token bytes of a routed-expert MLP beyond the shared norm/router input.
 
     Router probabilities (fp32, experts per token); each token reaches top_k experts, whose
@@ -147,7 +148,7 @@ def _moe_stored(model, tp: int, e: float, rep: float) -> float:
     return stored
 
 
-def op_sac_bytes_per_layer(model, parallel: ParallelConfig, *, micro_batch: int, seq_len: int,
+def op_sac_bytes_per_layer(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: int, seq_len: int,
                            activation_dtype_bytes: float = 2.0) -> float:
     """Bytes one dense layer keeps under torchtitan's per-op selective activation checkpointing.
 
@@ -177,7 +178,7 @@ def op_sac_bytes_per_layer(model, parallel: ParallelConfig, *, micro_batch: int,
     return per_token * tokens
 
 
-def fp8_saved_input_savings(model, parallel: ParallelConfig, *, micro_batch: int, seq_len: int,
+def fp8_saved_input_savings(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: int, seq_len: int,
                             moe_layer: bool = False, activation_dtype_bytes: float = 2.0
                             ) -> float:
     """Bytes per layer that Transformer Engine's fp8 recipe saves against `activation_bytes_per_layer`.

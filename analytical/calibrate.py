@@ -337,7 +337,7 @@ def _from_reference(reference: str, m: Measurement, name: str,
         path = Path(reference)
     else:
         path = next(p for d in hardware_dirs() if (p := d / f"{reference}.yaml").is_file())
-    data = yaml.safe_load(path.read_text())
+    data: dict[str, Any] = yaml.safe_load(path.read_text())
     data["name"] = name
     data["sources"] = [*data.get("sources", []), f"llmsim calibrate on {m.device_name}, "
                                                  f"{m.measured_at} (efficiency factors)"]

@@ -8,13 +8,22 @@ keys into the `ModelSpec` fields that carry them.
 
 from __future__ import annotations
 
+import builtins
+import enum
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from analytical.attention_span import HF_LAYER_TYPES, AttentionKind
 from analytical.errors import SpecError
 
-MISSING: Any = object()
+
+class _Missing(enum.Enum):
+    """Sentinel type for "no default: the key is required" (an enum so the checker narrows it)."""
+
+    MISSING = enum.auto()
+
+
+MISSING: Final = _Missing.MISSING
 
 
 def every_nth_full(n: int) -> Callable[[int], AttentionKind]:
@@ -36,11 +45,11 @@ class HfConfig:
     def error(self, key: str, reason: str) -> SpecError:
         return SpecError(self.prefix + key, reason, source=self.source)
 
-    def int(self, key: str, default: Any = MISSING, *, minimum: int = 1) -> int:
+    def int(self, key: str, default: int | _Missing = MISSING, *, minimum: int = 1) -> int:
         """An integer key; JSON null counts as absent (HF writes ``"n_inner": null``)."""
         value = self.data.get(key)
         if value is None:
-            if default is MISSING:
+            if isinstance(default, _Missing):
                 raise self.error(key, "missing required key")
             return default
         if isinstance(value, bool) or not isinstance(value, int):
@@ -57,17 +66,17 @@ class HfConfig:
             raise self.error(key, f"expected true or false, got {value!r}")
         return value
 
-    def text(self, key: str, default: Any = MISSING) -> str:
+    def text(self, key: str, default: str | _Missing = MISSING) -> str:
         value = self.data.get(key)
         if value is None:
-            if default is MISSING:
+            if isinstance(default, _Missing):
                 raise self.error(key, "missing required key")
             return default
         if not isinstance(value, str):
             raise self.error(key, f"expected a string, got {value!r}")
         return value
 
-    def int_list(self, key: str) -> list[int]:
+    def int_list(self, key: str) -> list[builtins.int]:
         """A list of integers; absent or null = []."""
         value = self.data.get(key)
         if value is None:
@@ -84,7 +93,7 @@ class HfConfig:
             raise self.error(key, "missing or not a JSON object")
         return HfConfig(value, self.source, prefix=f"{self.prefix}{key}.")
 
-    def head_dim(self, hidden: int, heads: int) -> int:
+    def head_dim(self, hidden: builtins.int, heads: builtins.int) -> builtins.int:
         """``head_dim`` if given (Qwen3, Mistral), else hidden / heads as transformers does."""
         if self.data.get("head_dim") is not None:
             return self.int("head_dim")
@@ -100,8 +109,8 @@ class HfConfig:
 
     # ---- layouts --------------------------------------------------------------------------
 
-    def attention_layout(self, default: Callable[[int], AttentionKind], *,
-                         window_default: int | None = None) -> dict[str, Any]:
+    def attention_layout(self, default: Callable[[builtins.int], AttentionKind], *,
+                         window_default: builtins.int | None = None) -> dict[str, Any]:
         """``layer_attention`` / ``sliding_window`` / ``attention_chunk`` spec fields.
 
         An explicit ``layer_types`` list wins (transformers >= 4.53 writes it); otherwise
@@ -129,8 +138,8 @@ class HfConfig:
             fields["layer_attention"] = kinds
         return fields
 
-    def uniform_window(self, *, enabled: bool = True,
-                       window_default: int | None = None) -> dict[str, Any]:
+    def uniform_window(self, *, enabled: builtins.bool = True,
+                       window_default: builtins.int | None = None) -> dict[str, Any]:
         """Every layer slides over ``sliding_window`` keys when set and ``enabled`` (Mistral,
         Mixtral, Phi-3 and Qwen3-MoE attention pass the one config value to every layer)."""
         present = "sliding_window" in self.data
@@ -140,7 +149,7 @@ class HfConfig:
         return self.attention_layout(lambda i: AttentionKind.SLIDING,
                                      window_default=window_default)
 
-    def qwen_moe_layers(self, layers: int) -> tuple[int, ...]:
+    def qwen_moe_layers(self, layers: builtins.int) -> tuple[builtins.int, ...]:
         """Qwen2/3-MoE: layer i is MoE unless in ``mlp_only_layers``, when (i + 1) is a multiple
         of ``decoder_sparse_step`` (transformers ``Qwen2MoeDecoderLayer.__init__``)."""
         step = self.int("decoder_sparse_step", 1)

@@ -115,12 +115,13 @@ class _LimitedLoader(yaml.SafeLoader):
         super().__init__(stream)
         self._depth = 0
 
-    def compose_node(self, parent: Node | None, index: Any) -> Node:
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         if self.check_event(AliasEvent):
             return super().compose_node(parent, index)
         self._depth += 1
         if self._depth > MAX_DEPTH:
-            event = self.peek_event()
+            # types-PyYAML leaves Parser.peek_event unannotated; it returns an Event.
+            event = self.peek_event()  # type: ignore[no-untyped-call]
             raise _LimitError(f"nested deeper than {MAX_DEPTH} levels (line "
                               f"{event.start_mark.line + 1})")
         try:
@@ -128,9 +129,10 @@ class _LimitedLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
-    def compose_document(self) -> Node:
+    def compose_document(self) -> Node | None:
         node = Composer.compose_document(self)
-        _expanded_size(node, {}, set())
+        if node is not None:  # never None in PyYAML; the stubs say it may be
+            _expanded_size(node, {}, set())
         return node
 
 

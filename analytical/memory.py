@@ -27,6 +27,7 @@ from analytical.activations import (
 from analytical.dtypes import DType
 from analytical.errors import InfeasibleError, SpecError, UnknownNameError
 from analytical.hardware import HardwareSpec
+from analytical.model_spec import ModelSpec
 from analytical.parallel import ParallelConfig, Recompute, Schedule
 from analytical.stage import StageParams, stage_params
 
@@ -179,7 +180,7 @@ def _positive(value: int, field: str) -> None:
         raise SpecError(field, f"must be an integer >= 1, got {value!r}")
 
 
-def training_memory(model, parallel: ParallelConfig, *, micro_batch: int, seq_len: int,
+def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: int, seq_len: int,
                     recompute: Recompute, schedule: Schedule, num_microbatches: int,
                     param_dtype_bytes: float = 2.0, grad_dtype_bytes: float = 2.0,
                     optimizer: str = "adam", lora_params: int | None = None,
@@ -248,7 +249,7 @@ def training_memory(model, parallel: ParallelConfig, *, micro_batch: int, seq_le
 class _LayerActivations:
     """What one layer of one micro-batch stores under a recompute policy, per framework."""
 
-    model: object
+    model: ModelSpec
     parallel: ParallelConfig
     micro_batch: int
     seq_len: int
@@ -291,7 +292,7 @@ def _gathered_weights(parallel: ParallelConfig, stage: StageParams, framework: F
     return ZERO3_GATHERED_LAYERS * stage.largest_layer * param_dtype_bytes
 
 
-def _embedding_and_head_activations(model, parallel: ParallelConfig, stage: StageParams,
+def _embedding_and_head_activations(model: ModelSpec, parallel: ParallelConfig, stage: StageParams,
                                     micro_batch: int, seq_len: int, dropout: bool,
                                     logit_bytes: float = LOGITS_BYTES) -> float:
     """Per micro-batch: the embedding dropout mask on the first stage; on the last stage the
@@ -312,7 +313,7 @@ def _high_precision(dtype: DType) -> DType:
     return dtype if dtype.bytes >= 2 else DType.BF16
 
 
-def weight_bytes(model, *, dtype: DType, tp: int = 1, pp: int = 1, ep: int = 1,
+def weight_bytes(model: ModelSpec, *, dtype: DType, tp: int = 1, pp: int = 1, ep: int = 1,
                  etp: int = 0) -> float:
     """Inference weight bytes on the most-loaded GPU (first or last pipeline stage).
 
@@ -330,7 +331,7 @@ def weight_bytes(model, *, dtype: DType, tp: int = 1, pp: int = 1, ep: int = 1,
     return best
 
 
-def kv_cache_bytes(model, *, tokens: int, kv_dtype: DType, tp: int = 1, pp: int = 1) -> float:
+def kv_cache_bytes(model: ModelSpec, *, tokens: int, kv_dtype: DType, tp: int = 1, pp: int = 1) -> float:
     """KV-cache bytes per GPU for ``tokens`` cached tokens (all sequences together).
 
     Per layer and token: 2 * kv_heads * head_dim elements, kv heads split over tp (one per rank,
@@ -343,7 +344,7 @@ def kv_cache_bytes(model, *, tokens: int, kv_dtype: DType, tp: int = 1, pp: int 
     return tokens * kv_cache_bytes_per_token(model, kv_dtype=kv_dtype, tp=tp, pp=pp)
 
 
-def kv_cache_bytes_per_token(model, *, kv_dtype: DType, tp: int = 1, pp: int = 1) -> float:
+def kv_cache_bytes_per_token(model: ModelSpec, *, kv_dtype: DType, tp: int = 1, pp: int = 1) -> float:
     """KV-cache bytes per token per GPU (see `kv_cache_bytes`)."""
     check_tensor_parallel(model, tp)
     _positive(pp, "parallel.pp")
@@ -354,7 +355,7 @@ def kv_cache_bytes_per_token(model, *, kv_dtype: DType, tp: int = 1, pp: int = 1
     return per_layer * kv_dtype.bytes * math.ceil(model.layers / pp)
 
 
-def kv_cache_capacity_tokens(model, hw: HardwareSpec, *, weight_dtype: DType, kv_dtype: DType,
+def kv_cache_capacity_tokens(model: ModelSpec, hw: HardwareSpec, *, weight_dtype: DType, kv_dtype: DType,
                              tp: int = 1, pp: int = 1, ep: int = 1,
                              activation_reserve_bytes: float = 0.0,
                              runtime_reserve_fraction: float = 0.1) -> int:

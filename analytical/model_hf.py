@@ -99,8 +99,9 @@ def _qwen_moe_layout(c: _Config) -> dict[str, Any]:
     ids = c.qwen_moe_layers(layers)
     if not ids:
         raise c.error("decoder_sparse_step", "leaves no MoE layer; use the dense model type")
-    fields = {"num_experts": c.int("num_experts"), "top_k": c.int("num_experts_per_tok"),
-              "moe_ffn_hidden": c.int("moe_intermediate_size")}
+    fields: dict[str, Any] = {"num_experts": c.int("num_experts"),
+                              "top_k": c.int("num_experts_per_tok"),
+                              "moe_ffn_hidden": c.int("moe_intermediate_size")}
     if len(ids) < layers:
         fields["moe_layer_ids"] = ids
     return fields

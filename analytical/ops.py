@@ -11,7 +11,7 @@ D=head dim.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any, Union
@@ -150,7 +150,7 @@ class CollectiveKind(StrEnum):
 
 # nccl-tests "bus bandwidth" factors: bytes each rank puts on the wire per byte of `size_bytes`.
 # See NVIDIA nccl-tests doc/PERFORMANCE.md.
-_BUS_FACTOR = {
+_BUS_FACTOR: dict[CollectiveKind, Callable[[int], float]] = {
     CollectiveKind.ALL_REDUCE: lambda n: 2.0 * (n - 1) / n,
     CollectiveKind.ALL_GATHER: lambda n: (n - 1) / n,
     CollectiveKind.REDUCE_SCATTER: lambda n: (n - 1) / n,
@@ -345,7 +345,7 @@ class MoESpec:
 
 OpSpec = Union[GemmSpec, AttentionSpec, CollectiveSpec, MemoryBoundSpec, MoESpec]
 
-OP_FAMILIES: dict[str, type] = {
+OP_FAMILIES: dict[str, type[OpSpec]] = {
     "gemm": GemmSpec,
     "attention": AttentionSpec,
     "collective": CollectiveSpec,
@@ -365,7 +365,7 @@ def op_fields(family: str) -> tuple[str, ...]:
     return tuple(f.name for f in fields(_family_class(family)))
 
 
-def _family_class(family: str) -> type:
+def _family_class(family: str) -> type[OpSpec]:
     try:
         return OP_FAMILIES[family]
     except KeyError:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from analytical.activations import check_tensor_parallel
 from analytical.errors import SpecError
+from analytical.model_spec import ModelSpec
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,7 +37,7 @@ class StageParams:
         return self.dense + self.expert
 
 
-def is_moe_layer(model, index: int) -> bool:
+def is_moe_layer(model: ModelSpec, index: int) -> bool:
     """Whether layer ``index`` (0-based) has routed experts (`ModelSpec.moe_layer_indices`: the
     DeepSeek first-dense / frequency rule, or an explicit list such as Llama 4's)."""
     return index in model.moe_layer_indices
@@ -53,7 +54,7 @@ def stage_layers(layers: int, *, pp: int, vpp: int = 1, stage: int = 0) -> list[
             if (i := (v * pp + stage) * chunk + j) < layers]
 
 
-def stage_params(model, *, tp: int = 1, pp: int = 1, vpp: int = 1, ep: int = 1,
+def stage_params(model: ModelSpec, *, tp: int = 1, pp: int = 1, vpp: int = 1, ep: int = 1,
                  stage: int = 0, etp: int = 0) -> StageParams:
     """Parameters of ``stage`` on one GPU; raises SpecError naming the parallel degree that does
     not divide the model."""

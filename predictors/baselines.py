@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,8 +25,13 @@ from analytical.ops import OpSpec, op_to_dict
 from predictors.anchor import AnchorTable
 from predictors.domain import categorical_fields
 
+if TYPE_CHECKING:  # scikit-learn is imported where used (it is slow to import)
+    from sklearn.neighbors import NearestNeighbors
 
-def _split_fields(op: OpSpec) -> tuple[tuple, list[float]]:
+GroupKey = tuple[tuple[str, object], ...]  # the categorical fields of a spec, in order
+
+
+def _split_fields(op: OpSpec) -> tuple[GroupKey, list[float]]:
     """(categorical key, log2 numeric coordinates) of a spec."""
     cats = categorical_fields(op)
     coords = [math.log2(value) for name, value in op_to_dict(op).items() if name not in cats]
@@ -39,13 +45,13 @@ class InterpolationBaseline:
 
     def __init__(self, k: int = 4) -> None:
         self.k = k
-        self._groups: dict[tuple, tuple[object, np.ndarray]] = {}
-        self._fallback: tuple[object, np.ndarray] | None = None
+        self._groups: dict[GroupKey, tuple[NearestNeighbors, np.ndarray]] = {}
+        self._fallback: tuple[NearestNeighbors, np.ndarray] | None = None
 
     def fit(self, ops: Sequence[OpSpec], latency_s: np.ndarray) -> InterpolationBaseline:
         from sklearn.neighbors import NearestNeighbors
 
-        grouped: dict[tuple, tuple[list, list]] = {}
+        grouped: dict[GroupKey, tuple[list[list[float]], list[float]]] = {}
         log_latency = np.log(np.asarray(latency_s, dtype=np.float64))
         for op, y in zip(ops, log_latency, strict=True):
             key, coords = _split_fields(op)
@@ -53,7 +59,8 @@ class InterpolationBaseline:
             grouped[key][0].append(coords)
             grouped[key][1].append(y)
 
-        def index(coords: list, values: list) -> tuple[object, np.ndarray]:
+        def index(coords: list[list[float]], values: list[float]
+                  ) -> tuple[NearestNeighbors, np.ndarray]:
             points = np.array(coords)
             k = min(self.k, len(points))
             return NearestNeighbors(n_neighbors=k).fit(points), np.array(values)
@@ -65,20 +72,23 @@ class InterpolationBaseline:
 
     def predict(self, ops: Sequence[OpSpec]) -> np.ndarray:
         out = np.empty(len(ops))
-        by_key: dict[tuple, tuple[list[int], list[list[float]]]] = {}
+        by_key: dict[GroupKey, tuple[list[int], list[list[float]]]] = {}
         for i, op in enumerate(ops):
             key, coords = _split_fields(op)
             by_key.setdefault(key, ([], []))
             by_key[key][0].append(i)
             by_key[key][1].append(coords)
-        for key, (rows, coords) in by_key.items():
-            tree, values = self._groups.get(key, self._fallback)
-            dist, nearest = tree.kneighbors(np.array(coords))
+        for key, (rows, points) in by_key.items():
+            group = self._groups.get(key, self._fallback)
+            assert group is not None, "predict before fit"
+            tree, values = group
+            dist, nearest = tree.kneighbors(np.array(points))
             exact = dist[:, 0] == 0.0
             weights = 1.0 / np.where(dist == 0.0, 1.0, dist)
             blended = (weights * values[nearest]).sum(axis=1) / weights.sum(axis=1)
             out[rows] = np.where(exact, values[nearest[:, 0]], blended)
-        return np.exp(out)
+        seconds: np.ndarray = np.exp(out)
+        return seconds
 
 
 class TableBaseline:
@@ -96,6 +106,7 @@ class TableBaseline:
         return self
 
     def predict(self, features: np.ndarray, fallback_s: np.ndarray) -> np.ndarray:
+        assert self._table is not None, "predict before fit"
         log_anchor = self._table.log_anchor(features)
         return np.where(np.isnan(log_anchor), fallback_s, np.exp(log_anchor))
 
@@ -119,4 +130,5 @@ class RandomForestBaseline:
     def predict(self, features: np.ndarray) -> np.ndarray:
         # one thread: the parallel tree average adds in a racy order (last-bit differences)
         self._model.set_params(n_jobs=1)
-        return np.exp(self._model.predict(features))
+        seconds: np.ndarray = np.exp(self._model.predict(features))
+        return seconds

@@ -11,14 +11,19 @@ a backend, so backend cannot be a feature. Within the group, repeated measuremen
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from analytical.errors import LlmsimError, SpecError
 from analytical.ops import OpSpec, op_fields, op_from_dict
+
+if TYPE_CHECKING:
+    from profiler.store import Store
 
 TARGET_COLUMN = "median_s"
 
@@ -50,18 +55,20 @@ class TrainingData:
         return len(self.ops)
 
 
-def open_store(db_path: str | Path | None = None):
+def open_store(db_path: str | Path | None = None) -> Store:
     """The store at ``db_path`` (default: `analytical.paths.default_db_path`) for training:
     missing (named or default), locked or corrupt is a `StoreError` naming the file
     (`profiler.store.open_for_reading`)."""
     from profiler.store import open_for_reading
 
-    return open_for_reading(db_path, required=True, missing_hint=(
+    store = open_for_reading(db_path, required=True, missing_hint=(
         "import or profile data first (llmsim db import-parquet datasets/measurements, "
         "llmsim profile run)"))
+    assert store is not None  # required=True raises rather than return None
+    return store
 
 
-def load_frame(store, hardware: str, family: str, *, dtype: str | None = None,
+def load_frame(store: Store, hardware: str, family: str, *, dtype: str | None = None,
                provenance: str | None = None) -> pd.DataFrame:
     """Rows with status ok for (hardware, family[, dtype, provenance]) from a `Store`."""
     return store.frame(family, hardware=hardware, dtype=dtype, provenance=provenance,
@@ -73,8 +80,9 @@ def provenance_counts(frame: pd.DataFrame) -> dict[str, int]:
     if frame.empty:
         return {}
     counts = frame.groupby("provenance", sort=True).size()
-    by_name = sorted(counts.items(), key=lambda kv: str(kv[0]), reverse=True)
-    return dict(sorted(by_name, key=lambda kv: -int(kv[1])))
+    by_name = sorted(((str(p), int(n)) for p, n in counts.items()), key=lambda kv: kv[0],
+                     reverse=True)
+    return dict(sorted(by_name, key=lambda kv: -kv[1]))
 
 
 def provenance_coverage(frame: pd.DataFrame, family: str) -> dict[str, int]:
@@ -129,19 +137,19 @@ def training_data(frame: pd.DataFrame, *, hardware: str, family: str,
                         duplicates_folded=len(group) - len(folded))
 
 
-def _plain(row: dict) -> dict:
+def _plain(row: Mapping[Hashable, object]) -> dict[str, object]:
     """Numpy scalars -> Python values, NaN -> None (so defaults apply)."""
-    out = {}
+    out: dict[str, object] = {}
     for key, value in row.items():
         if hasattr(value, "item"):
             value = value.item()
         if isinstance(value, float) and value != value:
             value = None
-        out[key] = value
+        out[str(key)] = value  # frame column names are strings already
     return out
 
 
-def fingerprint(keys, latency_s: np.ndarray) -> Fingerprint:
+def fingerprint(keys: Iterable[object], latency_s: np.ndarray) -> Fingerprint:
     """Row count + SHA-256 over ``key,latency`` lines in key order (full float precision)."""
     digest = hashlib.sha256()
     for key, value in sorted(zip(map(str, keys), latency_s.tolist(), strict=True)):

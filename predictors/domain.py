@@ -47,7 +47,7 @@ def stand_in(domain: Mapping[str, list[object]] | None, op: OpSpec) -> OpSpec:
     seen_dtypes = (domain or {}).get("dtype")
     if op.family != "collective" or not seen_dtypes or op.dtype.value in seen_dtypes:
         return op
-    for seen in map(DType, seen_dtypes):
+    for seen in map(DType, map(str, seen_dtypes)):  # JSON strings (str() keeps them as is)
         if seen.bytes == op.dtype.bytes:
             return replace(op, dtype=seen)
     return op

@@ -35,7 +35,8 @@ def ape_percent(measured_s: np.ndarray, predicted_s: np.ndarray) -> np.ndarray:
         raise LlmsimError(f"shape mismatch: {measured_s.shape} vs {predicted_s.shape}")
     if np.any(measured_s <= 0):
         raise LlmsimError("measured latencies must be positive to compute percentage errors")
-    return np.abs(predicted_s - measured_s) / measured_s * 100.0
+    ape: np.ndarray = np.abs(predicted_s - measured_s) / measured_s * 100.0
+    return ape
 
 
 def error_metrics(measured_s: np.ndarray, predicted_s: np.ndarray) -> ErrorMetrics:

@@ -93,7 +93,7 @@ def ideal_time_s(op: OpSpec, hw: HardwareSpec) -> float:
     """Vendor-peak roofline, seconds: max(FLOPs / peak, bytes / HBM bandwidth) (Williams,
     Waterman, Patterson 2009); collectives: bus bytes / link bandwidth + link latency (the
     alpha-beta model with nccl-tests bus bytes)."""
-    if op.family == "collective":
+    if isinstance(op, CollectiveSpec):  # the one spec of family "collective"
         link = hw.intra_node if op.nodes == 1 else hw.inter_node
         return op.bytes / link.bandwidth_bytes_per_s + link.latency_s
     return max(op.flops / _peak_flops(op, hw), op.bytes / hw.memory_bw_bytes_per_s)
@@ -317,7 +317,8 @@ def feature_matrix(family: str, ops: Sequence[OpSpec], hw: HardwareSpec) -> np.n
 def roofline_seconds(family: str, features: np.ndarray) -> np.ndarray:
     """The `ideal_time_s` column of a feature matrix, in seconds."""
     index = feature_names(family).index(ROOFLINE_FEATURE)
-    return np.exp2(features[:, index])
+    seconds: np.ndarray = np.exp2(features[:, index])
+    return seconds
 
 
 def schema_document(family: str) -> dict[str, object]:

@@ -74,7 +74,13 @@ def clear_cache() -> None:
 
 @functools.lru_cache(maxsize=64)
 def _load_champion(hardware: str, family: str, tracking_uri: str) -> Predictor:
-    from predictors.tracking import champion_version, client_for, download_model, registered_name
+    from predictors.tracking import (
+        champion_version,
+        client_for,
+        download_model,
+        registered_name,
+        run_of,
+    )
 
     client = client_for(tracking_uri)
     name = registered_name(hardware, family)
@@ -84,8 +90,8 @@ def _load_champion(hardware: str, family: str, tracking_uri: str) -> Predictor:
             f"no champion predictor for hardware {hardware!r}, family {family!r} "
             f"(registered model {name!r} in {tracking_uri}); train one with "
             f"`llmsim train run --hardware {hardware} --op {family}`")
-    model = download_model(client, version.run_id)
-    run = client.get_run(version.run_id)
+    model = download_model(client, run_of(version))
+    run = client.get_run(run_of(version))
     info = PredictorInfo(name=name, version=str(version.version), run_id=version.run_id,
                          metrics=dict(run.data.metrics), tags=dict(run.data.tags))
     return Predictor(model, get_hardware(hardware), info)

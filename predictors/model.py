@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +34,9 @@ from predictors.features import (
 )
 from predictors.features import schema_version as family_schema_version
 from predictors.splits import BYTES_SIZED_FAMILIES
+
+if TYPE_CHECKING:  # imported where used: xgboost is an optional extra
+    import xgboost as xgb
 
 MODEL_FILE = "model.ubj"
 EXTRAPOLATOR_FILE = "extrapolator.ubj"  # gated/anchored: the roofline-ratio booster
@@ -105,17 +109,20 @@ class HyperParams:
 
 
 def encode_target(latency_s: np.ndarray, normaliser_s: np.ndarray) -> np.ndarray:
-    return np.log(latency_s / normaliser_s)
+    target: np.ndarray = np.log(latency_s / normaliser_s)
+    return target
 
 
 def decode_target(value: np.ndarray, normaliser_s: np.ndarray) -> np.ndarray:
-    return np.exp(value) * normaliser_s
+    seconds: np.ndarray = np.exp(value) * normaliser_s
+    return seconds
 
 
 def fit_booster(features: np.ndarray, target_values: np.ndarray, params: HyperParams, *,
                 seed: int, nthread: int, rounds: int | None = None,
                 valid: tuple[np.ndarray, np.ndarray] | None = None,
-                early_stopping_rounds: int = 50, monotone_constraints: str | None = None):
+                early_stopping_rounds: int = 50, monotone_constraints: str | None = None
+                ) -> xgb.Booster:
     """Train with hist on ``nthread`` threads; with ``valid`` stop early and keep the best
     trees only; ``monotone_constraints`` (XGBoost's "(1,0,...)") bounds the trees' slopes.
     Returns the booster (its ``num_boosted_rounds`` is the kept tree count)."""
@@ -137,14 +144,15 @@ def fit_booster(features: np.ndarray, target_values: np.ndarray, params: HyperPa
     return booster
 
 
-def predict_on_curve(booster, anchor: AnchorTable, features: np.ndarray,
+def predict_on_curve(booster: xgb.Booster, anchor: AnchorTable, features: np.ndarray,
                      log_anchor: np.ndarray, weight: float = 1.0) -> np.ndarray:
     """Seconds from an anchored booster for rows on a measured curve (ln anchor given): the
     anchor times exp(``weight`` x the trees' correction)."""
     import xgboost as xgb
 
     matrix = xgb.DMatrix(anchor.anchor_feature(features, log_anchor), nthread=1)
-    return np.exp(weight * booster.predict(matrix).astype(np.float64) + log_anchor)
+    seconds: np.ndarray = np.exp(weight * booster.predict(matrix).astype(np.float64) + log_anchor)
+    return seconds
 
 
 class LatencyModel:
@@ -158,9 +166,9 @@ class LatencyModel:
     search), and the roofline-ratio ``extrapolator`` prices the others.
     """
 
-    def __init__(self, *, booster, family: str, hardware: str, target: Target,
+    def __init__(self, *, booster: xgb.Booster, family: str, hardware: str, target: Target,
                  params: HyperParams, schema_version: int | None = None,
-                 extrapolator=None, gate_log2_size: float | None = None,
+                 extrapolator: xgb.Booster | None = None, gate_log2_size: float | None = None,
                  extrapolator_params: HyperParams | None = None,
                  anchor: AnchorTable | None = None, anchor_weight: float = 1.0,
                  domain: Domain | None = None) -> None:
@@ -207,6 +215,8 @@ class LatencyModel:
         if self.target != Target.GATED:
             return decode_target(raw, self.normaliser_s(features))
         out = decode_target(raw, np.ones(features.shape[0]))
+        # __init__ checked that a gated model has both
+        assert self.gate_log2_size is not None and self.extrapolator is not None
         beyond = size_column(self.family, features) > self.gate_log2_size
         if beyond.any():
             ratio = self.extrapolator.predict(matrix).astype(np.float64)[beyond]
@@ -216,6 +226,8 @@ class LatencyModel:
     def _predict_anchored(self, features: np.ndarray) -> np.ndarray:
         import xgboost as xgb
 
+        # __init__ checked that an anchored model has both
+        assert self.anchor is not None and self.extrapolator is not None
         log_anchor = self.anchor.log_anchor(features)
         on_curve = ~np.isnan(log_anchor)
         out = np.empty(features.shape[0])
@@ -261,6 +273,7 @@ class LatencyModel:
         if self.domain is not None:
             doc["domain"] = self.domain
         if self.extrapolator is not None:
+            assert self.extrapolator_params is not None  # set by __init__ with the extrapolator
             self.extrapolator.save_model(str(folder / EXTRAPOLATOR_FILE))
             doc |= {"n_trees_extrapolator": self.tree_counts[1],
                     "extrapolator_params": asdict(self.extrapolator_params)}
@@ -326,7 +339,7 @@ class LatencyModel:
                    anchor_weight=anchor_weight, domain=_domain_of(doc, schema_path))
 
 
-def _domain_of(doc: dict, path: Path) -> Domain | None:
+def _domain_of(doc: dict[str, Any], path: Path) -> Domain | None:
     """The training domain in a schema.json; None for a model saved before it was recorded."""
     domain = doc.get("domain")
     if domain is None:
@@ -336,7 +349,7 @@ def _domain_of(doc: dict, path: Path) -> Domain | None:
     return domain
 
 
-def check_schema(doc: dict, *, source: str) -> None:
+def check_schema(doc: dict[str, Any], *, source: str) -> None:
     """Raise a clear error unless ``doc`` (a schema.json) matches the current feature schema."""
     version = doc.get("schema_version")
     family = doc.get("family")

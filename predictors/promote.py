@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,7 +34,12 @@ from predictors.tracking import (
     download_heldout_rows,
     download_model,
     registered_name,
+    run_of,
 )
+
+if TYPE_CHECKING:  # mlflow is imported where used (it is slow to import)
+    from mlflow.entities.model_registry import ModelVersion
+    from mlflow.tracking import MlflowClient
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,7 +53,7 @@ class Promotion:
     champion: ErrorMetrics | None
 
 
-def _latest_version(client, name: str) -> str:
+def _latest_version(client: MlflowClient, name: str) -> str:
     versions = client.search_model_versions(f"name = '{name}'")
     if not versions:
         raise LlmsimError(f"no registered model {name!r}; train one with `llmsim train run`")
@@ -109,7 +115,7 @@ def promote(hardware: str, family: str, *, version: str | None = None,
         return Promotion(name=name, candidate_version=candidate_v, champion_version=candidate_v,
                          promoted=False, reason=f"version {candidate_v} already is the champion",
                          candidate=None, champion=None)
-    ok, why = beats_baselines(client.get_run(candidate_mv.run_id).data.metrics)
+    ok, why = beats_baselines(client.get_run(run_of(candidate_mv)).data.metrics)
     why = f"v{candidate_v} {why}"
     if current is None:
         return decide(ok, f"no champion yet; {why}" if ok else why)
@@ -120,13 +126,14 @@ def promote(hardware: str, family: str, *, version: str | None = None,
     return decide(ok and beat, verdict if ok else f"{why}; {verdict}", cand, champ)
 
 
-def _against_champion(client, hardware: str, family: str, candidate_v: str, candidate_mv,
-                      current) -> tuple[bool, str, ErrorMetrics, ErrorMetrics | None]:
+def _against_champion(client: MlflowClient, hardware: str, family: str, candidate_v: str,
+                      candidate_mv: ModelVersion, current: ModelVersion
+                      ) -> tuple[bool, str, ErrorMetrics, ErrorMetrics | None]:
     """The second gate: candidate and champion re-scored on the same held-out rows; returns
     (candidate wins, verdict, candidate metrics, champion metrics)."""
-    rows = download_heldout_rows(client, candidate_mv.run_id)
+    rows = download_heldout_rows(client, run_of(candidate_mv))
     try:
-        champion_rows = download_heldout_rows(client, current.run_id)
+        champion_rows = download_heldout_rows(client, run_of(current))
         both = rows[rows["op_key"].isin(set(champion_rows["op_key"]))]
     except Exception:  # noqa: BLE001 - an older run without held-out rows
         both = rows.iloc[0:0]
@@ -136,14 +143,14 @@ def _against_champion(client, hardware: str, family: str, candidate_v: str, cand
         note = " (no rows unseen by both; champion may have trained on some)"
     hw = get_hardware(hardware)
     fields = list(op_fields(family))
-    ops = [op_from_dict(family, {k: (v.item() if hasattr(v, "item") else v)
+    ops = [op_from_dict(family, {str(k): (v.item() if hasattr(v, "item") else v)
                                  for k, v in r.items()}, field="heldout_row")
            for r in both[fields].to_dict("records")]
     measured = both["latency_s"].to_numpy(dtype=np.float64)
-    cand_model = download_model(client, candidate_mv.run_id, HELDOUT_MODEL_DIR)
+    cand_model = download_model(client, run_of(candidate_mv), HELDOUT_MODEL_DIR)
     cand = error_metrics(measured, cand_model.predict(ops, hw))
     try:
-        champ_model = download_model(client, current.run_id, HELDOUT_MODEL_DIR)
+        champ_model = download_model(client, run_of(current), HELDOUT_MODEL_DIR)
     except LlmsimError as exc:
         return True, f"champion v{current.version} cannot be scored ({exc})", cand, None
     champ = error_metrics(measured, champ_model.predict(ops, hw))

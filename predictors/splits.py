@@ -20,11 +20,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from analytical.errors import LlmsimError
-from analytical.ops import OpSpec
+from analytical.ops import (
+    AttentionSpec,
+    CollectiveSpec,
+    GemmSpec,
+    MemoryBoundSpec,
+    MoESpec,
+    OpSpec,
+)
 
 RANDOM = "random"
 HELDOUT_LARGE = "heldout_large"
@@ -33,6 +41,11 @@ HELDOUT_SEQ = "heldout_seq"
 SPLIT_NAMES = (RANDOM, HELDOUT_LARGE, HELDOUT_SHAPE, HELDOUT_SEQ)
 PRIMARY_SPLIT = HELDOUT_SHAPE  # what `promote` compares and the README leads with
 TEST_FRACTION = 0.2
+
+ShapeKey = tuple[int, ...]  # the shape values a region is made of
+# A region key takes the family's own spec class; the table below is indexed by family at run
+# time, so its callables accept any spec (``Any``) and each reads its own class's fields.
+KeyFn = Callable[[Any], ShapeKey]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,7 +82,7 @@ def largest_split(ops: Sequence[OpSpec], *, test_fraction: float = TEST_FRACTION
                  description=f"largest {test_fraction:.0%} by {measure}")
 
 
-def _region(ops: Sequence[OpSpec], key: Callable[[OpSpec], tuple], what: str, *, seed: int,
+def _region(ops: Sequence[OpSpec], key: KeyFn, what: str, *, seed: int,
             interior: bool, test_fraction: float, name: str = HELDOUT_SHAPE) -> Split:
     """Hold out a seeded ``test_fraction`` of the distinct values of ``key`` (excluding the
     smallest and largest when ``interior``, so the region is inside the measured range)."""
@@ -93,17 +106,36 @@ def _region(ops: Sequence[OpSpec], key: Callable[[OpSpec], tuple], what: str, *,
 # holding out a whole group size (e.g. 4 of {2, 4, 8}) leaves two points along that axis and
 # every model extrapolates the bus algorithm change, so the region is unseen message sizes and
 # the largest sizes are `heldout_large`.
-SHAPE_KEYS: dict[str, tuple[Callable[[OpSpec], tuple], str, bool]] = {
-    "gemm": (lambda op: (op.n, op.k), "(n, k) pairs", False),
-    "attention": (lambda op: (op.heads, op.kv_heads, op.head_dim),
-                  "(heads, kv_heads, head_dim)", False),
-    "collective": (lambda op: (op.size_bytes,), "message sizes", True),
-    "memory": (lambda op: (op.cols,), "cols values", True),
-    "moe": (lambda op: (op.hidden,), "hidden sizes", True),
+def _gemm_shape(op: GemmSpec) -> ShapeKey:
+    return (op.n, op.k)
+
+
+def _attention_shape(op: AttentionSpec) -> ShapeKey:
+    return (op.heads, op.kv_heads, op.head_dim)
+
+
+def _collective_shape(op: CollectiveSpec) -> ShapeKey:
+    return (op.size_bytes,)
+
+
+def _memory_shape(op: MemoryBoundSpec) -> ShapeKey:
+    return (op.cols,)
+
+
+def _moe_shape(op: MoESpec) -> ShapeKey:
+    return (op.hidden,)
+
+
+SHAPE_KEYS: dict[str, tuple[KeyFn, str, bool]] = {
+    "gemm": (_gemm_shape, "(n, k) pairs", False),
+    "attention": (_attention_shape, "(heads, kv_heads, head_dim)", False),
+    "collective": (_collective_shape, "message sizes", True),
+    "memory": (_memory_shape, "cols values", True),
+    "moe": (_moe_shape, "hidden sizes", True),
 }
 
 
-def shape_key(family: str) -> Callable[[OpSpec], tuple]:
+def shape_key(family: str) -> KeyFn:
     """The shape `heldout_shape` holds out for this family."""
     if family not in SHAPE_KEYS:
         raise LlmsimError(f"no held-out shape rule for family {family!r}")
@@ -118,7 +150,7 @@ def shape_region_split(ops: Sequence[OpSpec], *, seed: int,
     return _region(ops, key, what, interior=interior, seed=seed, test_fraction=test_fraction)
 
 
-def _kv_len(op: OpSpec) -> tuple:
+def _kv_len(op: AttentionSpec) -> ShapeKey:
     return (op.kv_len,)
 
 
@@ -129,7 +161,7 @@ def sequence_split(ops: Sequence[OpSpec], *, seed: int,
                    test_fraction=test_fraction, name=HELDOUT_SEQ)
 
 
-def region_axes(family: str) -> list[tuple[Callable[[OpSpec], tuple], bool]]:
+def region_axes(family: str) -> list[tuple[KeyFn, bool]]:
     """(key, interior only) of every region the protocol holds out by rule for this family:
     the shape of `heldout_shape`, and for attention the kv_len of `heldout_seq`. The search's
     inner validation holds out a part of each, so it rewards what the splits measure."""

@@ -16,6 +16,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -24,9 +25,13 @@ from analytical.ops import op_to_dict
 from analytical.paths import default_artifact_root, default_tracking_uri
 from predictors.evaluate import plot_predicted_vs_measured
 from predictors.features import schema_version
-from predictors.model import LatencyModel
+from predictors.model import HyperParams, LatencyModel
 from predictors.splits import PRIMARY_SPLIT
 from predictors.train import XGB, TrainingResult
+
+if TYPE_CHECKING:  # mlflow is imported where used (it is slow to import)
+    from mlflow.entities.model_registry import ModelVersion
+    from mlflow.tracking import MlflowClient
 
 EXPERIMENT = "llmsim-predictors"
 ALIAS = "champion"
@@ -46,7 +51,7 @@ def registered_name(hardware: str, family: str) -> str:
     return f"llmsim-{hardware}-{family}"
 
 
-def client_for(tracking_uri: str | None = None):
+def client_for(tracking_uri: str | None = None) -> MlflowClient:
     """An `MlflowClient` on ``tracking_uri`` (default store created on first use)."""
     # Artifact downloads draw progress bars on stderr in the middle of `llmsim simulate` output.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -60,7 +65,7 @@ def client_for(tracking_uri: str | None = None):
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
-def _experiment_id(client) -> str:
+def _experiment_id(client: MlflowClient) -> str:
     found = client.get_experiment_by_name(EXPERIMENT)
     if found is not None:
         return found.experiment_id
@@ -163,13 +168,13 @@ def log_training(result: TrainingResult, *, tracking_uri: str | None = None) -> 
     return LoggedRun(run_id=run_id, name=name, version=str(version.version))
 
 
-def vars_of(params) -> dict[str, object]:
+def vars_of(params: HyperParams) -> dict[str, object]:
     from dataclasses import asdict
 
     return asdict(params)
 
 
-def champion_version(client, name: str):
+def champion_version(client: MlflowClient, name: str) -> ModelVersion | None:
     """The version behind alias `champion`, or None."""
     try:
         return client.get_model_version_by_alias(name, ALIAS)
@@ -177,7 +182,16 @@ def champion_version(client, name: str):
         return None
 
 
-def download_model(client, run_id: str, subdir: str = MODEL_DIR) -> LatencyModel:
+def run_of(version: ModelVersion) -> str:
+    """The run a registered version was logged from (llmsim registers every version from a
+    run; MLflow allows versions without one)."""
+    if version.run_id is None:
+        raise LlmsimError(f"{version.name} version {version.version}: no run recorded; "
+                          "llmsim registers versions from a training run")
+    return version.run_id
+
+
+def download_model(client: MlflowClient, run_id: str, subdir: str = MODEL_DIR) -> LatencyModel:
     """Fetch a run's saved model folder and load it (schema checked)."""
     with tempfile.TemporaryDirectory() as tmp:
         try:
@@ -187,7 +201,7 @@ def download_model(client, run_id: str, subdir: str = MODEL_DIR) -> LatencyModel
         return LatencyModel.load(path)
 
 
-def download_heldout_rows(client, run_id: str) -> pd.DataFrame:
+def download_heldout_rows(client: MlflowClient, run_id: str) -> pd.DataFrame:
     with tempfile.TemporaryDirectory() as tmp:
         path = client.download_artifacts(run_id, HELDOUT_TEST_FILE, tmp)
         return pd.read_parquet(path)

@@ -21,14 +21,15 @@ Tracking lives in `predictors.tracking`; nothing here touches MLflow or the stor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from analytical.errors import LlmsimError
 from analytical.hardware import HardwareSpec
-from analytical.ops import OpSpec
+from analytical.ops import AttentionSpec, CollectiveSpec, GemmSpec, OpSpec
 from predictors.anchor import AnchorTable, has_anchor
 from predictors.baselines import InterpolationBaseline, RandomForestBaseline, TableBaseline
 from predictors.dataset import TrainingData
@@ -49,11 +50,16 @@ from predictors.model import (
 from predictors.splits import (
     PRIMARY_SPLIT,
     RANDOM,
+    KeyFn,
+    ShapeKey,
     Split,
     evaluation_splits,
     region_axes,
     shape_key,
 )
+
+if TYPE_CHECKING:  # imported where used: xgboost is an optional extra
+    import xgboost as xgb
 
 XGB = "xgb"
 MODEL_NAMES = (XGB, InterpolationBaseline.name, RandomForestBaseline.name, TableBaseline.name)
@@ -66,8 +72,9 @@ ANCHOR_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
 # disjoint ninths (folds) are scored when one holds fewer than `TrainConfig.search_valid_rows`.
 MAX_SEARCH_FOLDS = 9
 
-# The search space: each draw picks one value per axis (seeded).
-SEARCH_SPACE: dict[str, tuple] = {
+# The search space: each draw picks one value per axis (seeded). Keys are `HyperParams` field
+# names, so each tuple holds that field's type (int, float or str): ``Any`` for the mix.
+SEARCH_SPACE: dict[str, tuple[Any, ...]] = {
     "max_depth": (6, 8, 10, 12, 14),
     "learning_rate": (0.03, 0.05, 0.1),
     "min_child_weight": (1.0, 3.0, 10.0),
@@ -229,7 +236,7 @@ def _fit_anchored(x: np.ndarray, latency: np.ndarray, family: str, hardware: str
 def _fit_anchored_booster(table: AnchorTable, in_table: set[int], x: np.ndarray,
                           latency: np.ndarray, train: np.ndarray, valid: np.ndarray | None,
                           params: HyperParams, config: TrainConfig, rounds: int | None, *,
-                          where: str):
+                          where: str) -> xgb.Booster:
     """Trees on ln(latency / anchor) for the training rows inside a measured curve. Rows of
     the table (``in_table``) are anchored leave-one-out, so the trees learn the error of
     interpolating a size the table lacks; early stopping on the ``valid`` rows on a curve."""
@@ -261,7 +268,7 @@ def _fit_anchored_booster(table: AnchorTable, in_table: set[int], x: np.ndarray,
                        early_stopping_rounds=config.early_stopping_rounds)
 
 
-def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
+def search(ops: Sequence[OpSpec], x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
            family: str, hardware: str, config: TrainConfig
            ) -> SearchChoice:
     """Pick (target, params) by inner-validation MAPE.
@@ -353,8 +360,8 @@ def search(ops, x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
                                  {i: predicted[Target.LOG_ROOFLINE_RATIO, i]
                                   for i in range(len(configs))}, config)
         if found is not None:
-            (on, off), anchor_weight, score, row = found
-            scores[Target.ANCHORED], picks[Target.ANCHORED] = score, (on, off)
+            (on, off), anchor_weight, anchored_score, row = found
+            scores[Target.ANCHORED], picks[Target.ANCHORED] = anchored_score, (on, off)
             table.append(row)
     targets = tuple(scores)  # the order of `Target`; anchored only where it could be fitted
     if config.target is not None and config.target not in scores:
@@ -396,9 +403,9 @@ def _masked_mape(measured: np.ndarray, predicted: np.ndarray, mask: np.ndarray) 
 
 
 def _unseen_in_fold(ops: Sequence[OpSpec], folds: list[tuple[np.ndarray, np.ndarray]],
-                    key: Callable[[OpSpec], tuple]) -> np.ndarray:
+                    key: KeyFn) -> np.ndarray:
     """Per validation row (in fold order): is its ``key`` value absent from its fold's train?"""
-    flags = []
+    flags: list[bool] = []
     for train, valid in folds:
         seen = {key(ops[i]) for i in train.tolist()}
         flags.extend(key(ops[i]) not in seen for i in valid.tolist())
@@ -417,7 +424,7 @@ def _search_folds(ops: Sequence[OpSpec], large: np.ndarray, rest: np.ndarray,
     toss."""
     family = ops[rest[0]].family
     rng = np.random.default_rng(config.seed + 1)
-    axes = []  # per axis: (candidate index of each rest row or -1, the ninths of candidates)
+    axes: list[tuple[np.ndarray, list[np.ndarray]]] = []  # per axis: (candidate index of each rest row or -1, the ninths of candidates)
     for key, interior in region_axes(family):
         keys = [key(ops[i]) for i in rest.tolist()]
         distinct = sorted(set(keys))
@@ -510,11 +517,11 @@ def _with_rounds(params: HyperParams, rounds: int) -> HyperParams:
 
 
 def _group_of(op: OpSpec) -> str | None:
-    if op.family == "attention":
+    if isinstance(op, AttentionSpec):
         return str(op.phase)
-    if op.family == "collective":
+    if isinstance(op, CollectiveSpec):
         return str(op.kind)
-    if op.family == "gemm":
+    if isinstance(op, GemmSpec):
         return str(op.dtype)
     return None
 
@@ -552,7 +559,8 @@ def _evaluate_split(split: Split, data: TrainingData, x: np.ndarray, choice: Sea
             mask = labels == label
             groups[label] = {name: error_metrics(measured[mask], p[mask])
                              for name, p in predicted.items()}
-    key, index = shape_key(data.family), {}
+    key = shape_key(data.family)
+    index: dict[ShapeKey, int] = {}
     shapes = np.array([index.setdefault(key(data.ops[i]), len(index)) for i in split.test])
     gaps = {name: mape_gap(measured, predicted[XGB], p, shapes, seed=config.seed)
             for name, p in predicted.items() if name != XGB}

@@ -31,6 +31,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,6 +47,9 @@ from predictors.transfer_features import (
     transfer_feature_names,
     transfer_matrix,
 )
+
+if TYPE_CHECKING:  # imported where used: xgboost is an optional extra
+    import xgboost as xgb
 
 MODEL_FILE = "model.ubj"
 SCHEMA_FILE = "schema.json"
@@ -79,7 +83,7 @@ def stack_columns(stacks: Sequence[str], vocabulary: Sequence[str]) -> np.ndarra
 class TransferModel:
     """A fitted cross-GPU booster for one family and what it needs to return seconds."""
 
-    def __init__(self, *, booster, family: str, gpus: Sequence[str], stacks: Sequence[str],
+    def __init__(self, *, booster: xgb.Booster, family: str, gpus: Sequence[str], stacks: Sequence[str],
                  default_stack: str, params: HyperParams, domain: Domain,
                  vendors: Sequence[str], floor_s: float, rows: int = 0,
                  schema_version: int = TRANSFER_SCHEMA_VERSION) -> None:
@@ -118,7 +122,8 @@ class TransferModel:
             return np.empty(0)
         matrix = xgb.DMatrix(self.features(ops, hw, stacks), nthread=1)
         raw = self.booster.predict(matrix).astype(np.float64)
-        return np.exp(raw) * (ideal_seconds(ops, hw) + self.floor_s)
+        seconds: np.ndarray = np.exp(raw) * (ideal_seconds(ops, hw) + self.floor_s)
+        return seconds
 
     def outside_domain(self, op: OpSpec, hw: HardwareSpec) -> str | None:
         """Why this model should not price ``op`` on ``hw`` (a dtype, kind or phase it never
@@ -162,9 +167,9 @@ class TransferModel:
                    schema_version=doc["schema_version"])
 
 
-def _read_schema(path: Path) -> dict:
+def _read_schema(path: Path) -> dict[str, Any]:
     try:
-        doc = json.loads(path.read_text())
+        doc: dict[str, Any] = json.loads(path.read_text())
     except FileNotFoundError:
         raise LlmsimError(f"{path}: missing; a transfer model folder needs {MODEL_FILE} and "
                           f"{SCHEMA_FILE}") from None
@@ -174,11 +179,13 @@ def _read_schema(path: Path) -> dict:
     return doc
 
 
-def check_transfer_schema(doc: dict, *, source: str) -> None:
+def check_transfer_schema(doc: dict[str, Any], *, source: str) -> None:
     """Raise a clear `LlmsimError` unless ``doc`` matches this llmsim's transfer schema."""
     if doc.get("kind") != MODEL_KIND:
         raise LlmsimError(f"{source}: kind: {doc.get('kind')!r}, expected {MODEL_KIND!r}")
     family = doc.get("family")
+    if not isinstance(family, str):
+        raise LlmsimError(f"{source}: family: expected a string, got {family!r}")
     retrain = f"retrain with `llmsim train transfer --op {family}`"
     if doc.get("schema_version") != TRANSFER_SCHEMA_VERSION:
         raise LlmsimError(f"{source}: transfer schema version {doc.get('schema_version')} but "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -25,6 +26,9 @@ from analytical.errors import LlmsimError
 from analytical.hardware import HardwareSpec, get_hardware
 from analytical.ops import OpSpec, op_fields, op_from_dict
 from predictors.dataset import TARGET_COLUMN, Fingerprint, _plain, fingerprint, pick_provenance
+
+if TYPE_CHECKING:
+    from profiler.store import Store
 
 DEFAULT_CAP = {"gemm": 6000, "attention": 6000, "collective": 3000, "memory": 4000}
 _VERSION = re.compile(r"-\d[\w.]*$")
@@ -128,7 +132,7 @@ def _spec_or_reason(name: str) -> tuple[HardwareSpec | None, str]:
     return hw, ""
 
 
-def load_transfer_data(store, family: str, *, cap: int | None = None, seed: int = 0,
+def load_transfer_data(store: Store, family: str, *, cap: int | None = None, seed: int = 0,
                        exclude: tuple[str, ...] = ()) -> TransferData:
     """Every GPU's rows of ``family`` from a `profiler.store.Store` (status ok)."""
     cap = cap or DEFAULT_CAP.get(family, 6000)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analytical.errors import LlmsimError, SpecError
+from analytical.hardware import HardwareSpec
 from analytical.roofline import roofline_time
 from predictors.evaluate import ErrorMetrics, error_metrics
 from predictors.transfer import Rows, TransferConfig, all_rows, fit_transfer
@@ -49,7 +50,7 @@ class FoldResult:
                 "unscored": dict(self.unscored)}
 
 
-def roofline_seconds(rows: Rows, hw) -> np.ndarray:
+def roofline_seconds(rows: Rows, hw: HardwareSpec) -> np.ndarray:
     """The analytical engine's answer per row (NaN where it has none, e.g. an unsupported
     dtype: such rows are left out of both scores)."""
     out = np.empty(len(rows.ops))
@@ -101,16 +102,17 @@ def leave_one_out(data: TransferData, config: TransferConfig = TransferConfig(),
     return [evaluate_fold(data, rows, name, config) for name in names]
 
 
-def champion_heldout(hardware: str, family: str, tracking_uri: str | None) -> dict | None:
+def champion_heldout(hardware: str, family: str, tracking_uri: str | None
+                     ) -> dict[str, object] | None:
     """The per-hardware champion's ``heldout_shape`` MAPE and n (its own split), or None."""
     try:
-        from predictors.tracking import champion_version, client_for, registered_name
+        from predictors.tracking import champion_version, client_for, registered_name, run_of
 
         client = client_for(tracking_uri)
         version = champion_version(client, registered_name(hardware, family))
         if version is None:
             return None
-        run = client.get_run(version.run_id)
+        run = client.get_run(run_of(version))
     except Exception:  # noqa: BLE001 - no tracking store or model: the column stays empty
         return None
     metrics = run.data.metrics

@@ -24,7 +24,14 @@ from pathlib import Path
 
 from analytical.errors import LlmsimError
 from analytical.paths import default_tracking_uri
-from predictors.tracking import ALIAS, LoggedRun, _experiment_id, champion_version, client_for
+from predictors.tracking import (
+    ALIAS,
+    LoggedRun,
+    _experiment_id,
+    champion_version,
+    client_for,
+    run_of,
+)
 from predictors.transfer import TransferConfig, TransferModel
 from predictors.transfer_data import TransferData
 from predictors.transfer_eval import ALL, FoldResult
@@ -136,7 +143,7 @@ def _load(family: str, tracking_uri: str) -> TransferModel | None:
         return None
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            path = client.download_artifacts(version.run_id, MODEL_DIR, tmp)
+            path = client.download_artifacts(run_of(version), MODEL_DIR, tmp)
         except Exception as exc:  # noqa: BLE001
             raise LlmsimError(f"run {version.run_id}: cannot fetch {MODEL_DIR!r}: {exc}") from None
         return TransferModel.load(path)
