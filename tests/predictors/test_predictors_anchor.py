@@ -131,6 +131,7 @@ def anchored(collective_frame, fast_config):
     return data, train_predictor(data, HW, replace(config, target=Target.ANCHORED)), config
 
 
+@pytest.mark.slow
 def test_anchored_model_beats_the_table_it_starts_from(anchored):
     data, result, config = anchored
     assert result.target == Target.ANCHORED
@@ -155,6 +156,7 @@ def test_anchored_model_beats_the_table_it_starts_from(anchored):
     assert model.predict(past, HW)[0] == np.exp(ratio[0]) * roofline_seconds("collective", xp)[0]
 
 
+@pytest.mark.slow
 def test_anchored_model_reloads_bit_identical_in_a_fresh_process(anchored, tmp_path,
                                                                 predict_in_fresh_process):
     data, result, _ = anchored
@@ -169,6 +171,7 @@ def test_anchored_model_reloads_bit_identical_in_a_fresh_process(anchored, tmp_p
         LatencyModel.load(folder)
 
 
+@pytest.mark.slow
 def test_anchored_training_is_deterministic(anchored):
     data, result, config = anchored
     again = train_predictor(data, HW, replace(config, target=Target.ANCHORED))
@@ -182,6 +185,7 @@ def test_anchored_target_is_refused_where_there_are_no_curves(gemm_frame, fast_c
         train_predictor(data, HW, replace(fast_config, target=Target.ANCHORED))
 
 
+@pytest.mark.slow
 def test_anchor_weight_scales_the_correction_and_survives_a_reload(anchored, tmp_path):
     data, result, _ = anchored
     model = result.model
@@ -214,6 +218,7 @@ def test_anchor_weight_scales_the_correction_and_survives_a_reload(anchored, tmp
         LatencyModel.load(tmp_path / "w0.0")
 
 
+@pytest.mark.slow
 def test_collective_of_an_unseen_dtype_is_asked_as_a_seen_one_of_the_same_width(anchored):
     from analytical.dtypes import DType
 

@@ -26,6 +26,7 @@ def tracked(llmsim_home, gemm_frame, fast_config):
     clear_cache()
 
 
+@pytest.mark.slow
 def test_run_registry_and_champion(tracked, llmsim_home):
     assert (llmsim_home / "mlflow.db").exists()
     client = client_for()
@@ -55,6 +56,7 @@ def test_run_registry_and_champion(tracked, llmsim_home):
                                                                                predictor.hw))
 
 
+@pytest.mark.slow
 def test_promote_compares_on_the_same_rows(tracked, gemm_frame):
     weak = TrainConfig(seed=1, n_configs=1, max_rounds=3, early_stopping_rounds=2, rf_trees=5)
     second = train_frame(gemm_frame, hardware="h100-sxm", family="gemm", config=weak,
@@ -83,6 +85,7 @@ def test_missing_champion_is_a_clear_error(llmsim_home):
         load_champion("a100-sxm-80gb", "attention")
 
 
+@pytest.mark.slow
 def test_report_and_cli(tracked, capsys, tmp_path):
     rows = champion_rows()
     assert {r["split"] for r in rows} == {"heldout_shape", "heldout_large", "random"}
@@ -117,6 +120,7 @@ def test_report_and_cli(tracked, capsys, tmp_path):
     assert "no measurement store" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_report_per_provenance_shows_each_data_source(tracked, gemm_frame, fast_config):
     other = gemm_frame.assign(provenance="imported:aiconfigurator-0.12.0/nccl-2.27.3")
     second = train_frame(other, hardware="h100-sxm", family="gemm", config=fast_config,

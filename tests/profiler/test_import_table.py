@@ -79,6 +79,7 @@ def test_imported_rows_serve_simulate(tmp_path: Path, capsys) -> None:
     assert with_store["tpot_s"] != pytest.approx(without["tpot_s"], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_imported_rows_train_a_predictor(tmp_path: Path) -> None:
     from predictors.pipeline import train_and_log
     from predictors.train import TrainConfig

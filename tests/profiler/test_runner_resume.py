@@ -50,6 +50,7 @@ def _run_cmd(sweep: Path, db: Path) -> list[str]:
             "--db", str(db), "--threads", "1", "--no-progress", "--json"]
 
 
+@pytest.mark.slow
 def test_kill_9_midway_then_resume_stores_every_point_once(tmp_path):
     sweep = _slow_sweep(tmp_path / "smoke.yaml")
     total = len(load_sweep(sweep).points("cpu"))
@@ -124,6 +125,7 @@ def test_torchrun_command_passes_multinode_options_through():
     assert "--standalone" in torchrun_command("s.yaml", None, nproc=2)
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_gloo_collectives_under_torchrun_resume(tmp_path):
     sweep = tmp_path / "coll.yaml"

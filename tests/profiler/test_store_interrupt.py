@@ -155,6 +155,7 @@ families:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("phase", [
     "start_run.after_commit",  # run recorded, nothing measured
     "insert.before_commit@2",  # the second point's row written, not committed

@@ -83,6 +83,7 @@ def test_trace_leaves_default_dtype_alone() -> None:
     assert torch.get_default_dtype() == torch.float32
 
 
+@pytest.mark.slow
 def test_llama3_70b_train_step_traces_without_weights() -> None:
     """Llama 3 70B (hidden 8192, 80 layers, 64/8 heads, FFN 28672): 70.55 B parameters, 141 GB
     of bf16 weights that are never allocated; ~5 s here."""

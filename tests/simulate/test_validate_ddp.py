@@ -38,6 +38,7 @@ def test_config_errors_name_the_field() -> None:
         DdpConfig(batch=0)
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_ddp_check_two_gloo_ranks(tmp_path: Path) -> None:
     config = DdpConfig(width=256, depth=2, batch=32, warmup=2, repeats=5,

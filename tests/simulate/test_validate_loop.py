@@ -117,6 +117,7 @@ def test_config_errors_name_the_field() -> None:
         LoopConfig(models=("no-such-model",))
 
 
+@pytest.mark.slow
 def test_loop_on_one_model_fast(tmp_path: Path) -> None:
     db = tmp_path / "validate.duckdb"
     config = LoopConfig(models=("gpt2-small-test",), modes=("forward", "train_step"),
