@@ -289,33 +289,43 @@ def _after_pipeline(model, hw: HardwareSpec, t: TrainingSpec, chain: EngineChain
     return finish, extra
 
 
-def _grad_sync(t: TrainingSpec, chain: EngineChain, sp, stage: int, *, start: float,
-               end: float, gpn: int, slowdown: float,
-               engine_s: dict[str, float]) -> tuple[float, list[TaskRecord]]:
-    """One stage's gradient buckets (dense over dp*cp, expert over the expert shard group)
-    released evenly over ``start..end`` and sharing one link; the backward they overlap runs
-    at 1/slowdown. Returns when the sync ends (>= the stretched compute end) and its record."""
-    par = t.parallel
+def grad_bucket_queues(par: ParallelConfig, sp: StageParams, gpn: int, chain: EngineChain,
+                       bucket_bytes: float) -> tuple[CollectiveKind, list[tuple[int, Any, Any]]]:
+    """A stage's gradient queues with something to reduce (dense over dp*cp, then experts over
+    the expert shard group; none under ZeRO-3/FSDP): the collective kind and, per queue,
+    (buckets n, full-bucket estimate, last-bucket estimate). n-1 full buckets and one
+    remainder: two distinct shapes, estimated once each. Shared by `run_training` and the
+    search's evaluator."""
     zero = par.zero_stage
-    shard = par.dp * par.cp
-    expert_shard = par.expert_shard_group
-    bucket_bytes = t.dp_bucket_mb * 1e6
+    shard, expert_shard = par.dp * par.cp, par.expert_shard_group
     syncs = []  # (params, group, rpn)
     if zero < 3:
         syncs.append((sp.dense, shard, _rpn(shard, par.tp, gpn)))
         if sp.expert:
             syncs.append((sp.expert, expert_shard, _rpn(expert_shard, par.expert_tp * par.ep, gpn)))
     kind = CollectiveKind.ALL_REDUCE if zero == 0 else CollectiveKind.REDUCE_SCATTER
-    jobs, estimates = [], []
-    for queue, (params, group, rpn) in enumerate(syncs):
+    queues = []
+    for params, group, rpn in syncs:
         if group == 1 or params <= 0:
             continue
         total = params * GRAD_COMM_BYTES
         n = max(1, math.ceil(total / bucket_bytes))
-        # n-1 full buckets and one remainder: two distinct shapes, estimated once each
         full, last = chain.estimate_many([
             _collective(kind, min(bucket_bytes, total), group, rpn),
             _collective(kind, total - (n - 1) * bucket_bytes, group, rpn)])
+        queues.append((n, full, last))
+    return kind, queues
+
+
+def _grad_sync(t: TrainingSpec, chain: EngineChain, sp, stage: int, *, start: float,
+               end: float, gpn: int, slowdown: float,
+               engine_s: dict[str, float]) -> tuple[float, list[TaskRecord]]:
+    """One stage's gradient buckets (dense over dp*cp, expert over the expert shard group)
+    released evenly over ``start..end`` and sharing one link; the backward they overlap runs
+    at 1/slowdown. Returns when the sync ends (>= the stretched compute end) and its record."""
+    kind, queues = grad_bucket_queues(t.parallel, sp, gpn, chain, t.dp_bucket_mb * 1e6)
+    jobs, estimates = [], []
+    for queue, (n, full, last) in enumerate(queues):
         estimates += [full] * (n - 1) + [last]
         jobs += [(start + (end - start) * (i + 1) / n, queue) for i in range(n)]
     comm_s = sum(e.latency_s for e in estimates)

@@ -17,7 +17,6 @@ LoRA layouts are timed by `run_training` itself.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from analytical.dtypes import DType
@@ -31,12 +30,12 @@ from simulate.overlap import default_compute_slowdown, share_link
 from simulate.scenario import ClusterSpec, Scenario, TrainingSpec
 from simulate.search.fast_pipeline import fast_pipeline
 from simulate.training import (
-    GRAD_COMM_BYTES,
     _blocks,
     _chunk_blocks,
     _collective,
     _rpn,
     _train_step,
+    grad_bucket_queues,
     run_training,
     spec_memory,
 )
@@ -182,25 +181,8 @@ class LayoutEvaluator:
                   slowdown: float, bucket_bytes: float
                   ) -> tuple[float, float, float, list[tuple[str, float]]]:
         chain, zero = self.chain, par.zero_stage
-        shard = par.dp * par.cp
-        expert_shard = par.expert_shard_group
-        syncs = []
-        if zero < 3:
-            syncs.append((sp.dense, shard, _rpn(shard, par.tp, gpn)))
-            if sp.expert:
-                syncs.append((sp.expert, expert_shard,
-                              _rpn(expert_shard, par.expert_tp * par.ep, gpn)))
-        kind = CollectiveKind.ALL_REDUCE if zero == 0 else CollectiveKind.REDUCE_SCATTER
-        queues = []  # per gradient queue: (buckets n, full-bucket estimate, last one)
-        for params, group, rpn in syncs:
-            if group == 1 or params <= 0:
-                continue
-            total = params * GRAD_COMM_BYTES
-            n = max(1, math.ceil(total / bucket_bytes))
-            full, last = chain.estimate_many([
-                _collective(kind, min(bucket_bytes, total), group, rpn),
-                _collective(kind, total - (n - 1) * bucket_bytes, group, rpn)])
-            queues.append((n, full, last))
+        shard, expert_shard = par.dp * par.cp, par.expert_shard_group
+        _, queues = grad_bucket_queues(par, sp, gpn, chain, bucket_bytes)
         comm_s = sum((n - 1) * full.latency_s + last.latency_s for n, full, last in queues)
         parts = [p for n, full, last in queues
                  for p in ((full.engine, (n - 1) * full.latency_s), (last.engine, last.latency_s))]
