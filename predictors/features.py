@@ -304,9 +304,15 @@ def schema_for(family: str) -> tuple[Feature, ...]:
 
 def feature_matrix(family: str, ops: Sequence[OpSpec], hw: HardwareSpec) -> np.ndarray:
     """[len(ops), len(schema)] float64 matrix for one family; rejects ops of another family."""
-    schema = schema_for(family)
     cls, fn = _FEATURE_FUNCTIONS[family]
-    out = np.empty((len(ops), len(schema)), dtype=np.float64)
+    return fill_rows(family, cls, fn, ops, hw, len(schema_for(family)))
+
+
+def fill_rows(family: str, cls: type, fn: Callable[..., list[float]], ops: Sequence[OpSpec],
+              hw: HardwareSpec, width: int) -> np.ndarray:
+    """[len(ops), width] float64 matrix of ``fn(op, hw)`` rows; an op of another family than
+    ``cls`` is a named error (used by the per-GPU and the transfer feature matrices)."""
+    out = np.empty((len(ops), width), dtype=np.float64)
     for i, op in enumerate(ops):
         if not isinstance(op, cls):
             raise SpecError(f"ops[{i}]", f"expected a {family} spec, got {type(op).__name__}")

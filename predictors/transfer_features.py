@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from analytical.errors import SpecError, UnknownNameError
+from analytical.errors import UnknownNameError
 from analytical.hardware import HardwareSpec
 from analytical.ops import (
     AttentionSpec,
@@ -45,7 +45,14 @@ from analytical.ops import (
     Phase,
 )
 from analytical.roofline import gemm_tile_efficiency, roofline_time
-from predictors.features import _DTYPES, _log2, _peak_flops, ideal_time_s, row_alignment_log2
+from predictors.features import (
+    _DTYPES,
+    _log2,
+    _peak_flops,
+    fill_rows,
+    ideal_time_s,
+    row_alignment_log2,
+)
 
 TRANSFER_SCHEMA_VERSION = 1
 TRANSFER_FAMILIES = ("gemm", "attention", "collective", "memory")
@@ -185,14 +192,8 @@ def transfer_feature_names(family: str) -> list[str]:
 
 def transfer_matrix(family: str, ops: Sequence[OpSpec], hw: HardwareSpec) -> np.ndarray:
     """[len(ops), len(names)] float64 matrix of one family on one GPU."""
-    names = transfer_feature_names(family)
     cls, fn = _ROWS[family]
-    out = np.empty((len(ops), len(names)), dtype=np.float64)
-    for i, op in enumerate(ops):
-        if not isinstance(op, cls):
-            raise SpecError(f"ops[{i}]", f"expected a {family} spec, got {type(op).__name__}")
-        out[i] = fn(op, hw)
-    return out
+    return fill_rows(family, cls, fn, ops, hw, len(transfer_feature_names(family)))
 
 
 def ideal_seconds(ops: Sequence[OpSpec], hw: HardwareSpec) -> np.ndarray:
