@@ -25,7 +25,7 @@ from analytical.hardware import (
 
 SHIPPED = ("a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-80gb", "h100-sxm", "h100-pcie", "h200",
            "b200", "gh200", "l4", "l40s", "mi300x", "cpu", "b300", "gb200", "gb300", "mi325x",
-           "mi355x", "rtx-6000-ada", "rtx-pro-6000-server", "h20", "h100-hbm2e-96gb")
+           "mi355x", "rtx-6000-ada", "rtx-pro-6000-server", "h20", "h100-hbm2e-96gb", "a40", "h100-nvl")
 LLMSIM = Path(sys.executable).parent / "llmsim"
 
 
@@ -114,6 +114,11 @@ CURRENT_GPUS = [
     ("rtx-pro-6000-server", DType.FP4, 2000e12, "4,000 AI TOPS (FP4, sparse) / 2"),
     ("h20", DType.BF16, 148e12, "H20 partner datasheet: FP16/BF16 148 TF dense"),
     ("h20", "memory_bw_bytes_per_s", 4e12, "H20: 96 GB HBM3 at 4.0 TB/s"),
+    ("a40", DType.BF16, 149.7e12, "A40 datasheet: BF16 299.4 TF sparse"),
+    ("a40", "memory_bw_bytes_per_s", 696e9, "A40 datasheet: 696 GB/s GDDR6"),
+    ("a40", "compute_units", 84, "A40 datasheet: 10,752 CUDA cores, 128 per GA102 SM"),
+    ("h100-nvl", DType.FP8, 1670.5e12, "H100 NVL: FP8 3,341 TF sparse"),
+    ("h100-nvl", "memory_bw_bytes_per_s", 3.9e12, "H100 NVL: 94 GB HBM3 at 3.9 TB/s"),
 ]
 
 
