@@ -5,9 +5,11 @@ which answers for a GPU that has a hardware YAML and no measurements.
 Features: `predictors.transfer_features` (the shape's work decomposition measured against the
 GPU's spec) plus a one-hot of the measuring stack (`predictors.transfer_data.stack_of`).
 Target: ln(latency / (roofline of that GPU + floor)), so the trees learn an efficiency, which
-moves between GPUs far less than a latency does. The roofline is
-`analytical.roofline.roofline_time`, the engine the chain falls back to (the YAML's efficiency
-factors and GEMM tile quantisation included; for collectives the link model). The floor is the
+moves between GPUs far less than a latency does. The roofline is the vendor-peak one
+(`predictors.transfer_features.ideal_seconds`: datasheet peak for the dtype and memory
+bandwidth, link bandwidth and latency for collectives), not the chain's `roofline_time`, whose
+per-GPU efficiency factors are guesses an unseen GPU's YAML would carry into every answer. The
+floor is the
 alpha term of an alpha-beta model for kernels (collectives carry their link latency already and
 get none): the median over the training GPUs of each GPU's 1st-percentile latency, about 2-3
 us for TensorRT-LLM GEMMs and 6-11 us for its attention kernels in the curated set. Without it

@@ -17,7 +17,8 @@ whichever GPU a split happens to put it with (leave-one-out attention MAPE, 2,00
 / 60.2). The idea is NeuSight's (Lee et al., "Forecasting GPU Performance for Deep Learning
 Training and Inference", ASPLOS 2025, arXiv:2407.13853): predict the utilisation of tile-level
 work from the device's specifications, not the latency of a shape on one device. The target
-(`predictors.transfer`) is the latency relative to the roofline of that GPU (`ideal_seconds`).
+(`predictors.transfer`) is the latency relative to the vendor-peak roofline of that GPU
+(`ideal_seconds`).
 
 The hardware YAML (`analytical.hardware`) exposes no clock and no L2 bandwidth, so neither is
 used. ``TRANSFER_SCHEMA_VERSION`` changes whenever a formula here does. The provenance stack
@@ -32,7 +33,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from analytical.errors import UnknownNameError
+from analytical.errors import SpecError, UnknownNameError
 from analytical.hardware import HardwareSpec
 from analytical.ops import (
     AttentionSpec,
@@ -44,7 +45,7 @@ from analytical.ops import (
     OpSpec,
     Phase,
 )
-from analytical.roofline import gemm_tile_efficiency, roofline_time
+from analytical.roofline import gemm_tile_efficiency
 from predictors.features import (
     _DTYPES,
     _log2,
@@ -54,7 +55,7 @@ from predictors.features import (
     row_alignment_log2,
 )
 
-TRANSFER_SCHEMA_VERSION = 1
+TRANSFER_SCHEMA_VERSION = 2  # 2: target relative to the vendor-peak roofline
 TRANSFER_FAMILIES = ("gemm", "attention", "collective", "memory")
 
 # CTA output tiles of CUTLASS/cuBLAS GEMMs (128x128 default, 128x256 and 256x128 Hopper wide
@@ -197,8 +198,15 @@ def transfer_matrix(family: str, ops: Sequence[OpSpec], hw: HardwareSpec) -> np.
 
 
 def ideal_seconds(ops: Sequence[OpSpec], hw: HardwareSpec) -> np.ndarray:
-    """The target's normaliser before the floor: `analytical.roofline.roofline_time`, the
-    roofline the engine chain falls back to (vendor peaks derated by the YAML's efficiency
-    factors and, for GEMMs, tile and wave quantisation; collectives: the link model).
-    Raises `SpecError` for a dtype the GPU does not support."""
-    return np.array([roofline_time(op, hw) for op in ops], dtype=np.float64)
+    """The target's normaliser before the floor: the vendor-peak roofline
+    (`predictors.features.ideal_time_s`: max(FLOPs / datasheet peak for the dtype, bytes /
+    datasheet memory bandwidth); collectives: bus bytes / link bandwidth + link latency). Not
+    `analytical.roofline.roofline_time`: its efficiency factors are per-GPU guesses (marked
+    "uncertain" in most YAMLs), and an unseen GPU has only its datasheet; with them in the
+    target a mis-set factor moved the whole GPU (A40 held out: 29.9% with them, 9.3% without;
+    see predictors/README.md). Raises `SpecError` for a dtype the GPU does not support, as the
+    roofline does."""
+    for op in ops:
+        if op.family in ("gemm", "attention") and not hw.supports(op.dtype):
+            raise SpecError(f"{op.family}.dtype", f"{op.dtype} is not supported on {hw.name}")
+    return np.array([ideal_time_s(op, hw) for op in ops], dtype=np.float64)

@@ -16,13 +16,15 @@ import pandas as pd
 import pytest
 
 from analytical.dtypes import DType
-from analytical.errors import LlmsimError
+from analytical.errors import LlmsimError, SpecError
 from analytical.hardware import get_hardware
 from analytical.ops import GemmSpec, op_to_dict
-from predictors.evaluate import error_metrics
+from predictors.evaluate import ErrorMetrics, error_metrics
 from predictors.transfer import DEFAULT_PARAMS, TransferConfig, TransferModel, fit_transfer
 from predictors.transfer_data import load_transfer_data, stack_of
-from predictors.transfer_eval import ALL, leave_one_out
+from predictors.transfer_eval import ALL, FoldResult, leave_one_out
+from predictors.transfer_features import ideal_seconds
+from predictors.transfer_tracking import gate
 
 GPUS = ("a100-sxm-80gb", "h100-sxm", "b200")
 CONFIG = TransferConfig(seed=0, nthread=2, params=replace(DEFAULT_PARAMS, max_rounds=200))
@@ -220,3 +222,34 @@ def test_engine_chain_uses_the_transfer_model(llmsim_home, fake_store):
     assert amd.engine == "roofline" and "vendor=amd" in amd.detail
     off = EngineChain(get_hardware("h200"), use_store=False, use_predictors=False)
     assert off.estimate(op).engine == "roofline"
+
+
+def _fold(gpu: str, ours: float, roof: float, n: int) -> FoldResult:
+    def metrics(mape: float) -> ErrorMetrics:
+        return ErrorMetrics(n=n, mape=mape, median_ape=mape, p90_ape=mape, max_ape=mape)
+
+    return FoldResult(family="collective", heldout=gpu, train_gpus=(), train_rows=0, fit_s=0.0,
+                      transfer={ALL: metrics(ours)}, roofline={ALL: metrics(roof)})
+
+
+def test_gate_counts_each_gpu_once():
+    # One GPU with many rows where both engines are far off must not decide for the others:
+    # pooled over rows the transfer model "wins" here (54% vs 81%), per GPU it loses on 2 of 3.
+    folds = [_fold("pcie", 60.0, 100.0, 3000), _fold("a", 30.0, 20.0, 500),
+             _fold("b", 40.0, 25.0, 500)]
+    passes, why = gate(folds)
+    assert not passes and "median" in why and "3 GPUs" in why
+    assert gate([_fold("a", 10.0, 20.0, 5), _fold("b", 12.0, 30.0, 5)])[0]
+    assert gate([])[0] is False
+
+
+def test_target_is_relative_to_the_datasheet_roofline():
+    # The normaliser uses vendor peaks only: changing a YAML's (guessed) efficiency factor
+    # does not move it; a dtype the GPU lacks is refused as the roofline refuses it.
+    hw = get_hardware("a100-sxm-80gb")
+    op = GemmSpec(m=4096, n=4096, k=4096, dtype=DType.BF16)
+    derated = replace(hw, efficiency=replace(hw.efficiency, gemm=0.1, memory=0.1))
+    assert ideal_seconds([op], hw)[0] == ideal_seconds([op], derated)[0] == pytest.approx(
+        op.flops / hw.peak_flops(DType.BF16))
+    with pytest.raises(SpecError):
+        ideal_seconds([replace(op, dtype=DType.FP8)], hw)
