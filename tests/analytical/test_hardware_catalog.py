@@ -25,7 +25,8 @@ from analytical.hardware import (
 
 SHIPPED = ("a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-80gb", "h100-sxm", "h100-pcie", "h200",
            "b200", "gh200", "l4", "l40s", "mi300x", "cpu", "b300", "gb200", "gb300", "mi325x",
-           "mi355x", "rtx-6000-ada", "rtx-pro-6000-server", "h20", "h100-hbm2e-96gb", "a40", "h100-nvl")
+           "mi355x", "rtx-6000-ada", "rtx-pro-6000-server", "h20", "h100-hbm2e-96gb", "a40", "h100-nvl",
+           "a10")
 LLMSIM = Path(sys.executable).parent / "llmsim"
 
 
@@ -119,6 +120,8 @@ CURRENT_GPUS = [
     ("a40", "compute_units", 84, "A40 datasheet: 10,752 CUDA cores, 128 per GA102 SM"),
     ("h100-nvl", DType.FP8, 1670.5e12, "H100 NVL: FP8 3,341 TF sparse"),
     ("h100-nvl", "memory_bw_bytes_per_s", 3.9e12, "H100 NVL: 94 GB HBM3 at 3.9 TB/s"),
+    ("a10", DType.BF16, 125e12, "A10 datasheet: BF16 250 TF sparse"),
+    ("a10", "memory_bw_bytes_per_s", 600e9, "A10 datasheet: 600 GB/s GDDR6"),
 ]
 
 
