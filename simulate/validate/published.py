@@ -142,7 +142,10 @@ def _micro_batch(row: Mapping[str, str], parallel: Mapping[str, Any], framework:
 
 def _measured_tps(row: Mapping[str, str]) -> tuple[float | None, bool]:
     """Published tokens/s/GPU; else TFLOP/s/GPU (or MFU x stated peak) converted with our model
-    FLOPs per token, which for Megatron/NeMo is their own count (Narayanan et al. 2021, eq. 3)."""
+    FLOPs per token counted as the source counts them: ``attention_flops = full`` when its
+    formula takes every s^2 score (Narayanan et al. 2021 eq. 3 / Korthikanti et al. 2022 appendix
+    s/(6h) term; Megatron-LM `num_floating_point_operations` 12*s/h term; NeMo
+    `flops_formulas.py` before its causal discount, 6251117f, 2025-08-09), else causal (half)."""
     tps = _float(row, "tokens_per_s_per_gpu")
     if tps:
         return tps, False
@@ -153,7 +156,8 @@ def _measured_tps(row: Mapping[str, str]) -> tuple[float | None, bool]:
     if not tflops:
         return None, False
     seq = int(_get(row, "seq_len"))
-    per_token = load_model(_get(row, "model")).flops_per_token(seq, training=True)
+    causal = _get(row, "attention_flops") != "full"
+    per_token = load_model(_get(row, "model")).flops_per_token(seq, training=True, causal=causal)
     return tflops * 1e12 / per_token, True
 
 
