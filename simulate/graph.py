@@ -21,6 +21,7 @@ from analytical.layer_spec import (
     TokenBatch,
 )
 from analytical.layers import coll, layer_ops
+from analytical.memory import Framework
 from analytical.model_spec import ModelSpec
 from analytical.ops import CollectiveKind
 from analytical.parallel import Recompute
@@ -48,6 +49,7 @@ class TrainStep:
     recompute: Recompute = Recompute.NONE
     flash: bool = True  # False: unfused core (batched GEMMs + softmax over [s, s])
     lora: LoraSpec | None = None  # frozen base weights, trainable adapters
+    framework: Framework = Framework.MEGATRON  # kernels and recompute policy it runs
 
     @property
     def batch(self) -> TokenBatch:

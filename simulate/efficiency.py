@@ -1,0 +1,81 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Kernel choices of a training framework that the hardware file's efficiencies do not know.
+
+The hardware file gives one achieved fraction of peak per resource (`analytical.hardware
+.Efficiency`); which kernel a framework runs decides how much of it is reached. Applied to
+roofline estimates only: a measured or learned time already is what some kernel did. Used by
+`simulate.training.run_training` and the search's evaluator alike, so search == simulate.
+
+Attention backend: Megatron-Core and NeMo run Transformer Engine's fused attention (cuDNN
+flash attention on Hopper; TE docs "Attention backends": FusedAttention is preferred over
+FlashAttention-2 on sm90); torchtitan runs PyTorch SDPA, whose flash backend is
+FlashAttention-2 (PyTorch 2.2 release notes); Composer/llm-foundry (``attn_impl: flash``) and
+DeepSpeed call the flash-attn 2 package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from enum import StrEnum
+
+from analytical.hardware import HardwareSpec
+from analytical.memory import Framework
+from analytical.ops import AttentionSpec, OpSpec
+from analytical.roofline import roofline_estimate
+from simulate.engines import Estimate
+
+__all__ = ["AttentionBackend", "attention_backend", "attention_fraction", "framework_estimates"]
+
+
+class AttentionBackend(StrEnum):
+    FLASH2 = "flash-attention-2"  # Dao 2023, arXiv 2307.08691
+    CUDNN = "cudnn"  # cuDNN fused flash attention (Transformer Engine FusedAttention)
+
+
+FRAMEWORK_ATTENTION: dict[Framework, AttentionBackend] = {
+    Framework.MEGATRON: AttentionBackend.CUDNN,
+    Framework.NEMO: AttentionBackend.CUDNN,
+    Framework.TORCHTITAN: AttentionBackend.FLASH2,
+    Framework.COMPOSER: AttentionBackend.FLASH2,
+    Framework.DEEPSPEED: AttentionBackend.FLASH2,
+}
+
+# Achieved fraction of the dense bf16 peak (989.4 TFLOP/s) on H100 SXM5, head dim 128, sequence
+# >= 4k, (forward, backward): Shah et al. 2024, "FlashAttention-3", arXiv 2407.08608, Fig. 5
+# (forward) and Fig. 6 (backward): FlashAttention-2 ~370 / ~320 TFLOP/s ("only 35% utilization
+# on H100", its introduction), cuDNN ~600 / ~515 TFLOP/s. The same SMs and tensor cores in every
+# Hopper part, so the fraction carries over; other architectures keep the hardware file's value.
+HOPPER_ATTENTION: dict[AttentionBackend, tuple[float, float]] = {
+    AttentionBackend.FLASH2: (370 / 989.4, 320 / 989.4),
+    AttentionBackend.CUDNN: (600 / 989.4, 515 / 989.4),
+}
+HOPPER = frozenset({"h100-sxm", "h100-pcie", "h100-hbm2e-96gb", "h200", "gh200", "h20"})
+
+
+def attention_backend(framework: str) -> AttentionBackend:
+    return FRAMEWORK_ATTENTION[Framework(framework)]
+
+
+def attention_fraction(hw: HardwareSpec, framework: str, *, backward: bool) -> float:
+    """Achieved fraction of peak of the framework's attention kernel on ``hw``."""
+    if hw.name not in HOPPER:
+        return hw.efficiency.attention
+    return HOPPER_ATTENTION[attention_backend(framework)][int(backward)]
+
+
+def framework_estimates(ops: Sequence[OpSpec], estimates: Sequence[Estimate],
+                        hw: HardwareSpec, framework: str) -> list[Estimate]:
+    """``estimates`` of ``ops`` with roofline attention re-timed at the framework backend's
+    fraction of peak (compute term only; the memory term stays the roofline's)."""
+    out = []
+    for op, e in zip(ops, estimates, strict=True):
+        if e.engine == "roofline" and isinstance(op, AttentionSpec):
+            base = hw.efficiency.attention
+            target = attention_fraction(hw, framework, backward=op.backward)
+            if target != base:
+                r = roofline_estimate(op, hw)
+                latency = max(r.compute_s * base / target, r.memory_s)
+                e = replace(e, latency_s=latency, detail=f"{e.detail}; {attention_backend(framework)}")
+        out.append(e)
+    return out
