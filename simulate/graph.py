@@ -80,7 +80,8 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
                   sh.fsdp_rpn, "fsdp", step.precision.act)
         fwd = [ag, *fwd]
         bwd = [ag, *bwd, rs]
-    bwd = [*recompute_nodes(fwd, step.recompute), *bwd]
+    per_op = step.framework == Framework.TORCHTITAN
+    bwd = [*recompute_nodes(fwd, step.recompute, per_op=per_op), *bwd]
     name = "moe_layer" if moe else "dense_layer"
     return Block(name=f"{name}+lora" if step.lora else name, fwd=tuple(fwd), bwd=tuple(bwd))
 
