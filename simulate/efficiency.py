@@ -11,6 +11,9 @@ flash attention on Hopper; TE docs "Attention backends": FusedAttention is prefe
 FlashAttention-2 on sm90); torchtitan runs PyTorch SDPA, whose flash backend is
 FlashAttention-2 (PyTorch 2.2 release notes); Composer/llm-foundry (``attn_impl: flash``) and
 DeepSpeed call the flash-attn 2 package.
+
+fp8 quantisation passes (`fp8_cast_nodes`): an fp8 linear layer's GEMMs read fp8 copies of
+their input, weight and output gradient, made by cast kernels the GEMM count does not include.
 """
 
 from __future__ import annotations
@@ -19,13 +22,16 @@ from collections.abc import Sequence
 from dataclasses import replace
 from enum import StrEnum
 
+from analytical.dtypes import DType
 from analytical.hardware import HardwareSpec
+from analytical.layer_spec import Node, Param
 from analytical.memory import Framework
-from analytical.ops import AttentionSpec, OpSpec
+from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind, OpSpec
 from analytical.roofline import roofline_estimate
 from simulate.engines import Estimate
 
-__all__ = ["AttentionBackend", "attention_backend", "attention_fraction", "framework_estimates"]
+__all__ = ["AttentionBackend", "attention_backend", "attention_fraction", "fp8_cast_nodes",
+           "framework_estimates"]
 
 
 class AttentionBackend(StrEnum):
@@ -79,3 +85,45 @@ def framework_estimates(ops: Sequence[OpSpec], estimates: Sequence[Estimate],
                 e = replace(e, latency_s=latency, detail=f"{e.detail}; {attention_backend(framework)}")
         out.append(e)
     return out
+
+
+# Transformer Engine's LayerNormLinear fuses the norm with the fp8 cast of its output (TE docs,
+# "transformer_engine.pytorch.LayerNormLinear"), so the QKV and FC1 inputs of Megatron-Core /
+# NeMo cost no extra pass; the attention output and the activation still go through a cast.
+NORM_FUSED_CAST = frozenset({Framework.MEGATRON, Framework.NEMO})
+# torchao's Float8Linear with dynamic scaling (torchtitan's float8 converter) casts the weight
+# on every forward call; TE keeps the fp8 weight across micro-batches (is_first_microbatch).
+WEIGHT_CAST_PER_CALL = frozenset({Framework.TORCHTITAN})
+_NORMS = frozenset({MemoryOpKind.LAYERNORM, MemoryOpKind.RMSNORM})
+
+
+def _cast(name: str, rows: int, cols: int) -> Node:
+    """One cast of a [rows, cols] bf16 tensor to fp8: read 2 bytes, write the fp8 value and its
+    transpose (TE cast_transpose) or read it again for the amax (dynamic scaling): ~4 bytes per
+    element, a bf16 copy's traffic."""
+    return Node(name=name, op=MemoryBoundSpec(kind=MemoryOpKind.COPY, rows=rows, cols=cols,
+                                              dtype=DType.BF16))
+
+
+def fp8_cast_nodes(fwd: Sequence[Node], framework: str) -> tuple[list[Node], list[Node]]:
+    """The forward and backward cast passes of a layer's fp8 weight GEMMs: the input (unless
+    fused into the preceding norm), the weight (frameworks that cast it per call) and, in
+    backward, the output gradient."""
+    fw = Framework(framework)
+    out_f: list[Node] = []
+    out_b: list[Node] = []
+    prev: Node | None = None
+    for n in fwd:
+        op = n.op
+        if isinstance(op, GemmSpec) and op.dtype == DType.FP8 and n.param != Param.NONE:
+            rows = op.m * op.batch
+            fused = (fw in NORM_FUSED_CAST and prev is not None
+                     and isinstance(prev.op, MemoryBoundSpec) and prev.op.kind in _NORMS)
+            if not fused:
+                out_f.append(_cast(f"{n.name}.fp8_cast_input", rows, op.k))
+            if fw in WEIGHT_CAST_PER_CALL:
+                out_f.append(_cast(f"{n.name}.fp8_cast_weight", op.k, op.n))
+            out_b.append(_cast(f"{n.name}.fp8_cast_grad", rows, op.n))
+        if n.stream == "compute":
+            prev = n
+    return out_f, out_b

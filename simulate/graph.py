@@ -25,6 +25,7 @@ from analytical.memory import Framework
 from analytical.model_spec import ModelSpec
 from analytical.ops import CollectiveKind
 from analytical.parallel import Recompute
+from simulate.efficiency import fp8_cast_nodes
 
 __all__ = ["Block", "Node", "TrainStep", "embedding_block", "head_block", "layer_block"]
 
@@ -72,6 +73,8 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
     fwd = list(layer_ops(model, sh, step.batch, LayerPhase.TRAIN, moe=moe,
                          precision=step.precision, lora=step.lora, flash=step.flash))
     bwd = list(backward_nodes(fwd, frozen_base=step.lora is not None))
+    cast_f, cast_b = fp8_cast_nodes(fwd, step.framework)
+    fwd, bwd = [*fwd, *cast_f], [*bwd, *cast_b]
     if sh.fsdp_group > 1 and layer_params_per_rank > 0:
         size = layer_params_per_rank * step.precision.act.bytes
         ag = coll("fsdp_all_gather", CollectiveKind.ALL_GATHER, size, sh.fsdp_group,

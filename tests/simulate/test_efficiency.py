@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from analytical.dtypes import DType
 from analytical.hardware import get_hardware
 from analytical.ops import AttentionSpec
-from simulate.efficiency import attention_fraction, framework_estimates
+from simulate.efficiency import attention_fraction, fp8_cast_nodes, framework_estimates
 from simulate.engines import EngineChain, Estimate
 from simulate.scenario import load_scenario
 from simulate.search.training_search import search_training
@@ -67,3 +68,22 @@ def test_search_equals_simulate_for_torchtitan():
                             "training": row["layout"]})
         want = run_training(sc, **ENGINES)
         assert row["tokens_per_s"] == pytest.approx(want.tokens_per_s, rel=1e-9)
+
+
+def _layer(precision: DType):
+    from analytical.layer_spec import LayerPhase, Precision, Sharding, TokenBatch
+    from analytical.layers import layer_ops
+    from analytical.model import load_model
+    return layer_ops(load_model("llama-3-8b"), Sharding(), TokenBatch(seqs=1, q_len=4096),
+                     LayerPhase.TRAIN, precision=Precision(gemm=precision))
+
+
+def test_fp8_casts_follow_the_framework():
+    """TE fuses the QKV/FC1 input casts into the norm and keeps fp8 weights; torchao casts
+    every input and weight per call; every fp8 GEMM's output gradient is cast; bf16: none."""
+    fwd = _layer(DType.FP8)
+    te_f, te_b = fp8_cast_nodes(fwd, "megatron")
+    tt_f, tt_b = fp8_cast_nodes(fwd, "torchtitan")
+    assert [n.name for n in te_f] == ["out_proj.fp8_cast_input", "mlp.down.fp8_cast_input"]
+    assert len(tt_f) == 8 and len(te_b) == len(tt_b) == 4
+    assert fp8_cast_nodes(_layer(DType.BF16), "torchtitan") == ([], [])
