@@ -30,7 +30,8 @@ PEAK_MATCH_TOLERANCE = 0.01  # a stated peak within 1% of ours is the same denom
 # Empty corpus fields and what the scorer assumes (datasets/validation/training/README.md).
 DEFAULTS: dict[str, Any] = {"cp": 1, "ep": 1, "vpp": 1, "zero": 0, "micro_batch": 1,
                             "recompute": "none", "sp": False, "fsdp": False,
-                            "attention": "flash", "framework": "megatron"}
+                            "attention": "flash", "framework": "megatron",
+                            "tp_comm_overlap": False}
 INTERLEAVED_VPP = 2  # "interleaved" with no stated vpp: the smallest interleaving
 # A row that does not state its recompute policy takes the first of these that fits, as a
 # practitioner sizing the run would (and as NeMo's auto-configurator searches recompute).
@@ -124,6 +125,7 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
                 "recompute": _get(row, "recompute") or DEFAULTS["recompute"],
                 "schedule": schedule, "attention": _get(row, "attention") or DEFAULTS["attention"]}
     training["framework"] = framework
+    training["overlap"] = {"tp_comm": _bool(row, "tp_comm_overlap")}
     return {"name": name, "model": _get(row, "model"), "hardware": hardware, "training": training}
 
 
