@@ -44,6 +44,13 @@ def _causal_tps(row):
     return _measured_tps({**row, "attention_flops": ""})
 
 
+_bool = pub._bool
+
+
+def _no_tp_overlap(row, key):
+    return False if key == "tp_comm_overlap" else _bool(row, key)
+
+
 # (label, patches that switch the effect OFF); applied cumulatively from the last one backwards.
 EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
     ("mfu vs training-precision peak", []),  # handled in the runner wrapper
@@ -63,6 +70,7 @@ EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
     ("torchtitan per-op SAC recompute time",
      [(graph, "recompute_nodes", lambda fwd, rc, per_op=False: recompute_nodes(fwd, rc))]),
     ("fp8 cast passes per framework", [(graph, "fp8_cast_nodes", lambda fwd, fw: ([], []))]),
+    ("TP communication overlap where the source states it", [(pub, "_bool", _no_tp_overlap)]),
 ]
 
 
