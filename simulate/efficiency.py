@@ -31,7 +31,7 @@ from analytical.roofline import roofline_estimate
 from simulate.engines import Estimate
 
 __all__ = ["AttentionBackend", "attention_backend", "attention_fraction", "fp8_cast_nodes",
-           "framework_estimates"]
+           "framework_estimates", "fsdp_reduce_dtype"]
 
 
 class AttentionBackend(StrEnum):
@@ -127,3 +127,14 @@ def fp8_cast_nodes(fwd: Sequence[Node], framework: str) -> tuple[list[Node], lis
         if n.stream == "compute":
             prev = n
     return out_f, out_b
+
+
+# FSDP gradient reduce-scatter precision: torchtitan's `training.mixed_precision_reduce` defaults
+# to float32 (config_manager.py; FSDP2 MixedPrecisionPolicy(reduce_dtype=float32)), Composer's
+# FSDP `mixed_precision: DEFAULT` reduces in float32 (Composer docs, "FSDP: mixed precision").
+FSDP_REDUCE_FP32 = frozenset({Framework.TORCHTITAN, Framework.COMPOSER})
+
+
+def fsdp_reduce_dtype(framework: str, act: DType) -> DType:
+    """The dtype gradients travel in through the FSDP reduce-scatter."""
+    return DType.FP32 if Framework(framework) in FSDP_REDUCE_FP32 else act

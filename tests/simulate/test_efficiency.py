@@ -9,7 +9,12 @@ import pytest
 from analytical.dtypes import DType
 from analytical.hardware import get_hardware
 from analytical.ops import AttentionSpec
-from simulate.efficiency import attention_fraction, fp8_cast_nodes, framework_estimates
+from simulate.efficiency import (
+    attention_fraction,
+    fp8_cast_nodes,
+    framework_estimates,
+    fsdp_reduce_dtype,
+)
 from simulate.engines import EngineChain, Estimate
 from simulate.scenario import load_scenario
 from simulate.search.training_search import search_training
@@ -87,3 +92,9 @@ def test_fp8_casts_follow_the_framework():
     assert [n.name for n in te_f] == ["out_proj.fp8_cast_input", "mlp.down.fp8_cast_input"]
     assert len(tt_f) == 8 and len(te_b) == len(tt_b) == 4
     assert fp8_cast_nodes(_layer(DType.BF16), "torchtitan") == ([], [])
+
+
+def test_fsdp_gradients_reduce_in_fp32_for_torchtitan_and_composer():
+    assert fsdp_reduce_dtype("torchtitan", DType.BF16) == DType.FP32
+    assert fsdp_reduce_dtype("composer", DType.BF16) == DType.FP32
+    assert fsdp_reduce_dtype("megatron", DType.BF16) == DType.BF16
