@@ -71,6 +71,8 @@ EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
      [(graph, "recompute_nodes", lambda fwd, rc, per_op=False: recompute_nodes(fwd, rc))]),
     ("fp8 cast passes per framework", [(graph, "fp8_cast_nodes", lambda fwd, fw: ([], []))]),
     ("TP communication overlap where the source states it", [(pub, "_bool", _no_tp_overlap)]),
+    ("FSDP reduce-scatter in fp32 (torchtitan, Composer)",
+     [(graph, "fsdp_reduce_dtype", lambda fw, act: act)]),
 ]
 
 
