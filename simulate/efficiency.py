@@ -48,13 +48,14 @@ FRAMEWORK_ATTENTION: dict[Framework, AttentionBackend] = {
 }
 
 # Achieved fraction of the dense bf16 peak (989.4 TFLOP/s) on H100 SXM5, head dim 128, sequence
-# >= 4k, (forward, backward): Shah et al. 2024, "FlashAttention-3", arXiv 2407.08608, Fig. 5
-# (forward) and Fig. 6 (backward): FlashAttention-2 ~370 / ~320 TFLOP/s ("only 35% utilization
-# on H100", its introduction), cuDNN ~600 / ~515 TFLOP/s. The same SMs and tensor cores in every
-# Hopper part, so the fraction carries over; other architectures keep the hardware file's value.
+# 8k, (forward, backward): Shah et al. 2024, "FlashAttention-3", arXiv 2407.08608, Fig. 5
+# (forward, causal) and Fig. 6 (backward, the paper's only backward plot, not causal):
+# FlashAttention-2 333 / ~320 TFLOP/s ("only 35% utilization on H100", its introduction),
+# cuDNN 529 / ~515 TFLOP/s. The same SMs and tensor cores in every Hopper part, so the fraction
+# carries over; other architectures keep the hardware file's value.
 HOPPER_ATTENTION: dict[AttentionBackend, tuple[float, float]] = {
-    AttentionBackend.FLASH2: (370 / 989.4, 320 / 989.4),
-    AttentionBackend.CUDNN: (600 / 989.4, 515 / 989.4),
+    AttentionBackend.FLASH2: (333 / 989.4, 320 / 989.4),
+    AttentionBackend.CUDNN: (529 / 989.4, 515 / 989.4),
 }
 HOPPER = frozenset({"h100-sxm", "h100-pcie", "h100-hbm2e-96gb", "h200", "gh200", "h20"})
 
