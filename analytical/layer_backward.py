@@ -79,13 +79,37 @@ def backward_nodes(fwd: Sequence[Node], *, frozen_base: bool = False) -> tuple[N
     return tuple(b for n in reversed(fwd) for b in backward_node(n, frozen_base=frozen_base))
 
 
-def recompute_nodes(fwd: Sequence[Node], recompute: Recompute) -> tuple[Node, ...]:
+def recompute_nodes(fwd: Sequence[Node], recompute: Recompute, *,
+                    per_op: bool = False) -> tuple[Node, ...]:
     """Forward nodes repeated before backward: selective repeats the attention core
-    (Korthikanti et al. 2022, sec. 5), full the whole layer, its communication included."""
-    if recompute == Recompute.SELECTIVE:
+    (Korthikanti et al. 2022, sec. 5), or with ``per_op`` torchtitan's policy
+    (`per_op_recompute`); full the whole layer, its communication included."""
+    if recompute == Recompute.SELECTIVE and per_op:
+        chosen = per_op_recompute(fwd)
+    elif recompute == Recompute.SELECTIVE:
         chosen = [n for n in fwd if n.core and n.stream == "compute"]
     elif recompute == Recompute.FULL:
         chosen = [n for n in fwd if n.stream != "fsdp"]
     else:
         chosen = []
     return tuple(replace(n, name=f"recompute.{n.name}") for n in chosen)
+
+
+def per_op_recompute(fwd: Sequence[Node]) -> list[Node]:
+    """torchtitan's per-op selective checkpoint of one block: matmul outputs are saved except
+    every second matmul of the block (its counter restarts per checkpointed block), SDPA and
+    TP reduce-scatter outputs are saved, every other operator (norms, activations, rotary,
+    residuals, TP all-gathers) is recomputed (`_save_list` and `_get_custom_policy`,
+    torchtitan/parallelisms/parallelize_llama.py, 2024-12; activation_checkpoint.py since)."""
+    chosen, matmuls = [], 0
+    for n in fwd:
+        if isinstance(n.op, GemmSpec) and not n.core:
+            matmuls += 1
+            if matmuls % 2 == 0:
+                chosen.append(n)
+        elif n.stream == "compute" and not isinstance(n.op, AttentionSpec) and not n.core:
+            chosen.append(n)
+        elif (n.stream == "tp" and isinstance(n.op, CollectiveSpec)
+              and n.op.kind == CollectiveKind.ALL_GATHER):
+            chosen.append(n)
+    return chosen

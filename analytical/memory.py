@@ -202,12 +202,28 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
     _positive(num_microbatches, "training.num_microbatches")
     stage = stage_params(model, tp=parallel.tp, pp=parallel.pp, vpp=parallel.vpp,
                          ep=parallel.ep, stage=0, etp=parallel.etp)
-    zero, dense_shard = parallel.zero_stage, parallel.shard_group
-    if dense_shard % parallel.ep:
-        raise SpecError("parallel.ep", f"ep={parallel.ep} must divide dp*cp={dense_shard} "
-                        "(experts are tensor-parallel over tp)")
-    expert_shard = parallel.expert_shard_group  # dp*cp/ep when etp = tp
+    if parallel.shard_group % parallel.ep:
+        raise SpecError("parallel.ep", f"ep={parallel.ep} must divide "
+                        f"dp*cp={parallel.shard_group} (experts are tensor-parallel over tp)")
+    weights, grads, opt = _model_states(model, parallel, stage, param_dtype_bytes,
+                                        grad_dtype_bytes, optimizer, lora_params)
+    layer = _LayerActivations(model=model, parallel=parallel, micro_batch=micro_batch,
+                              seq_len=seq_len, flash_attention=flash_attention, dropout=dropout,
+                              framework=framework, fp8=fp8)
+    return TrainingMemory(weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=opt,
+                          activations_bytes=_stage_activations(
+                              layer, stage, recompute, schedule, num_microbatches),
+                          other_bytes=_gathered_weights(parallel, stage, framework,
+                                                        param_dtype_bytes))
 
+
+def _model_states(model: ModelSpec, parallel: ParallelConfig, stage: StageParams,
+                  param_dtype_bytes: float, grad_dtype_bytes: float, optimizer: str,
+                  lora_params: int | None) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes: dense and expert parameters each ZeRO-sharded
+    over its own group; under LoRA the frozen base plus this GPU's share of the adapters."""
+    zero, dense_shard = parallel.zero_stage, parallel.shard_group
+    expert_shard = parallel.expert_shard_group  # dp*cp/ep when etp = tp
     if lora_params is None:
         dense = model_states_bytes(stage.dense, zero_stage=zero, shard=dense_shard,
                                    param_dtype_bytes=param_dtype_bytes,
@@ -215,34 +231,34 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
         expert = model_states_bytes(stage.expert, zero_stage=zero, shard=expert_shard,
                                     param_dtype_bytes=param_dtype_bytes,
                                     grad_dtype_bytes=grad_dtype_bytes, optimizer=optimizer)
-        weights, grads, opt = (d + x for d, x in zip(dense, expert, strict=True))
-    else:
-        if lora_params < 0:
-            raise SpecError("training.lora_params", f"must be >= 0, got {lora_params}")
-        base = stage.dense * param_dtype_bytes + stage.expert * param_dtype_bytes
-        if zero >= 3:
-            base = (stage.dense / dense_shard + stage.expert / expert_shard) * param_dtype_bytes
-        local_lora = lora_params * stage.total / model.params_total
-        weights, grads, opt = model_states_bytes(
-            local_lora, zero_stage=zero, shard=dense_shard, param_dtype_bytes=param_dtype_bytes,
-            grad_dtype_bytes=grad_dtype_bytes, optimizer=optimizer)
-        weights += base
+        return dense[0] + expert[0], dense[1] + expert[1], dense[2] + expert[2]
+    if lora_params < 0:
+        raise SpecError("training.lora_params", f"must be >= 0, got {lora_params}")
+    base = stage.dense * param_dtype_bytes + stage.expert * param_dtype_bytes
+    if zero >= 3:
+        base = (stage.dense / dense_shard + stage.expert / expert_shard) * param_dtype_bytes
+    local_lora = lora_params * stage.total / model.params_total
+    weights, grads, opt = model_states_bytes(
+        local_lora, zero_stage=zero, shard=dense_shard, param_dtype_bytes=param_dtype_bytes,
+        grad_dtype_bytes=grad_dtype_bytes, optimizer=optimizer)
+    return weights + base, grads, opt
 
-    layer = _LayerActivations(model=model, parallel=parallel, micro_batch=micro_batch,
-                              seq_len=seq_len, flash_attention=flash_attention, dropout=dropout,
-                              framework=framework, fp8=fp8)
+
+def _stage_activations(layer: _LayerActivations, stage: StageParams, recompute: Recompute,
+                       schedule: Schedule, num_microbatches: int) -> float:
+    """Peak activations: stored tensors of the stage's layers, embedding and head times the
+    micro-batches in flight, plus one layer's recomputed tensors during its backward."""
+    model, parallel = layer.model, layer.parallel
     per_mb = sum(layer.stored(is_moe, recompute) for is_moe in stage.layer_is_moe)
-    per_mb += _embedding_and_head_activations(model, parallel, stage, micro_batch, seq_len,
-                                              dropout, _logit_bytes(framework))
+    per_mb += _embedding_and_head_activations(model, parallel, stage, layer.micro_batch,
+                                              layer.seq_len, layer.dropout,
+                                              _logit_bytes(layer.framework))
     activations = per_mb * _inflight_factor(parallel, schedule, num_microbatches)
     if recompute != Recompute.NONE:
         # Backward re-runs one layer at a time, so what recompute dropped exists for one layer.
         activations += max(layer.stored(is_moe, Recompute.NONE) - layer.stored(is_moe, recompute)
                            for is_moe in set(stage.layer_is_moe))
-    return TrainingMemory(weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=opt,
-                          activations_bytes=activations,
-                          other_bytes=_gathered_weights(parallel, stage, framework,
-                                                        param_dtype_bytes))
+    return activations
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,10 +16,12 @@ from typing import Any
 from unittest import mock
 
 import analytical.memory as memory
+import simulate.graph as graph
 import simulate.training as training
 from analytical.activations import activation_bytes_per_layer
 from analytical.dtypes import DType, parse_dtype
 from analytical.hardware import get_hardware
+from analytical.layer_backward import recompute_nodes
 from analytical.parallel import Recompute
 from simulate.validate import published as pub
 
@@ -35,6 +37,20 @@ def _default_gather(parallel, stage, framework, param_dtype_bytes):
     return memory.ZERO3_GATHERED_LAYERS * stage.largest_layer * param_dtype_bytes
 
 
+_measured_tps = pub._measured_tps
+
+
+def _causal_tps(row):
+    return _measured_tps({**row, "attention_flops": ""})
+
+
+_bool = pub._bool
+
+
+def _no_tp_overlap(row, key):
+    return False if key == "tp_comm_overlap" else _bool(row, key)
+
+
 # (label, patches that switch the effect OFF); applied cumulatively from the last one backwards.
 EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
     ("mfu vs training-precision peak", []),  # handled in the runner wrapper
@@ -47,6 +63,16 @@ EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
     ("unstated recompute: least that fits", [(pub, "UNSTATED_RECOMPUTE", ("none",))]),
     ("unstated micro-batch: torchtitan pp split",
      [(pub, "_micro_batch", lambda row, par, fw: int(row.get("micro_batch") or 1))]),
+    ("source's attention-FLOPs convention for derived tokens/s",
+     [(pub, "_measured_tps", _causal_tps)]),
+    ("attention backend per framework (FA2 / cuDNN on Hopper)",
+     [(training, "framework_estimates", lambda ops, est, hw, fw: list(est))]),
+    ("torchtitan per-op SAC recompute time",
+     [(graph, "recompute_nodes", lambda fwd, rc, per_op=False: recompute_nodes(fwd, rc))]),
+    ("fp8 cast passes per framework", [(graph, "fp8_cast_nodes", lambda fwd, fw: ([], []))]),
+    ("TP communication overlap where the source states it", [(pub, "_bool", _no_tp_overlap)]),
+    ("FSDP reduce-scatter in fp32 (torchtitan, Composer)",
+     [(graph, "fsdp_reduce_dtype", lambda fw, act: act)]),
 ]
 
 

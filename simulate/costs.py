@@ -2,7 +2,8 @@
 """Time of a graph `Block` from its operators' estimates and the overlap model.
 
 Compute nodes run back to back on the compute stream. Communication is placed as Megatron-style
-training runs it: TP/SP collectives on the critical path unless ``overlap.tp_comm``; the CP ring
+training runs it: TP/SP collectives on the critical path unless ``overlap.tp_comm`` (then each
+hides behind the GEMM it feeds or drains); the CP ring
 exchange hidden behind the attention blocks it feeds; EP all-to-all exposed; ZeRO-3/FSDP
 parameter gathers prefetched behind the layer's compute. Hidden communication still costs the
 ratio slowdown of `simulate.overlap`.
@@ -62,16 +63,39 @@ def _pass(nodes: Sequence[Node], est: Mapping[str, Estimate], *, tp_overlap: boo
             elapsed += cp_s
     tp_s = comm.get("tp", 0.0)
     if tp_s:
-        if tp_overlap:
-            rest = compute - attention
-            elapsed += overlap_window(rest, tp_s, slowdown)[0] - rest
-        else:
-            elapsed += tp_s
+        elapsed += _paired_tp_s(nodes, est, slowdown) if tp_overlap else tp_s
     elapsed += comm.get("ep", 0.0)
     fsdp_s = comm.get("fsdp", 0.0)
     if fsdp_s:
         elapsed += overlap_window(compute, fsdp_s, slowdown)[0] - compute
     return PassCost(elapsed_s=elapsed, compute_s=compute, engine_s=engine_s)
+
+
+def _paired_tp_s(nodes: Sequence[Node], est: Mapping[str, Estimate], slowdown: float) -> float:
+    """Time TP collectives add when overlapped as TE userbuffers / async TP do it: each one is
+    decomposed with the GEMM it feeds (an all-gather: the next GEMM) or drains (a reduce-scatter
+    or all-reduce: the previous one), so it hides only behind that GEMM, each GEMM once
+    (Wang et al. 2022, "Overlap communication with dependent computation via decomposition";
+    Transformer Engine userbuffers, Megatron-Core --tp-comm-overlap). Unpaired: exposed."""
+    gemms = [i for i, n in enumerate(nodes) if n.stream == "compute" and n.op.family == "gemm"]
+    free = set(gemms)
+    extra = 0.0
+    for i, node in enumerate(nodes):
+        if node.stream != "tp":
+            continue
+        comm = est[node.op.key].latency_s * node.count
+        after = [j for j in gemms if j > i and j in free]
+        before = [j for j in reversed(gemms) if j < i and j in free]
+        gather = node.op.kind == "all_gather"  # type: ignore[union-attr]
+        order = after + before if gather else before + after
+        if not order:
+            extra += comm
+            continue
+        free.discard(order[0])
+        g = nodes[order[0]]
+        gemm = est[g.op.key].latency_s * g.count
+        extra += overlap_window(gemm, comm, slowdown)[0] - gemm
+    return extra
 
 
 def block_cost(block: Block, est: Mapping[str, Estimate], *, tp_overlap: bool,

@@ -21,9 +21,11 @@ from analytical.layer_spec import (
     TokenBatch,
 )
 from analytical.layers import coll, layer_ops
+from analytical.memory import Framework
 from analytical.model_spec import ModelSpec
 from analytical.ops import CollectiveKind
 from analytical.parallel import Recompute
+from simulate.efficiency import fp8_cast_nodes, fsdp_reduce_dtype
 
 __all__ = ["Block", "Node", "TrainStep", "embedding_block", "head_block", "layer_block"]
 
@@ -48,6 +50,7 @@ class TrainStep:
     recompute: Recompute = Recompute.NONE
     flash: bool = True  # False: unfused core (batched GEMMs + softmax over [s, s])
     lora: LoraSpec | None = None  # frozen base weights, trainable adapters
+    framework: Framework = Framework.MEGATRON  # kernels and recompute policy it runs
 
     @property
     def batch(self) -> TokenBatch:
@@ -70,15 +73,19 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
     fwd = list(layer_ops(model, sh, step.batch, LayerPhase.TRAIN, moe=moe,
                          precision=step.precision, lora=step.lora, flash=step.flash))
     bwd = list(backward_nodes(fwd, frozen_base=step.lora is not None))
+    cast_f, cast_b = fp8_cast_nodes(fwd, step.framework)
+    fwd, bwd = [*fwd, *cast_f], [*bwd, *cast_b]
     if sh.fsdp_group > 1 and layer_params_per_rank > 0:
         size = layer_params_per_rank * step.precision.act.bytes
         ag = coll("fsdp_all_gather", CollectiveKind.ALL_GATHER, size, sh.fsdp_group,
                   sh.fsdp_rpn, "fsdp", step.precision.act)
-        rs = coll("fsdp_reduce_scatter", CollectiveKind.REDUCE_SCATTER, size, sh.fsdp_group,
-                  sh.fsdp_rpn, "fsdp", step.precision.act)
+        grad = fsdp_reduce_dtype(step.framework, step.precision.act)
+        rs = coll("fsdp_reduce_scatter", CollectiveKind.REDUCE_SCATTER,
+                  layer_params_per_rank * grad.bytes, sh.fsdp_group, sh.fsdp_rpn, "fsdp", grad)
         fwd = [ag, *fwd]
         bwd = [ag, *bwd, rs]
-    bwd = [*recompute_nodes(fwd, step.recompute), *bwd]
+    per_op = step.framework == Framework.TORCHTITAN
+    bwd = [*recompute_nodes(fwd, step.recompute, per_op=per_op), *bwd]
     name = "moe_layer" if moe else "dense_layer"
     return Block(name=f"{name}+lora" if step.lora else name, fwd=tuple(fwd), bwd=tuple(bwd))
 

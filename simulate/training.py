@@ -21,6 +21,7 @@ from analytical.ops import CollectiveKind, CollectiveSpec, MemoryBoundSpec, Memo
 from analytical.parallel import ParallelConfig
 from analytical.stage import StageParams, is_moe_layer, stage_params
 from simulate.costs import BlockCost, OpEvent, add_engine_time, block_cost, pass_timeline
+from simulate.efficiency import framework_estimates
 from simulate.engines import ENGINE_ORDER, EngineChain
 from simulate.graph import Block, TrainStep, embedding_block, head_block, layer_block
 from simulate.layout import validate_layout
@@ -109,7 +110,7 @@ def _train_step(t: TrainingSpec, gpn: int) -> TrainStep:
     lora = LoraSpec(rank=t.lora_rank, targets=t.lora_targets) if t.lora_rank else None
     return TrainStep(sharding=sh, micro_batch=t.micro_batch, seq_len=t.seq_len,
                      precision=precision, recompute=t.recompute,
-                     flash=t.attention == "flash", lora=lora)
+                     flash=t.attention == "flash", lora=lora, framework=t.framework)
 
 
 def _collective(kind: CollectiveKind, size: float, group: int, rpn: int) -> CollectiveSpec:
@@ -158,7 +159,9 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
     pp_stride = par.tp * par.cp * par.dp
     p2p = _collective(CollectiveKind.SEND_RECV, act_bytes, 2, 2 if pp_stride * 2 <= gpn else 1)
     ops.append(p2p)
-    est = dict(zip((o.key for o in ops), chain.estimate_many(ops), strict=True))
+    est = dict(zip((o.key for o in ops),
+                   framework_estimates(ops, chain.estimate_many(ops), hw, t.framework),
+                   strict=True))
     costs: dict[Any, BlockCost] = {k: block_cost(b, est, tp_overlap=t.overlap.tp_comm,
                                                  slowdown=slowdown) for k, b in blocks.items()}
     p2p_s = est[p2p.key].latency_s if par.pp > 1 else 0.0

@@ -24,6 +24,7 @@ from analytical.hardware import GIB, HardwareSpec
 from analytical.ops import CollectiveKind, MemoryBoundSpec, MemoryOpKind
 from analytical.stage import StageParams, stage_params
 from simulate.costs import BlockCost, add_engine_time, block_cost
+from simulate.efficiency import framework_estimates
 from simulate.engines import ENGINE_ORDER, EngineChain
 from simulate.graph import TrainStep
 from simulate.overlap import default_compute_slowdown, share_link
@@ -78,7 +79,9 @@ class LayoutEvaluator:
             return self._blocks[key]
         blocks = _blocks(self.model, par, step)
         ops = {n.op.key: n.op for b in blocks.values() for n in (*b.fwd, *b.bwd)}
-        est = dict(zip(ops, self.chain.estimate_many(list(ops.values())), strict=True))
+        est = dict(zip(ops, framework_estimates(list(ops.values()),
+                                                self.chain.estimate_many(list(ops.values())),
+                                                self.hw, step.framework), strict=True))
         costs = {k: block_cost(b, est, tp_overlap=tp_overlap, slowdown=slowdown)
                  for k, b in blocks.items()}
         self._blocks[key] = costs

@@ -30,7 +30,8 @@ PEAK_MATCH_TOLERANCE = 0.01  # a stated peak within 1% of ours is the same denom
 # Empty corpus fields and what the scorer assumes (datasets/validation/training/README.md).
 DEFAULTS: dict[str, Any] = {"cp": 1, "ep": 1, "vpp": 1, "zero": 0, "micro_batch": 1,
                             "recompute": "none", "sp": False, "fsdp": False,
-                            "attention": "flash", "framework": "megatron"}
+                            "attention": "flash", "framework": "megatron",
+                            "tp_comm_overlap": False}
 INTERLEAVED_VPP = 2  # "interleaved" with no stated vpp: the smallest interleaving
 # A row that does not state its recompute policy takes the first of these that fits, as a
 # practitioner sizing the run would (and as NeMo's auto-configurator searches recompute).
@@ -124,6 +125,7 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
                 "recompute": _get(row, "recompute") or DEFAULTS["recompute"],
                 "schedule": schedule, "attention": _get(row, "attention") or DEFAULTS["attention"]}
     training["framework"] = framework
+    training["overlap"] = {"tp_comm": _bool(row, "tp_comm_overlap")}
     return {"name": name, "model": _get(row, "model"), "hardware": hardware, "training": training}
 
 
@@ -142,7 +144,10 @@ def _micro_batch(row: Mapping[str, str], parallel: Mapping[str, Any], framework:
 
 def _measured_tps(row: Mapping[str, str]) -> tuple[float | None, bool]:
     """Published tokens/s/GPU; else TFLOP/s/GPU (or MFU x stated peak) converted with our model
-    FLOPs per token, which for Megatron/NeMo is their own count (Narayanan et al. 2021, eq. 3)."""
+    FLOPs per token counted as the source counts them: ``attention_flops = full`` when its
+    formula takes every s^2 score (Narayanan et al. 2021 eq. 3 / Korthikanti et al. 2022 appendix
+    s/(6h) term; Megatron-LM `num_floating_point_operations` 12*s/h term; NeMo
+    `flops_formulas.py` before its causal discount, 6251117f, 2025-08-09), else causal (half)."""
     tps = _float(row, "tokens_per_s_per_gpu")
     if tps:
         return tps, False
@@ -153,7 +158,8 @@ def _measured_tps(row: Mapping[str, str]) -> tuple[float | None, bool]:
     if not tflops:
         return None, False
     seq = int(_get(row, "seq_len"))
-    per_token = load_model(_get(row, "model")).flops_per_token(seq, training=True)
+    causal = _get(row, "attention_flops") != "full"
+    per_token = load_model(_get(row, "model")).flops_per_token(seq, training=True, causal=causal)
     return tflops * 1e12 / per_token, True
 
 

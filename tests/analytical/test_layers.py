@@ -137,6 +137,19 @@ def test_recompute_selective_repeats_core_full_repeats_all():
     assert recompute_nodes(fwd, Recompute.NONE) == ()
 
 
+def test_per_op_recompute_is_every_second_matmul_and_no_attention():
+    """torchtitan's per-op SAC: of a block's matmuls every second is recomputed, SDPA never,
+    the cheap elementwise operators always."""
+    m = load_model("llama-3-8b")
+    fwd = layer_ops(m, Sharding(), TokenBatch(seqs=1, q_len=4096), TRAIN)
+    chosen = recompute_nodes(fwd, Recompute.SELECTIVE, per_op=True)
+    gemms = [n for n in fwd if isinstance(n.op, GemmSpec)]
+    again = [n for n in chosen if isinstance(n.op, GemmSpec)]
+    assert [n.name for n in again] == [f"recompute.{n.name}" for n in gemms[1::2]]
+    assert not [n for n in chosen if isinstance(n.op, AttentionSpec)]
+    assert len(chosen) > len(again)  # norms, activation, rotary, residuals
+
+
 @pytest.mark.parametrize("cp", [2, 4])
 def test_cp_score_pairs_add_up_to_a_share_of_the_causal_square(cp):
     m = load_model("llama-3-8b")

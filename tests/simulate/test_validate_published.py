@@ -155,3 +155,13 @@ def test_unstated_micro_batch_follows_the_framework():
     assert pub.row_scenario(megatron, "x")["training"]["micro_batch"] == 1
     stated = {**row, "micro_batch": "2"}
     assert pub.row_scenario(stated, "x")["training"]["micro_batch"] == 2
+
+
+def test_full_attention_flops_convention_lowers_derived_tokens():
+    """A source whose TFLOP/s counts every s^2 score (Megatron, NeMo before 2025-08) derives
+    fewer tokens/s from the same TFLOP/s than a causal count; the gap grows with seq_len."""
+    row = {**ROW, "tokens_per_s_per_gpu": "", "tflops_per_gpu": "400", "seq_len": "65536"}
+    causal, derived = pub._measured_tps(row)
+    full, _ = pub._measured_tps({**row, "attention_flops": "full"})
+    assert derived and causal and full
+    assert full < 0.8 * causal

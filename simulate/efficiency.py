@@ -1,0 +1,141 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Kernel choices of a training framework that the hardware file's efficiencies do not know.
+
+The hardware file gives one achieved fraction of peak per resource (`analytical.hardware
+.Efficiency`); which kernel a framework runs decides how much of it is reached. Applied to
+roofline estimates only: a measured or learned time already is what some kernel did. Used by
+`simulate.training.run_training` and the search's evaluator alike, so search == simulate.
+
+Attention backend: Megatron-Core and NeMo run Transformer Engine's fused attention (cuDNN
+flash attention on Hopper; TE docs "Attention backends": FusedAttention is preferred over
+FlashAttention-2 on sm90); torchtitan runs PyTorch SDPA, whose flash backend is
+FlashAttention-2 (PyTorch 2.2 release notes); Composer/llm-foundry (``attn_impl: flash``) and
+DeepSpeed call the flash-attn 2 package.
+
+fp8 quantisation passes (`fp8_cast_nodes`): an fp8 linear layer's GEMMs read fp8 copies of
+their input, weight and output gradient, made by cast kernels the GEMM count does not include.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from enum import StrEnum
+
+from analytical.dtypes import DType
+from analytical.hardware import HardwareSpec
+from analytical.layer_spec import Node, Param
+from analytical.memory import Framework
+from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind, OpSpec
+from analytical.roofline import roofline_estimate
+from simulate.engines import Estimate
+
+__all__ = ["AttentionBackend", "attention_backend", "attention_fraction", "fp8_cast_nodes",
+           "framework_estimates", "fsdp_reduce_dtype"]
+
+
+class AttentionBackend(StrEnum):
+    FLASH2 = "flash-attention-2"  # Dao 2023, arXiv 2307.08691
+    CUDNN = "cudnn"  # cuDNN fused flash attention (Transformer Engine FusedAttention)
+
+
+FRAMEWORK_ATTENTION: dict[Framework, AttentionBackend] = {
+    Framework.MEGATRON: AttentionBackend.CUDNN,
+    Framework.NEMO: AttentionBackend.CUDNN,
+    Framework.TORCHTITAN: AttentionBackend.FLASH2,
+    Framework.COMPOSER: AttentionBackend.FLASH2,
+    Framework.DEEPSPEED: AttentionBackend.FLASH2,
+}
+
+# Achieved fraction of the dense bf16 peak (989.4 TFLOP/s) on H100 SXM5, head dim 128, sequence
+# 8k, (forward, backward): Shah et al. 2024, "FlashAttention-3", arXiv 2407.08608, Fig. 5
+# (forward, causal) and Fig. 6 (backward, the paper's only backward plot, not causal):
+# FlashAttention-2 333 / ~320 TFLOP/s ("only 35% utilization on H100", its introduction),
+# cuDNN 529 / ~515 TFLOP/s. The same SMs and tensor cores in every Hopper part, so the fraction
+# carries over; other architectures keep the hardware file's value.
+HOPPER_ATTENTION: dict[AttentionBackend, tuple[float, float]] = {
+    AttentionBackend.FLASH2: (333 / 989.4, 320 / 989.4),
+    AttentionBackend.CUDNN: (529 / 989.4, 515 / 989.4),
+}
+HOPPER = frozenset({"h100-sxm", "h100-pcie", "h100-hbm2e-96gb", "h200", "gh200", "h20"})
+
+
+def attention_backend(framework: str) -> AttentionBackend:
+    return FRAMEWORK_ATTENTION[Framework(framework)]
+
+
+def attention_fraction(hw: HardwareSpec, framework: str, *, backward: bool) -> float:
+    """Achieved fraction of peak of the framework's attention kernel on ``hw``."""
+    if hw.name not in HOPPER:
+        return hw.efficiency.attention
+    return HOPPER_ATTENTION[attention_backend(framework)][int(backward)]
+
+
+def framework_estimates(ops: Sequence[OpSpec], estimates: Sequence[Estimate],
+                        hw: HardwareSpec, framework: str) -> list[Estimate]:
+    """``estimates`` of ``ops`` with roofline attention re-timed at the framework backend's
+    fraction of peak (compute term only; the memory term stays the roofline's)."""
+    out = []
+    for op, e in zip(ops, estimates, strict=True):
+        if e.engine == "roofline" and isinstance(op, AttentionSpec):
+            base = hw.efficiency.attention
+            target = attention_fraction(hw, framework, backward=op.backward)
+            if target != base:
+                r = roofline_estimate(op, hw)
+                latency = max(r.compute_s * base / target, r.memory_s)
+                e = replace(e, latency_s=latency, detail=f"{e.detail}; {attention_backend(framework)}")
+        out.append(e)
+    return out
+
+
+# Transformer Engine's LayerNormLinear fuses the norm with the fp8 cast of its output (TE docs,
+# "transformer_engine.pytorch.LayerNormLinear"), so the QKV and FC1 inputs of Megatron-Core /
+# NeMo cost no extra pass; the attention output and the activation still go through a cast.
+NORM_FUSED_CAST = frozenset({Framework.MEGATRON, Framework.NEMO})
+# torchao's Float8Linear with dynamic scaling (torchtitan's float8 converter) casts the weight
+# on every forward call; TE keeps the fp8 weight across micro-batches (is_first_microbatch).
+WEIGHT_CAST_PER_CALL = frozenset({Framework.TORCHTITAN})
+_NORMS = frozenset({MemoryOpKind.LAYERNORM, MemoryOpKind.RMSNORM})
+
+
+def _cast(name: str, rows: int, cols: int) -> Node:
+    """One cast of a [rows, cols] bf16 tensor to fp8: read 2 bytes, write the fp8 value and its
+    transpose (TE cast_transpose) or read it again for the amax (dynamic scaling): ~4 bytes per
+    element, a bf16 copy's traffic."""
+    return Node(name=name, op=MemoryBoundSpec(kind=MemoryOpKind.COPY, rows=rows, cols=cols,
+                                              dtype=DType.BF16))
+
+
+def fp8_cast_nodes(fwd: Sequence[Node], framework: str) -> tuple[list[Node], list[Node]]:
+    """The forward and backward cast passes of a layer's fp8 weight GEMMs: the input (unless
+    fused into the preceding norm), the weight (frameworks that cast it per call) and, in
+    backward, the output gradient."""
+    fw = Framework(framework)
+    out_f: list[Node] = []
+    out_b: list[Node] = []
+    prev: Node | None = None
+    for n in fwd:
+        op = n.op
+        if isinstance(op, GemmSpec) and op.dtype == DType.FP8 and n.param != Param.NONE:
+            rows = op.m * op.batch
+            fused = (fw in NORM_FUSED_CAST and prev is not None
+                     and isinstance(prev.op, MemoryBoundSpec) and prev.op.kind in _NORMS)
+            if not fused:
+                out_f.append(_cast(f"{n.name}.fp8_cast_input", rows, op.k))
+            if fw in WEIGHT_CAST_PER_CALL:
+                out_f.append(_cast(f"{n.name}.fp8_cast_weight", op.k, op.n))
+            out_b.append(_cast(f"{n.name}.fp8_cast_grad", rows, op.n))
+        if n.stream == "compute":
+            prev = n
+    return out_f, out_b
+
+
+# FSDP gradient reduce-scatter precision: torchtitan's `training.mixed_precision_reduce` defaults
+# to float32 (config_manager.py; FSDP2 MixedPrecisionPolicy(reduce_dtype=float32)), Composer's
+# FSDP `mixed_precision: DEFAULT` reduces in float32 (Composer docs, "FSDP: mixed precision").
+FSDP_REDUCE_FP32 = frozenset({Framework.TORCHTITAN, Framework.COMPOSER})
+
+
+def fsdp_reduce_dtype(framework: str, act: DType) -> DType:
+    """The dtype gradients travel in through the FSDP reduce-scatter."""
+    return DType.FP32 if Framework(framework) in FSDP_REDUCE_FP32 else act

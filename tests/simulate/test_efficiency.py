@@ -1,0 +1,100 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Framework kernel choices (`simulate.efficiency`): the attention backend each framework runs,
+applied to roofline estimates only, identically in `run_training` and the search."""
+
+from __future__ import annotations
+
+import pytest
+
+from analytical.dtypes import DType
+from analytical.hardware import get_hardware
+from analytical.ops import AttentionSpec
+from simulate.efficiency import (
+    attention_fraction,
+    fp8_cast_nodes,
+    framework_estimates,
+    fsdp_reduce_dtype,
+)
+from simulate.engines import EngineChain, Estimate
+from simulate.scenario import load_scenario
+from simulate.search.training_search import search_training
+from simulate.training import run_training
+
+ENGINES = {"use_store": False, "use_predictors": False}
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLMSIM_HOME", str(tmp_path))
+
+
+def _doc(framework: str, gpu: str = "h100-sxm") -> dict:
+    return {"name": "x", "model": "llama-2-7b", "hardware": {"gpu": gpu, "num_gpus": 8},
+            "training": {"parallel": {"dp": 8, "zero": 3, "fsdp": True}, "global_batch": 16,
+                         "micro_batch": 1, "seq_len": 8192, "recompute": "full",
+                         "framework": framework}}
+
+
+def test_flash_attention_2_is_slower_than_cudnn_on_hopper_only():
+    h100, a100 = get_hardware("h100-sxm"), get_hardware("a100-sxm-80gb")
+    for backward in (False, True):
+        assert (attention_fraction(h100, "torchtitan", backward=backward)
+                < attention_fraction(h100, "megatron", backward=backward))
+        assert attention_fraction(a100, "torchtitan", backward=backward) == pytest.approx(
+            a100.efficiency.attention)
+
+
+def test_only_roofline_attention_is_retimed():
+    hw = get_hardware("h100-sxm")
+    op = AttentionSpec(batch=1, q_len=8192, kv_len=8192, heads=32, kv_heads=8, head_dim=128)
+    measured = Estimate(latency_s=1e-3, engine="store")
+    roof = EngineChain(hw, **ENGINES).estimate(op)
+    out = framework_estimates([op, op], [measured, roof], hw, "torchtitan")
+    assert out[0] == measured
+    assert out[1].latency_s > 1.4 * roof.latency_s  # 0.55 -> 370/989 of peak
+
+
+def test_torchtitan_runs_slower_than_megatron_on_the_same_layout():
+    tt = run_training(load_scenario(_doc("torchtitan")), **ENGINES)
+    mg = run_training(load_scenario(_doc("megatron")), **ENGINES)
+    assert tt.fits and mg.fits
+    assert tt.tokens_per_s < 0.95 * mg.tokens_per_s
+
+
+def test_search_equals_simulate_for_torchtitan():
+    doc = _doc("torchtitan")
+    doc["training"]["parallel"] = {"tp": [1, 2], "dp": [4, 8], "zero": 3, "fsdp": True}
+    doc["training"]["recompute"] = ["selective", "full"]
+    res = search_training(doc, executor="serial", engines=ENGINES)
+    assert res.rows
+    for row in res.rows:
+        sc = load_scenario({"name": "x", "model": doc["model"],
+                            "hardware": {"gpu": row["gpu"], "num_gpus": row["num_gpus"]},
+                            "training": row["layout"]})
+        want = run_training(sc, **ENGINES)
+        assert row["tokens_per_s"] == pytest.approx(want.tokens_per_s, rel=1e-9)
+
+
+def _layer(precision: DType):
+    from analytical.layer_spec import LayerPhase, Precision, Sharding, TokenBatch
+    from analytical.layers import layer_ops
+    from analytical.model import load_model
+    return layer_ops(load_model("llama-3-8b"), Sharding(), TokenBatch(seqs=1, q_len=4096),
+                     LayerPhase.TRAIN, precision=Precision(gemm=precision))
+
+
+def test_fp8_casts_follow_the_framework():
+    """TE fuses the QKV/FC1 input casts into the norm and keeps fp8 weights; torchao casts
+    every input and weight per call; every fp8 GEMM's output gradient is cast; bf16: none."""
+    fwd = _layer(DType.FP8)
+    te_f, te_b = fp8_cast_nodes(fwd, "megatron")
+    tt_f, tt_b = fp8_cast_nodes(fwd, "torchtitan")
+    assert [n.name for n in te_f] == ["out_proj.fp8_cast_input", "mlp.down.fp8_cast_input"]
+    assert len(tt_f) == 8 and len(te_b) == len(tt_b) == 4
+    assert fp8_cast_nodes(_layer(DType.BF16), "torchtitan") == ([], [])
+
+
+def test_fsdp_gradients_reduce_in_fp32_for_torchtitan_and_composer():
+    assert fsdp_reduce_dtype("torchtitan", DType.BF16) == DType.FP32
+    assert fsdp_reduce_dtype("composer", DType.BF16) == DType.FP32
+    assert fsdp_reduce_dtype("megatron", DType.BF16) == DType.BF16
