@@ -19,7 +19,7 @@ from analytical.errors import SpecError
 from analytical.inputs import check_path, check_work, parse_json, parse_yaml, read_text, show_path
 from analytical.memory import Framework
 from analytical.parallel import ParallelConfig, Recompute, Schedule
-from simulate.fields import check_keys, float_field, int_field, optional_float
+from simulate.fields import check_keys, choice_field, float_field, int_field, optional_float
 
 TOP_KEYS = {"name", "description", "model", "hardware", "training", "inference", "serving",
             "colocate"}
@@ -116,17 +116,6 @@ def _bool(block: Mapping[str, Any], key: str, path: str, source: str | None,
     return value
 
 
-def _choice(block: Mapping[str, Any], key: str, path: str, source: str | None, enum: Any,
-            default: Any) -> Any:
-    value = block.get(key, default)
-    try:
-        return enum(str(value))
-    except ValueError:
-        known = ", ".join(m.value for m in enum)
-        raise SpecError(f"{path}.{key}", f"unknown value {value!r}; known: {known}",
-                        source=source) from None
-
-
 def parse_parallel(block: Any, source: str | None, path: str = "training.parallel"
                    ) -> tuple[ParallelConfig, str]:
     block = _check_keys(block or {}, path, PARALLEL_KEYS, source)
@@ -185,13 +174,14 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
         micro_batch=_int(block, "micro_batch", path, source, 1),
         seq_len=_int(block, "seq_len", path, source),
         precision=precision,
-        recompute=_choice(block, "recompute", path, source, Recompute, "none"),
-        schedule=_choice(block, "schedule", path, source, Schedule, "1f1b"),
+        recompute=choice_field(block, "recompute", path, Recompute, Recompute.NONE, source=source),
+        schedule=choice_field(block, "schedule", path, Schedule, Schedule.ONE_F_ONE_B, source=source),
         overlap=_overlap(block.get("overlap"), source),
         dp_bucket_mb=float(bucket),
         cp_algorithm=cp_algorithm,
         attention=attention,
-        framework=_choice(block, "framework", path, source, Framework, "megatron"),
+        framework=choice_field(block, "framework", path, Framework, Framework.MEGATRON,
+                               source=source),
     )
     check_work(f"{path}.global_batch", spec.num_microbatches, MAX_MICROBATCHES,
                "micro-batches per iteration", "raise micro_batch or dp, or lower global_batch")

@@ -30,6 +30,7 @@ from simulate.inference.layer_ops import (
 )
 from simulate.inference.spec import InferenceSpec, ServingSpec
 from simulate.inference.step_cost import EstimateFn, MeteredCost, StepCostTables, build_tables
+from simulate.serving.choices import Preemption, Scheduler
 from simulate.serving.engine_presets import EnginePreset, MemoryRule, engine_preset, kv_cache_bytes
 from simulate.serving.loop import Speculation, Tenant
 from simulate.serving.schedulers import SchedulerConfig
@@ -146,10 +147,10 @@ def memory_report(plan: InstancePlan, block_size: int) -> dict[str, float]:
 def single_batch_serving(inf: InferenceSpec) -> ServingSpec:
     """A single batch as a serving run: `batch_size` requests at t=0, static batching."""
     tokens = inf.batch_size * _max_len(inf.input_len)
-    return ServingSpec(scheduler="static",
+    return ServingSpec(scheduler=Scheduler.STATIC,
                        arrival={"process": "burst", "num_requests": inf.batch_size, "seed": 0},
                        max_num_seqs=inf.batch_size, max_batched_tokens=max(tokens, 1),
-                       block_size=16, preemption="recompute", step_overhead_s=0.0,
+                       block_size=16, preemption=Preemption.RECOMPUTE, step_overhead_s=0.0,
                        gpu_memory_utilization=0.9)
 
 

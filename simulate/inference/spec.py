@@ -13,8 +13,8 @@ from typing import Any
 
 from analytical.dtypes import DType, parse_dtype
 from analytical.errors import SpecError
-from simulate.fields import check_keys, float_field, int_field, optional_float
-from simulate.serving.schedulers import SCHEDULERS
+from simulate.fields import check_keys, choice_field, float_field, int_field, optional_float
+from simulate.serving.choices import Preemption, Scheduler, ServingEngine
 
 PRECISIONS = (DType.BF16, DType.FP16, DType.FP8, DType.FP4, DType.INT8, DType.INT4)
 
@@ -152,12 +152,12 @@ class PoolSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServingSpec:
-    scheduler: str
+    scheduler: Scheduler
     arrival: Mapping[str, Any]
     max_num_seqs: int
     max_batched_tokens: int
     block_size: int
-    preemption: str
+    preemption: Preemption
     step_overhead_s: float
     gpu_memory_utilization: float
     slo_ttft_s: float | None = None
@@ -165,7 +165,7 @@ class ServingSpec:
     prefill_pool: PoolSpec | None = None
     decode_pool: PoolSpec | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
-    engine: str = ""  # vllm | sglang | trtllm: that engine's defaults (simulate.serving.engine_presets)
+    engine: ServingEngine | None = None  # its defaults fill unset fields (serving.engine_presets)
     engine_version: str = ""
     explicit: frozenset[str] = frozenset()  # keys the scenario set (they override an engine preset)
 
@@ -175,10 +175,7 @@ def parse_serving(block: Any, path: str = "serving") -> ServingSpec:
                                  "chunk_size", "block_size", "preemption", "step_overhead_ms",
                                  "gpu_memory_utilization", "slo", "disaggregated", "engine",
                                  "engine_version"}, {"arrival"})
-    scheduler = b.get("scheduler", "continuous")
-    if scheduler not in SCHEDULERS:
-        raise SpecError(f"{path}.scheduler",
-                        f"unknown {scheduler!r}; known: {', '.join(SCHEDULERS)}")
+    scheduler = choice_field(b, "scheduler", path, Scheduler, Scheduler.CONTINUOUS)
     arrival = check_keys(b["arrival"], f"{path}.arrival",
                          {"process", "qps", "cv", "num_requests", "seed", "concurrency", "trace",
                           "warmup_requests"})
@@ -197,21 +194,17 @@ def parse_serving(block: Any, path: str = "serving") -> ServingSpec:
     return ServingSpec(
         scheduler=scheduler, arrival=dict(arrival),
         max_num_seqs=pos_int(b, "max_num_seqs", path, 256),
-        max_batched_tokens=pos_int(b, budget_key, path, 2048 if scheduler == "chunked_prefill"
-                                   else 8192),
+        max_batched_tokens=pos_int(b, budget_key, path,
+                                   2048 if scheduler is Scheduler.CHUNKED_PREFILL else 8192),
         block_size=pos_int(b, "block_size", path, 16),
-        preemption=_preemption(b.get("preemption", "recompute"), path),
+        preemption=choice_field(b, "preemption", path, Preemption, Preemption.RECOMPUTE),
         step_overhead_s=float(overhead) / 1e3,
         gpu_memory_utilization=fraction(b, "gpu_memory_utilization", path, 0.9, allow_zero=False),
         slo_ttft_s=optional_float(slo, "ttft_s", f"{path}.slo", exclusive_min=True),
         slo_tpot_s=optional_float(slo, "tpot_s", f"{path}.slo", exclusive_min=True),
         prefill_pool=pools.get("prefill"), decode_pool=pools.get("decode"),
-        engine=str(b.get("engine", "")), engine_version=str(b.get("engine_version", "")),
+        engine=choice_field(b, "engine", path, ServingEngine, ServingEngine.VLLM)
+        if "engine" in b else None, engine_version=str(b.get("engine_version", "")),
         explicit=frozenset(b),
     )
 
-
-def _preemption(value: Any, path: str) -> str:
-    if value not in ("recompute", "swap"):
-        raise SpecError(f"{path}.preemption", f"unknown {value!r}; known: recompute, swap")
-    return str(value)

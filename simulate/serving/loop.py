@@ -17,6 +17,7 @@ from typing import Protocol
 import numpy as np
 
 from analytical.errors import InfeasibleError, SpecError
+from simulate.serving.choices import Scheduler
 from simulate.serving.kv_cache import BlockPool
 from simulate.serving.schedulers import SCHEDULERS, SchedulerConfig, SchedulerState
 from simulate.serving.state import Batch, Sequence, StepShape, step_shape
@@ -53,7 +54,7 @@ class Tenant:
 
     name: str
     workload: Workload
-    scheduler: str
+    scheduler: Scheduler
     config: SchedulerConfig
     cost: StepCostModel
     kv_blocks: int
