@@ -91,8 +91,7 @@ def _llmsim_time(block: dict[str, Any], engines: dict[str, Any]) -> str:
         spec = check_block(block, model=ev.model, hw=ev.hw, cluster=cluster)
     except LlmsimError as exc:
         return f"refused ({exc})"
-    row = ev.evaluate(Scenario(name="x", model="gpt3-175b", cluster=cluster, training=spec,
-                               doc={"training": block}))
+    row = ev.evaluate(Scenario(name="x", model="gpt3-175b", cluster=cluster, training=spec))
     return "does not fit in memory" if row is None else f"{row['iteration_time_s']:.2f} s"
 
 

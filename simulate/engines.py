@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -36,6 +37,13 @@ class Estimate:
     latency_s: float
     engine: str  # one of ENGINE_ORDER
     detail: str = ""
+
+
+class Estimator(Protocol):
+    """What prices operators: one `Estimate` per op, in order. `EngineChain` is the one the
+    simulator uses; tests pass closed-form ones."""
+
+    def estimate_many(self, ops: Sequence[OpSpec]) -> Sequence[Estimate]: ...
 
 
 def _tracking_store_exists(tracking_uri: str | None) -> bool:

@@ -21,6 +21,7 @@ from analytical.hardware import GIB, HardwareSpec
 from analytical.layer_spec import lora_params_per_layer
 from analytical.model import ModelSpec
 from simulate.costs import add_engine_time
+from simulate.engines import Estimator
 from simulate.inference.layer_ops import (
     LoraSpec,
     Sharding,
@@ -29,7 +30,7 @@ from simulate.inference.layer_ops import (
     inference_sharding,
 )
 from simulate.inference.spec import InferenceSpec, ServingSpec
-from simulate.inference.step_cost import EstimateFn, MeteredCost, StepCostTables, build_tables
+from simulate.inference.step_cost import MeteredCost, StepCostTables, build_tables
 from simulate.serving.choices import Preemption, Scheduler
 from simulate.serving.engine_presets import EnginePreset, MemoryRule, engine_preset, kv_cache_bytes
 from simulate.serving.loop import Speculation, Tenant
@@ -98,7 +99,7 @@ def resolve_serving(serving: ServingSpec, hw: HardwareSpec, *, tp: int, pp: int)
 
 def plan_instance(model: ModelSpec, hw: HardwareSpec, *, tp: int, pp: int, ep: int,
                   weight_dtype: DType, kv_dtype: DType, serving: ServingSpec,
-                  estimate: EstimateFn, memory_fraction: float = 1.0, extra_weight_bytes: float = 0.0,
+                  estimator: Estimator, memory_fraction: float = 1.0, extra_weight_bytes: float = 0.0,
                   decode_q: int = 1, lora: LoraSpec | None = None,
                   lora_bytes: float = 0.0) -> InstancePlan:
     """Lay one instance out, check it fits, and build its step-cost tables."""
@@ -124,7 +125,7 @@ def plan_instance(model: ModelSpec, hw: HardwareSpec, *, tp: int, pp: int, ep: i
                      "usable_gib": usable / GIB, "kv_free_gib": free / GIB})
     blocks = int(free // (kv_per_token * serving.block_size))
     tables = build_tables(model, hw, shard, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                          estimate=estimate,
+                          estimator=estimator,
                           max_tokens=max(serving.max_batched_tokens, serving.max_num_seqs * decode_q),
                           decode_q=decode_q, lora=lora)
     return InstancePlan(model=model, shard=shard, tables=tables, weight_bytes=weights,

@@ -126,18 +126,15 @@ def _summary(cfg: Mapping[str, Any], result: Mapping[str, Any], num_gpus: int,
 def evaluate_serving(task: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Simulate each (config, doc) of one chunk; infeasible configs come back with fits False."""
     from simulate.inference.predict import predict_inference
+    from simulate.inference.setup import parse_inference_setup
 
     chain = worker_chain(task["gpu"], task["engines"])
     model = load_model(task["model"])
-
-    def estimate(ops):
-        return [(e.latency_s, e.engine) for e in chain.estimate_many(ops)]
-
     out = []
     for cfg, doc in task["items"]:
         try:
-            res = predict_inference(doc, model=model, hw=chain.hardware,
-                                    num_gpus=task["num_gpus"], estimate=estimate)
+            res = predict_inference(parse_inference_setup(doc), model=model, hw=chain.hardware,
+                                    num_gpus=task["num_gpus"], estimator=chain).to_dict()
         except (InfeasibleError, SpecError) as exc:
             out.append({"config": dict(cfg), "fits": False, "reason": str(exc),
                         "meets_slo": False})

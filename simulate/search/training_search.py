@@ -134,7 +134,7 @@ def evaluate_blocks(task: Mapping[str, Any]) -> list[dict[str, Any] | None]:
     out: list[dict[str, Any] | None] = []
     for _, block, mem in task["blocks"]:
         scenario = Scenario(name=task["name"], model=task["model"], cluster=cluster,
-                            training=parse_training(block), doc={"training": block})
+                            training=parse_training(block))
         metrics = ev.evaluate(scenario, memory_bytes=mem)
         if metrics is None:
             out.append(None)
