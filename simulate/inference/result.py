@@ -128,7 +128,7 @@ def _single_batch(r: InferenceResult) -> dict[str, Any]:
 
 
 def _serving(r: InferenceResult) -> dict[str, Any]:
-    return {**_instance(r), **r.metrics, "kv_utilisation_timeline": list(r.kv_timeline),
+    return {**_instance(r), **r.metrics, "kv_utilisation_timeline": [list(p) for p in r.kv_timeline],
             **_speculative(r)}
 
 
