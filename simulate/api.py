@@ -10,7 +10,7 @@ from typing import Any
 
 from analytical.errors import InfeasibleError
 from analytical.hardware import get_hardware
-from simulate.engines import EngineChain
+from simulate.engines import EngineChain, EngineOptions
 from simulate.inference.outputs import serving_trace
 from simulate.inference.result import InferenceMode, InferenceResult, RunHead
 from simulate.report import missing_sweep, result_to_dict
@@ -50,13 +50,19 @@ class SimulationOutput:
 
 def run(scenario: str | Path | Mapping[str, Any] | Scenario, *, overrides: Sequence[str] = (),
         store_path: str | Path | None = None, tracking_uri: str | None = None,
-        use_store: bool = True, use_predictors: bool = True, trace: bool = False
-        ) -> SimulationOutput:
-    """Predict a scenario (file path, mapping or parsed `Scenario`), training or inference."""
+        use_store: bool = True, use_predictors: bool = True, trace: bool = False,
+        options: EngineOptions | None = None) -> SimulationOutput:
+    """Predict a scenario (file path, mapping or parsed `Scenario`), training or inference.
+
+    ``options`` say which engines answer; without them the four engine keywords do.
+    """
     sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, overrides)
     hw = get_hardware(sc.cluster.gpu)
-    chain = EngineChain(hw, store_path=store_path, use_store=use_store,
-                        use_predictors=use_predictors, tracking_uri=tracking_uri)
+    if options is None:
+        options = EngineOptions(store_path=None if store_path is None else str(store_path),
+                                use_store=use_store, use_predictors=use_predictors,
+                                tracking_uri=tracking_uri)
+    chain = EngineChain.from_options(hw, options)
     if sc.training is not None:
         result = run_training(sc, chain=chain, record=trace)
         trace_obj = chrome_trace(result.records, name=sc.name) if trace and result.fits else None

@@ -12,12 +12,17 @@ import pytest
 import yaml
 
 from analytical.errors import SpecError
+from analytical.hardware import get_hardware
+from profiler.measurement import StoreError
 from simulate.api import run
 from simulate.cli.main import main as cli_main
+from simulate.engines import EngineChain, EngineOptions
 from simulate.inference.result import InferenceMode, InferenceResult
 from simulate.inference.setup import ColocatedTenant, InferenceSetup
 from simulate.inference.spec import parse_serving
 from simulate.scenario import load_scenario
+from simulate.search.training_search import worker_chain
+from simulate.search.worker_cache import RunScopedCache, new_run_id
 from simulate.serving.choices import Preemption, Scheduler, ServingEngine
 from simulate.serving.engine_presets import ENGINES_DIR
 from simulate.serving.schedulers import SCHEDULERS
@@ -137,3 +142,32 @@ def test_does_not_fit_result_is_a_verdict() -> None:
     assert not verdict.fits and data["fits"] is False and data["mode"] == "inference"
     assert data["ttft_s"] is None and data["memory"] == {"weights_gib": 130.0}
     assert json.loads(json.dumps(data)) == data
+
+
+# ---- EngineOptions: passed explicitly; worker caches scoped to one run ---------------------------
+
+def test_engine_options_are_hashable_and_accept_the_old_keyword_mapping(tmp_path: Path) -> None:
+    options = EngineOptions(use_store=False, use_predictors=False)
+    assert EngineOptions.coerce({"use_store": False, "use_predictors": False}) == options
+    assert len({options, EngineOptions.coerce(options), EngineOptions()}) == 2
+    with pytest.raises(TypeError):
+        EngineOptions.coerce({"use_stroe": False})
+    chain = EngineChain.from_options(get_hardware("h100-sxm"), options)
+    assert chain.options == options and not chain.available["store"]
+    assert options.checked() == options  # no store asked: nothing to open
+    with pytest.raises(StoreError, match="no measurement store"):
+        EngineOptions(store_path=str(tmp_path / "missing.duckdb")).checked()
+
+
+def test_worker_caches_are_scoped_to_one_run() -> None:
+    made: list[int] = []
+    cache = RunScopedCache()
+    first = cache.get("run-a", "k", lambda: made.append(1) or object())
+    assert cache.get("run-a", "k", object) is first and made == [1]
+    assert cache.get("run-b", "k", lambda: made.append(2) or object()) is not first
+    assert made == [1, 2]
+    options = EngineOptions(use_store=False, use_predictors=False)
+    run = new_run_id()
+    chain = worker_chain("h100-sxm", options, run=run)
+    assert worker_chain("h100-sxm", options, run=run) is chain
+    assert worker_chain("h100-sxm", options, run=new_run_id()) is not chain
