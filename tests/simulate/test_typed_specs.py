@@ -171,3 +171,17 @@ def test_worker_caches_are_scoped_to_one_run() -> None:
     chain = worker_chain("h100-sxm", options, run=run)
     assert worker_chain("h100-sxm", options, run=run) is chain
     assert worker_chain("h100-sxm", options, run=new_run_id()) is not chain
+
+
+def test_every_stream_has_a_trace_track_and_records_carry_members() -> None:
+    from analytical.layer_spec import COMM_STREAMS, Stream
+    from simulate.trace import STREAM_TIDS
+    from simulate.training import run_training
+
+    assert set(STREAM_TIDS) == set(Stream) and len(set(STREAM_TIDS.values())) == len(Stream)
+    assert set(COMM_STREAMS) < set(Stream) and Stream.COMPUTE not in COMM_STREAMS
+    sc = load_scenario(SCENARIOS / "gpt3-175b-tp8-pp8-h100.yaml")
+    result = run_training(sc, use_store=False, use_predictors=False, record=True)
+    streams = {r.stream for r in result.records}
+    assert all(isinstance(s, Stream) for s in streams)
+    assert {Stream.COMPUTE, Stream.P2P, Stream.TP} <= streams
