@@ -10,7 +10,7 @@ gets a verdict with the numbers and no latency.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -31,6 +31,7 @@ from simulate.inference.layer_ops import (
 )
 from simulate.inference.spec import InferenceSpec, ServingSpec
 from simulate.inference.step_cost import MeteredCost, StepCostTables, build_tables
+from simulate.serving.arrival import ArrivalProcess, ArrivalSpec, max_length
 from simulate.serving.choices import Preemption, Scheduler
 from simulate.serving.engine_presets import EnginePreset, MemoryRule, engine_preset, kv_cache_bytes
 from simulate.serving.loop import Speculation, Tenant
@@ -147,18 +148,13 @@ def memory_report(plan: InstancePlan, block_size: int) -> dict[str, float]:
 
 def single_batch_serving(inf: InferenceSpec) -> ServingSpec:
     """A single batch as a serving run: `batch_size` requests at t=0, static batching."""
-    tokens = inf.batch_size * _max_len(inf.input_len)
+    tokens = inf.batch_size * max_length(inf.input_len) if inf.input_len is not None else 0
     return ServingSpec(scheduler=Scheduler.STATIC,
-                       arrival={"process": "burst", "num_requests": inf.batch_size, "seed": 0},
+                       arrival=ArrivalSpec(process=ArrivalProcess.BURST,
+                                           num_requests=inf.batch_size),
                        max_num_seqs=inf.batch_size, max_batched_tokens=max(tokens, 1),
                        block_size=16, preemption=Preemption.RECOMPUTE, step_overhead_s=0.0,
                        gpu_memory_utilization=0.9)
-
-
-def _max_len(spec: Any) -> int:
-    if isinstance(spec, Mapping):
-        return int(spec.get("max", spec.get("mean", 1)))
-    return int(spec)
 
 
 def split_workload(workload: Workload, parts: int) -> list[Workload]:

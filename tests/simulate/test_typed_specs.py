@@ -23,6 +23,7 @@ from simulate.inference.spec import parse_serving
 from simulate.scenario import load_scenario
 from simulate.search.training_search import worker_chain
 from simulate.search.worker_cache import RunScopedCache, new_run_id
+from simulate.serving.arrival import ArrivalProcess, LognormalLength
 from simulate.serving.choices import Preemption, Scheduler, ServingEngine
 from simulate.serving.engine_presets import ENGINES_DIR
 from simulate.serving.schedulers import SCHEDULERS
@@ -73,6 +74,13 @@ def test_scenario_holds_typed_inference_and_colocation_specs() -> None:
     assert isinstance(served.inference, InferenceSetup) and served.training is None
     assert served.inference.serving is not None
     assert served.inference.serving.scheduler is Scheduler.CONTINUOUS
+    arrival = served.inference.serving.arrival
+    assert arrival.process is ArrivalProcess.POISSON and arrival.qps == 2.0
+    assert served.inference.inference.input_len == LognormalLength(mean=512.0, sigma=0.6,
+                                                                   max=3072)
+    single = load_scenario(SCENARIOS / "llama2-7b-single-a100.yaml")
+    assert single.inference is not None and single.inference.serving is None
+    assert isinstance(single.inference.inference.input_len, int)
     assert not hasattr(served, "doc")
     co = load_scenario(SCENARIOS / "colocated-two-7b-a100.yaml")
     assert co.inference is None and [t.name for t in co.colocate] == ["chat", "code"]
@@ -84,6 +92,10 @@ def test_scenario_holds_typed_inference_and_colocation_specs() -> None:
     (["serving.preemption=drop"], "serving.preemption"),
     (["inference.precision=fp64"], "inference.precision"),
     (["serving.slo.ttft_s=-1"], "serving.slo.ttft_s"),
+    (["serving.arrival.qps=0"], "serving.arrival.qps"),
+    (["serving.arrival.process=fifo"], "serving.arrival.process"),
+    (["serving.arrival.warmup_requests=10000"], "serving.arrival.warmup_requests"),
+    (["inference.input_len.dist=zipf"], "inference.input_len.dist"),
 ])
 def test_bad_inference_field_fails_at_parse(overrides: list[str], field: str) -> None:
     with pytest.raises(SpecError) as err:
