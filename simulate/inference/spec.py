@@ -8,7 +8,7 @@ and hardware lookups themselves happen in `simulate.inference.run`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from analytical.dtypes import DType, parse_dtype
@@ -139,7 +139,6 @@ class ServingSpec:
     slo_tpot_s: float | None = None
     prefill_pool: PoolSpec | None = None
     decode_pool: PoolSpec | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
     engine: ServingEngine | None = None  # its defaults fill unset fields (serving.engine_presets)
     engine_version: str = ""
     explicit: frozenset[str] = frozenset()  # keys the scenario set (they override an engine preset)
