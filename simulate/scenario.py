@@ -274,12 +274,17 @@ def parse_scenario(doc: Mapping[str, Any], *, source: str | None = None,
     model = str(doc.get("model", ""))
     if model and base_dir is not None and model.endswith(".json") and not Path(model).is_absolute():
         model = str(base_dir / model)
+    try:  # the inference parsers do not take the file: its errors get it here
+        inference = parse_inference_setup(doc) if "inference" in doc else None
+        colocate = parse_colocation(doc["colocate"]) if "colocate" in doc else ()
+    except SpecError as exc:
+        if exc.source is not None or source is None:
+            raise
+        raise SpecError(exc.field, exc.reason, source=source) from None
     return Scenario(name=str(doc.get("name", Path(source).stem if source else "scenario")),
                     model=model, cluster=cluster,
                     training=parse_training(doc["training"], source) if "training" in doc else None,
-                    inference=parse_inference_setup(doc) if "inference" in doc else None,
-                    colocate=parse_colocation(doc["colocate"]) if "colocate" in doc else (),
-                    base_dir=base_dir)
+                    inference=inference, colocate=colocate, base_dir=base_dir)
 
 
 def load_scenario(scenario: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()

@@ -121,7 +121,7 @@ def test_cli_exits_2_naming_the_field(args: list[str], words: list[str],
                      str(SCENARIOS / "llama2-7b-continuous-qps2-a100.yaml"), *args])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert all(word in err for word in words)
+    assert all(word in err for word in [*words, "llama2-7b-continuous-qps2-a100.yaml"])
 
 
 # ---- InferenceResult: typed fields, one to_dict -----------------------------------------------
