@@ -83,7 +83,7 @@ def recompute_nodes(fwd: Sequence[Node], recompute: Recompute) -> tuple[Node, ..
     """Forward nodes repeated before backward: selective repeats the attention core
     (Korthikanti et al. 2022, sec. 5), full the whole layer, its communication included."""
     if recompute == Recompute.SELECTIVE:
-        chosen = [n for n in fwd if n.core and n.stream == Stream.COMPUTE]
+        chosen = [n for n in fwd if n.core and n.stream == "compute"]
     elif recompute == Recompute.FULL:
         chosen = [n for n in fwd if n.stream != Stream.FSDP]
     else:

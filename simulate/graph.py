@@ -18,7 +18,6 @@ from analytical.layer_spec import (
     Node,
     Precision,
     Sharding,
-    Stream,
     TokenBatch,
 )
 from analytical.layers import coll, layer_ops
@@ -74,9 +73,9 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
     if sh.fsdp_group > 1 and layer_params_per_rank > 0:
         size = layer_params_per_rank * step.precision.act.bytes
         ag = coll("fsdp_all_gather", CollectiveKind.ALL_GATHER, size, sh.fsdp_group,
-                  sh.fsdp_rpn, Stream.FSDP, step.precision.act)
+                  sh.fsdp_rpn, "fsdp", step.precision.act)
         rs = coll("fsdp_reduce_scatter", CollectiveKind.REDUCE_SCATTER, size, sh.fsdp_group,
-                  sh.fsdp_rpn, Stream.FSDP, step.precision.act)
+                  sh.fsdp_rpn, "fsdp", step.precision.act)
         fwd = [ag, *fwd]
         bwd = [ag, *bwd, rs]
     bwd = [*recompute_nodes(fwd, step.recompute), *bwd]
@@ -88,7 +87,7 @@ def embedding_block(model: ModelSpec, step: TrainStep) -> Block:
     """Vocab-parallel embedding lookup; its backward is the scatter-add into the table."""
     fwd = embedding_ops(model, step.sharding, step.tokens, step.precision)
     return Block(name="embedding", fwd=tuple(fwd),
-                 bwd=backward_nodes([n for n in fwd if n.stream == Stream.COMPUTE]))
+                 bwd=backward_nodes([n for n in fwd if n.stream == "compute"]))
 
 
 def head_block(model: ModelSpec, step: TrainStep) -> Block:
@@ -106,10 +105,10 @@ def head_block(model: ModelSpec, step: TrainStep) -> Block:
     size = tokens * model.hidden * act.bytes
     if sh.tp > 1 and sh.sp:
         fwd.insert(1, coll("lm_head.sp_all_gather", CollectiveKind.ALL_GATHER, size, sh.tp,
-                           sh.tp_rpn, Stream.TP, act))
+                           sh.tp_rpn, "tp", act))
         bwd.append(coll("lm_head.sp_reduce_scatter", CollectiveKind.REDUCE_SCATTER, size, sh.tp,
-                        sh.tp_rpn, Stream.TP, act))
+                        sh.tp_rpn, "tp", act))
     elif sh.tp > 1:
         bwd.append(coll("lm_head.tp_all_reduce", CollectiveKind.ALL_REDUCE, size, sh.tp,
-                        sh.tp_rpn, Stream.TP, act))
+                        sh.tp_rpn, "tp", act))
     return Block(name="head", fwd=tuple(fwd), bwd=tuple(bwd))

@@ -125,6 +125,11 @@ def _bool(block: Mapping[str, Any], key: str, path: str, source: str | None,
     return value
 
 
+def _choice(block: Mapping[str, Any], key: str, path: str, source: str | None, enum: Any,
+            default: Any) -> Any:
+    return choice_field(block, key, path, enum, default, source=source)
+
+
 def parse_parallel(block: Any, source: str | None, path: str = "training.parallel"
                    ) -> tuple[ParallelConfig, str]:
     block = _check_keys(block or {}, path, PARALLEL_KEYS, source)
@@ -183,14 +188,13 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
         micro_batch=_int(block, "micro_batch", path, source, 1),
         seq_len=_int(block, "seq_len", path, source),
         precision=precision,
-        recompute=choice_field(block, "recompute", path, Recompute, Recompute.NONE, source=source),
-        schedule=choice_field(block, "schedule", path, Schedule, Schedule.ONE_F_ONE_B, source=source),
+        recompute=_choice(block, "recompute", path, source, Recompute, "none"),
+        schedule=_choice(block, "schedule", path, source, Schedule, "1f1b"),
         overlap=_overlap(block.get("overlap"), source),
         dp_bucket_mb=float(bucket),
         cp_algorithm=cp_algorithm,
         attention=attention,
-        framework=choice_field(block, "framework", path, Framework, Framework.MEGATRON,
-                               source=source),
+        framework=_choice(block, "framework", path, source, Framework, "megatron"),
     )
     check_work(f"{path}.global_batch", spec.num_microbatches, MAX_MICROBATCHES,
                "micro-batches per iteration", "raise micro_batch or dp, or lower global_batch")

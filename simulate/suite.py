@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from analytical.errors import LlmsimError
-from simulate.engines import EngineOptions
 
 __all__ = ["SUITE", "SuiteEntry", "suite_dir", "run_suite"]
 
@@ -94,20 +93,20 @@ def _engines(coverage: Mapping[str, float]) -> list[str]:
     return [k for k, v in coverage.items() if v > 0]
 
 
-def run_suite(*, directory: Path | None = None,
-              engines: EngineOptions | Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+def run_suite(*, directory: Path | None = None, engines: Mapping[str, Any] | None = None
+              ) -> list[dict[str, Any]]:
     """Predict every suite scenario; one row per scenario, in suite order."""
     from simulate.api import run
 
     directory = directory or suite_dir()
-    options = EngineOptions.coerce(engines)
+    engine_kw = dict(engines or {})
     rows = []
     for sid, entry in SUITE.items():
         path = directory / f"{entry.file}.yaml"
         row: dict[str, Any] = {"id": sid, "category": entry.category, "metric": entry.metric,
                                "scenario": entry.file}
         try:
-            out = run(path, options=options)
+            out = run(path, **engine_kw)
             value = _get(out.data, entry.path)
             fits = bool(out.data.get("fits", True))
             row.update({"value": value,

@@ -31,12 +31,11 @@ def command(as_json: bool, directory: Path | None, db_path: Path | None, no_stor
             no_predictors: bool) -> None:
     """Run every scenario of the survey suite (T1-T4, I1-I5): metric, predicted value, engines
     and supported / partial / unsupported."""
-    from simulate.engines import EngineOptions
+    from simulate.engines import checked_store
 
     rows = run_suite(directory=directory,
-                     engines=EngineOptions(store_path=str(db_path) if db_path else None,
-                                           use_store=not no_store,
-                                           use_predictors=not no_predictors).checked())
+                     engines={**checked_store(db_path, not no_store),
+                              "use_predictors": not no_predictors})
     if as_json:
         print_json(rows)
         return

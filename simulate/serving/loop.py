@@ -17,7 +17,6 @@ from typing import Protocol
 import numpy as np
 
 from analytical.errors import InfeasibleError, SpecError
-from simulate.serving.choices import Scheduler
 from simulate.serving.kv_cache import BlockPool
 from simulate.serving.schedulers import SCHEDULERS, SchedulerConfig, SchedulerState
 from simulate.serving.state import Batch, Sequence, StepShape, step_shape
@@ -54,7 +53,7 @@ class Tenant:
 
     name: str
     workload: Workload
-    scheduler: Scheduler
+    scheduler: str
     config: SchedulerConfig
     cost: StepCostModel
     kv_blocks: int

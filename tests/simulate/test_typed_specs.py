@@ -166,6 +166,9 @@ def test_engine_options_are_hashable_and_accept_the_old_keyword_mapping(tmp_path
         EngineOptions.coerce({"use_stroe": False})
     chain = EngineChain.from_options(get_hardware("h100-sxm"), options)
     assert chain.options == options and not chain.available["store"]
+    assert EngineChain(get_hardware("h100-sxm"), **options).options == options  # old keywords
+    assert dict(options) == {"use_store": False, "store_path": None, "use_predictors": False,
+                             "tracking_uri": None}
     assert options.checked() == options  # no store asked: nothing to open
     with pytest.raises(StoreError, match="no measurement store"):
         EngineOptions(store_path=str(tmp_path / "missing.duckdb")).checked()
