@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from analytical.layer_spec import Node, Param
+from analytical.layer_spec import Node, Param, Stream
 from analytical.ops import (
     AttentionSpec,
     CollectiveKind,
@@ -47,11 +47,11 @@ def _collective_bwd(node: Node, op: CollectiveSpec) -> list[Node]:
         return replace(node, name=f"{node.name}.{suffix}",
                        op=replace(op, kind=kind, size_bytes=size))
 
-    if node.stream == "cp":
+    if node.stream == Stream.CP:
         if op.kind == CollectiveKind.SEND_RECV:
             return [make("bwd", op.kind, 2 * op.size_bytes)]
         return [make("bwd", ag), make("dkv", rs)]
-    if op.kind == ag and node.stream == "tp":  # SP gather: regather for wgrad, scatter dX
+    if op.kind == ag and node.stream == Stream.TP:  # SP gather: regather for wgrad, scatter dX
         return [make("regather", ag), make("bwd", rs)]
     if op.kind == ag:
         return [make("bwd", rs)]
@@ -89,7 +89,7 @@ def recompute_nodes(fwd: Sequence[Node], recompute: Recompute, *,
     elif recompute == Recompute.SELECTIVE:
         chosen = [n for n in fwd if n.core and n.stream == "compute"]
     elif recompute == Recompute.FULL:
-        chosen = [n for n in fwd if n.stream != "fsdp"]
+        chosen = [n for n in fwd if n.stream != Stream.FSDP]
     else:
         chosen = []
     return tuple(replace(n, name=f"recompute.{n.name}") for n in chosen)

@@ -11,7 +11,7 @@ every token; inference only for the rows that sample, then gathers the vocab sha
 from __future__ import annotations
 
 from analytical.dtypes import DType
-from analytical.layer_spec import LayerPhase, Node, Precision, Sharding
+from analytical.layer_spec import LayerPhase, Node, Precision, Sharding, Stream
 from analytical.layers import coll, gemm, mem, norm_kind
 from analytical.model_spec import ModelSpec
 from analytical.ops import CollectiveKind, MemoryOpKind
@@ -30,7 +30,7 @@ def embedding_ops(model: ModelSpec, sh: Sharding, tokens: int,
     if sh.tp > 1:
         kind = CollectiveKind.REDUCE_SCATTER if sh.sp else CollectiveKind.ALL_REDUCE
         nodes.append(coll(f"embedding.tp_{kind}", kind, tokens * model.hidden * act.bytes, sh.tp,
-                          sh.tp_rpn, "tp", act))
+                          sh.tp_rpn, Stream.TP, act))
     return nodes
 
 
@@ -51,6 +51,6 @@ def lm_head_ops(model: ModelSpec, sh: Sharding, rows: int, phase: LayerPhase,
         nodes.append(mem("cross_entropy", MemoryOpKind.CROSS_ENTROPY, rows, vocab, DType.FP32))
     elif sh.tp > 1:
         nodes.append(coll("lm_head.gather_logits", CollectiveKind.ALL_GATHER,
-                          rows * vocab * sh.tp * DType.FP32.bytes, sh.tp, sh.tp_rpn, "tp",
+                          rows * vocab * sh.tp * DType.FP32.bytes, sh.tp, sh.tp_rpn, Stream.TP,
                           DType.FP32))
     return nodes

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from analytical.errors import SpecError
-from analytical.layer_spec import Node
+from analytical.layer_spec import Node, Stream
 from analytical.layers import Ctx, coll, dense_mlp, gemm, mem
 from analytical.ops import CollectiveKind, MemoryOpKind, MoEOpKind, MoESpec
 
@@ -71,14 +71,14 @@ def moe_block(c: Ctx) -> list[Node]:
     if split:
         if sh.ep > 1:
             a2a = coll("ep_all_to_all", CollectiveKind.ALL_TO_ALL, routed_bytes, sh.ep,
-                       sh.ep_rpn, "ep", act)
+                       sh.ep_rpn, Stream.EP, act)
             comm_in.append(a2a)
             comm_out.append(a2a)
         if etp > 1:
             comm_in.append(coll("experts.etp_all_gather", CollectiveKind.ALL_GATHER,
-                                routed_bytes * etp, etp, sh.etp_rpn, "ep", act))
+                                routed_bytes * etp, etp, sh.etp_rpn, Stream.EP, act))
             comm_out.insert(0, coll("experts.etp_reduce_scatter", CollectiveKind.REDUCE_SCATTER,
-                                    routed_bytes * etp, etp, sh.etp_rpn, "ep", act))
+                                    routed_bytes * etp, etp, sh.etp_rpn, Stream.EP, act))
         per_expert = _ceil_div(rows * k * sh.ep * etp, e)
     else:
         per_expert = _ceil_div(rows * k, e)
@@ -89,11 +89,11 @@ def moe_block(c: Ctx) -> list[Node]:
         if sh.sp:
             size = c.tokens * h * act.bytes
             shared = [coll("shared_expert.sp_all_gather", CollectiveKind.ALL_GATHER, size, sh.tp,
-                           sh.tp_rpn, "tp", act), *shared,
+                           sh.tp_rpn, Stream.TP, act), *shared,
                       coll("shared_expert.sp_reduce_scatter", CollectiveKind.REDUCE_SCATTER,
-                           size, sh.tp, sh.tp_rpn, "tp", act)]
+                           size, sh.tp, sh.tp_rpn, Stream.TP, act)]
         nodes += shared
     if not split:
         nodes.append(coll("mlp.tp_all_reduce", CollectiveKind.ALL_REDUCE, c.tokens * h * act.bytes,
-                          sh.tp, sh.tp_rpn, "tp", act))
+                          sh.tp, sh.tp_rpn, Stream.TP, act))
     return nodes

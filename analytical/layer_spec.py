@@ -32,7 +32,21 @@ class CpAlgorithm(StrEnum):
     ALL_GATHER = "all_gather"  # gather all KV before attention, reduce-scatter dKV after
 
 
-COMM_STREAMS = ("tp", "cp", "ep", "fsdp")
+class Stream(StrEnum):
+    """Where a node or an executed task runs: the compute stream or a communication stream (one
+    per parallel group, as Megatron-Core issues each group's collectives on its own stream)."""
+
+    COMPUTE = "compute"
+    TP = "tp"  # tensor/sequence-parallel collectives
+    CP = "cp"  # context-parallel KV exchange
+    EP = "ep"  # expert-parallel all-to-all and expert-TP collectives
+    FSDP = "fsdp"  # parameter all-gather / gradient reduce-scatter
+    P2P = "p2p"  # pipeline sends between stages
+    DP = "dp"  # data-parallel gradient reduction
+    OPS = "ops"  # trace track only: the operators inside a compute task
+
+
+COMM_STREAMS = (Stream.TP, Stream.CP, Stream.EP, Stream.FSDP)
 
 
 def ranks_per_node(group: int, stride: int, gpus_per_node: int) -> int:
@@ -150,7 +164,7 @@ class Node:
 
     name: str
     op: OpSpec
-    stream: str = "compute"
+    stream: Stream = Stream.COMPUTE
     count: float = 1.0
     core: bool = False
     param: Param = Param.NONE

@@ -28,6 +28,7 @@ from analytical.layer_spec import (
     Param,
     Precision,
     Sharding,
+    Stream,
     TokenBatch,
     heads_per_rank,
     lora_dims,
@@ -94,11 +95,11 @@ def mem(name: str, kind: MemoryOpKind, rows: int, cols: int, dtype: DType) -> No
     return Node(name=name, op=MemoryBoundSpec(kind=kind, rows=rows, cols=cols, dtype=dtype))
 
 
-def coll(name: str, kind: CollectiveKind, size: float, group: int, rpn: int, stream: str,
+def coll(name: str, kind: CollectiveKind, size: float, group: int, rpn: int, stream: Stream,
          dtype: DType, count: float = 1.0) -> Node:
     spec = CollectiveSpec(kind=kind, size_bytes=max(1, int(size)), group_size=group,
                           ranks_per_node=rpn, dtype=dtype)
-    return Node(name=name, op=spec, stream=stream, count=count)
+    return Node(name=name, op=spec, stream=Stream(stream), count=count)  # callers may pass str
 
 
 def norm_kind(model: ModelSpec) -> MemoryOpKind:
@@ -110,7 +111,7 @@ def _tp_enter(c: Ctx, tag: str) -> list[Node]:
     if not c.sh.sp:
         return []
     return [coll(f"{tag}.sp_all_gather", CollectiveKind.ALL_GATHER,
-                 c.tokens * c.model.hidden * c.prec.act.bytes, c.sh.tp, c.sh.tp_rpn, "tp",
+                 c.tokens * c.model.hidden * c.prec.act.bytes, c.sh.tp, c.sh.tp_rpn, Stream.TP,
                  c.prec.act)]
 
 
@@ -120,9 +121,9 @@ def _tp_exit(c: Ctx, tag: str) -> list[Node]:
     size = c.tokens * c.model.hidden * c.prec.act.bytes
     if c.sh.sp:
         return [coll(f"{tag}.sp_reduce_scatter", CollectiveKind.REDUCE_SCATTER, size, c.sh.tp,
-                     c.sh.tp_rpn, "tp", c.prec.act)]
+                     c.sh.tp_rpn, Stream.TP, c.prec.act)]
     return [coll(f"{tag}.tp_all_reduce", CollectiveKind.ALL_REDUCE, size, c.sh.tp, c.sh.tp_rpn,
-                 "tp", c.prec.act)]
+                 Stream.TP, c.prec.act)]
 
 
 def _residual(c: Ctx, tag: str) -> list[Node]:
@@ -182,10 +183,10 @@ def attention_core(model: ModelSpec, sh: Sharding, batch: TokenBatch, phase: Lay
     kv_bytes = batch.seqs * kv * kv_heads * (qk_dim + v_dim) * dtype.bytes
     if sh.cp_algorithm == CpAlgorithm.RING:  # one KV block per ring step
         nodes.append(coll("cp_ring_kv", CollectiveKind.SEND_RECV, kv_bytes, 2,
-                          2 if sh.cp_rpn > 1 else 1, "cp", dtype, sh.cp - 1))
+                          2 if sh.cp_rpn > 1 else 1, Stream.CP, dtype, sh.cp - 1))
     else:
         nodes.append(coll("cp_all_gather_kv", CollectiveKind.ALL_GATHER, kv_bytes * sh.cp, sh.cp,
-                          sh.cp_rpn, "cp", dtype))
+                          sh.cp_rpn, Stream.CP, dtype))
     return nodes
 
 

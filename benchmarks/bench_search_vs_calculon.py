@@ -26,12 +26,15 @@ from typing import Any
 
 from analytical.errors import LlmsimError
 from analytical.paths import llmsim_home
+from simulate.engines import EngineOptions
 from simulate.search.training_search import search_training, worker_evaluator
+from simulate.search.worker_cache import new_run_id
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "datasets" / "scenarios" / "search" / "gpt3-175b-1024-a100.yaml"
 DRIVER = Path(__file__).resolve().parent / "calculon_driver.py"
 RECOMPUTE = {"none": "none", "selective": "attn_only", "full": "full"}  # llmsim -> Calculon
+_RUN = new_run_id()  # one run: the evaluator and its caches serve every layout compared
 
 
 def _calculon(args, mode: str, *extra: str) -> dict[str, Any]:
@@ -85,14 +88,14 @@ def _llmsim_time(block: dict[str, Any], engines: dict[str, Any]) -> str:
     from simulate.scenario import ClusterSpec, Scenario
     from simulate.search.space import check_block
 
-    ev = worker_evaluator("gpt3-175b", "a100-sxm-80gb", 8, engines)
+    ev = worker_evaluator("gpt3-175b", "a100-sxm-80gb", 8, EngineOptions.coerce(engines),
+                          run=_RUN)
     cluster = ClusterSpec(gpu="a100-sxm-80gb", num_gpus=1024, gpus_per_node=8)
     try:
         spec = check_block(block, model=ev.model, hw=ev.hw, cluster=cluster)
     except LlmsimError as exc:
         return f"refused ({exc})"
-    row = ev.evaluate(Scenario(name="x", model="gpt3-175b", cluster=cluster, training=spec,
-                               doc={"training": block}))
+    row = ev.evaluate(Scenario(name="x", model="gpt3-175b", cluster=cluster, training=spec))
     return "does not fit in memory" if row is None else f"{row['iteration_time_s']:.2f} s"
 
 

@@ -36,6 +36,7 @@ from analytical.ops import AttentionSpec, Phase
 from analytical.paths import llmsim_home
 from simulate.engines import EngineChain
 from simulate.inference.predict import predict_inference
+from simulate.inference.setup import parse_inference_setup
 from simulate.serving.metrics import summarize_latencies
 from simulate.serving.workload import make_workload
 
@@ -117,9 +118,8 @@ def run_llmsim(args: argparse.Namespace, trace: Path, repeats: int = 5) -> dict[
     for _ in range(repeats):
         start, start_cpu = time.perf_counter(), time.process_time()
         chain = make_chain(hw, args.engines)
-        result = predict_inference(
-            doc, model=model, hw=hw, num_gpus=args.tp,
-            estimate=lambda ops, c=chain: [(e.latency_s, e.engine) for e in c.estimate_many(ops)])
+        result = predict_inference(parse_inference_setup(doc), model=model, hw=hw,
+                                   num_gpus=args.tp, estimator=chain).to_dict()
         times.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
     return {"wall_s": float(np.median(times)), "cpu_s": float(np.median(cpu)), "result": result}

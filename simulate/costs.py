@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from analytical.layer_spec import Stream
 from simulate.engines import Estimate
 from simulate.graph import Block, Node
 from simulate.overlap import overlap_window
@@ -117,7 +118,7 @@ class OpEvent:
     """One operator on a track of a pass's timeline, seconds from the pass's start."""
 
     name: str
-    stream: str  # "compute" or the communication stream ("tp", "cp", "ep", "fsdp")
+    stream: Stream  # compute or the node's communication stream
     start_s: float
     end_s: float
 
@@ -137,7 +138,7 @@ def pass_timeline(nodes: Sequence[Node], est: Mapping[str, Estimate], *,
     for node in nodes:
         t = est[node.op.key].latency_s * node.count
         if node.stream == "compute":
-            events.append(OpEvent(name=node.name, stream="compute", start_s=cursor,
+            events.append(OpEvent(name=node.name, stream=Stream.COMPUTE, start_s=cursor,
                                   end_s=cursor + t))
             cursor += t
             continue

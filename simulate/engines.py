@@ -15,9 +15,10 @@ an operator with a categorical value its training rows never held (a collective 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -38,6 +39,13 @@ class Estimate:
     detail: str = ""
 
 
+class Estimator(Protocol):
+    """What prices operators: one `Estimate` per op, in order. `EngineChain` is the one the
+    simulator uses; tests pass closed-form ones."""
+
+    def estimate_many(self, ops: Sequence[OpSpec]) -> Sequence[Estimate]: ...
+
+
 def _tracking_store_exists(tracking_uri: str | None) -> bool:
     """False for a local SQLite tracking store that does not exist yet: it can hold no champion,
     and opening it would create it (and take MLflow seconds to migrate)."""
@@ -49,19 +57,64 @@ def _tracking_store_exists(tracking_uri: str | None) -> bool:
     return True
 
 
-def checked_store(store_path: str | Path | None, use_store: bool = True) -> dict[str, object]:
-    """`EngineChain` store arguments checked once, here, before work fans out to processes:
-    a named store that cannot be used raises `StoreError` now (not once per worker), and a
-    missing default store is said once and becomes ``use_store=False``."""
-    if not use_store:
-        return {"store_path": None, "use_store": False}
-    from profiler.store import open_for_reading
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineOptions(Mapping[str, Any]):
+    """Which engines a chain may ask, passed explicitly to whatever builds a chain (hashable, so
+    a search worker keys the chains it keeps on it). It reads as the `EngineChain` keyword
+    mapping too (``EngineChain(hw, **options)``, ``dict(options)``), so code written for that
+    mapping keeps working."""
 
-    store = open_for_reading(store_path)
-    if store is None:
-        return {"store_path": None, "use_store": False}
-    with store:
-        return {"store_path": str(store.path), "use_store": True}
+    use_store: bool = True
+    store_path: str | None = None  # None: $LLMSIM_DB or the home's default store
+    use_predictors: bool = True
+    tracking_uri: str | None = None  # MLflow store of the champions; None: the home's
+
+    @classmethod
+    def coerce(cls, value: EngineOptions | Mapping[str, Any] | None) -> EngineOptions:
+        """Options from themselves, None (every engine) or the `EngineChain` keyword mapping
+        older callers pass; an unknown key is a TypeError, as for a bad keyword."""
+        if isinstance(value, EngineOptions):
+            return value
+        kwargs = dict(value or {})
+        if kwargs.get("store_path") is not None:
+            kwargs["store_path"] = str(kwargs["store_path"])
+        return cls(**kwargs)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in _OPTION_KEYS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_OPTION_KEYS)
+
+    def __len__(self) -> int:
+        return len(_OPTION_KEYS)
+
+    def checked(self) -> EngineOptions:
+        """The store checked once, here, before work fans out to processes: a named store that
+        cannot be used raises `StoreError` now (not once per worker), and a missing default
+        store is said once and becomes ``use_store=False``."""
+        if not self.use_store:
+            return replace(self, store_path=None)
+        from profiler.store import open_for_reading
+
+        store = open_for_reading(self.store_path)
+        if store is None:
+            return replace(self, store_path=None, use_store=False)
+        with store:
+            return replace(self, store_path=str(store.path))
+
+
+_OPTION_KEYS = ("use_store", "store_path", "use_predictors", "tracking_uri")
+
+
+def checked_store(store_path: str | Path | None, use_store: bool = True) -> dict[str, object]:
+    """The store part of `EngineOptions.checked` as the keyword mapping older callers spread
+    into theirs (kept so they keep working; new code uses `EngineOptions`)."""
+    options = EngineOptions(store_path=None if store_path is None else str(store_path),
+                            use_store=use_store).checked()
+    return {"store_path": options.store_path, "use_store": options.use_store}
 
 
 class EngineChain:
@@ -71,6 +124,9 @@ class EngineChain:
                  use_store: bool = True, use_predictors: bool = True,
                  tracking_uri: str | None = None) -> None:
         self.hardware = hardware
+        self.options = EngineOptions(use_store=use_store, use_predictors=use_predictors,
+                                     store_path=None if store_path is None else str(store_path),
+                                     tracking_uri=tracking_uri)
         self._cache: dict[str, Estimate] = {}
         self._predictors: dict[str, object | None] = {}
         self._use_predictors = use_predictors
@@ -81,6 +137,11 @@ class EngineChain:
         self.available: dict[str, bool] = {"store": self._store is not None,
                                            "xgboost": False, "xgboost-transfer": False,
                                            "roofline": True}
+
+    @classmethod
+    def from_options(cls, hardware: HardwareSpec, options: EngineOptions) -> EngineChain:
+        return cls(hardware, store_path=options.store_path, use_store=options.use_store,
+                   use_predictors=options.use_predictors, tracking_uri=options.tracking_uri)
 
     @staticmethod
     def _open_store(store_path: str | Path | None) -> object | None:

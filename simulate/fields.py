@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from enum import StrEnum
+from typing import Any, TypeVar
 
 from analytical.errors import SpecError
 
-__all__ = ["check_keys", "float_field", "float_value", "int_field", "int_value",
-           "optional_float"]
+__all__ = ["check_keys", "choice_field", "choice_value", "float_field", "float_value",
+           "int_field", "int_value", "optional_float"]
+
+E = TypeVar("E", bound=StrEnum)
 
 MAX_INT = 2**53  # beyond this a count is a typo (and stops being exact as a float)
 
@@ -98,3 +101,19 @@ def optional_float(block: Mapping[str, Any], key: str, path: str, *,
         return None
     return float_field(block, key, path, source=source, minimum=minimum, maximum=maximum,
                        exclusive_min=exclusive_min)
+
+
+def choice_value(value: Any, field: str, enum: type[E], *, source: str | None = None) -> E:
+    """``value`` as a member of the closed choice ``enum``; an unknown value lists the known."""
+    try:
+        return enum(value) if isinstance(value, str) else enum(str(value))
+    except ValueError:
+        known = ", ".join(m.value for m in enum)
+        raise SpecError(field, f"unknown value {value!r}; known: {known}", source=source) from None
+
+
+def choice_field(block: Mapping[str, Any], key: str, path: str, enum: type[E], default: E, *,
+                 source: str | None = None) -> E:
+    """``block[key]`` (or ``default``) as a member of ``enum``."""
+    return choice_value(block.get(key, default), f"{path}.{key}" if path else key, enum,
+                        source=source)

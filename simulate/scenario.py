@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Training scenarios: a YAML/JSON file (or dict) parsed into frozen specs.
+"""Scenarios: a YAML/JSON file (or dict) parsed once into frozen specs.
 
-The ``training`` block becomes `TrainingSpec`, ``hardware`` a `ClusterSpec`; the model stays a
-reference (name or config.json path) resolved by `analytical.model.load_model`. Layout checks that
-need the model or the device live in `simulate.layout`; inference blocks in `simulate.inference`.
+The ``training`` block becomes `TrainingSpec`, ``hardware`` a `ClusterSpec`, ``inference`` (+
+``serving``) an `InferenceSetup` and ``colocate`` a tuple of `ColocatedTenant`
+(`simulate.inference.setup`); the model stays a reference (name or config.json path) resolved by
+`analytical.model.load_model`. Layout checks that need the model or the device live in
+`simulate.layout`; checks that need the hardware happen when predicting.
 """
 
 from __future__ import annotations
@@ -19,7 +21,13 @@ from analytical.errors import SpecError
 from analytical.inputs import check_path, check_work, parse_json, parse_yaml, read_text, show_path
 from analytical.memory import Framework
 from analytical.parallel import ParallelConfig, Recompute, Schedule
-from simulate.fields import check_keys, float_field, int_field, optional_float
+from simulate.fields import check_keys, choice_field, float_field, int_field, optional_float
+from simulate.inference.setup import (
+    ColocatedTenant,
+    InferenceSetup,
+    parse_colocation,
+    parse_inference_setup,
+)
 
 TOP_KEYS = {"name", "description", "model", "hardware", "training", "inference", "serving",
             "colocate"}
@@ -89,14 +97,15 @@ class TrainingSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Scenario:
-    """A parsed scenario; ``doc`` keeps the raw mapping for the inference path."""
+    """A parsed scenario: exactly one of ``training``, ``inference`` and ``colocate`` is set."""
 
     name: str
-    model: str  # catalog name or path to a config.json
+    model: str  # catalog name or path to a config.json ("" for colocate: each tenant names one)
     cluster: ClusterSpec
-    training: TrainingSpec | None
-    doc: Mapping[str, Any]
-    base_dir: Path | None = None
+    training: TrainingSpec | None = None
+    inference: InferenceSetup | None = None
+    colocate: tuple[ColocatedTenant, ...] = ()
+    base_dir: Path | None = None  # relative model and trace paths are resolved against it
 
 
 def _check_keys(block: Any, path: str, allowed: set[str], source: str | None) -> Mapping[str, Any]:
@@ -118,13 +127,7 @@ def _bool(block: Mapping[str, Any], key: str, path: str, source: str | None,
 
 def _choice(block: Mapping[str, Any], key: str, path: str, source: str | None, enum: Any,
             default: Any) -> Any:
-    value = block.get(key, default)
-    try:
-        return enum(str(value))
-    except ValueError:
-        known = ", ".join(m.value for m in enum)
-        raise SpecError(f"{path}.{key}", f"unknown value {value!r}; known: {known}",
-                        source=source) from None
+    return choice_field(block, key, path, enum, default, source=source)
 
 
 def parse_parallel(block: Any, source: str | None, path: str = "training.parallel"
@@ -254,7 +257,7 @@ def read_document(path: str | Path) -> dict[str, Any]:
 
 def parse_scenario(doc: Mapping[str, Any], *, source: str | None = None,
                    base_dir: Path | None = None) -> Scenario:
-    """Validate the top level and the ``training`` block of a scenario mapping."""
+    """Validate a scenario mapping and parse each of its blocks into its spec."""
     _check_keys(doc, "", TOP_KEYS, source)
     if "colocate" not in doc and "model" not in doc:
         raise SpecError("model", "missing (a catalog name or a path to a config.json)",
@@ -275,9 +278,17 @@ def parse_scenario(doc: Mapping[str, Any], *, source: str | None = None,
     model = str(doc.get("model", ""))
     if model and base_dir is not None and model.endswith(".json") and not Path(model).is_absolute():
         model = str(base_dir / model)
-    training = parse_training(doc["training"], source) if "training" in doc else None
+    try:  # the inference parsers do not take the file: its errors get it here
+        inference = parse_inference_setup(doc) if "inference" in doc else None
+        colocate = parse_colocation(doc["colocate"]) if "colocate" in doc else ()
+    except SpecError as exc:
+        if exc.source is not None or source is None:
+            raise
+        raise SpecError(exc.field, exc.reason, source=source) from None
     return Scenario(name=str(doc.get("name", Path(source).stem if source else "scenario")),
-                    model=model, cluster=cluster, training=training, doc=doc, base_dir=base_dir)
+                    model=model, cluster=cluster,
+                    training=parse_training(doc["training"], source) if "training" in doc else None,
+                    inference=inference, colocate=colocate, base_dir=base_dir)
 
 
 def load_scenario(scenario: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()

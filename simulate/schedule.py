@@ -16,6 +16,7 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from analytical.layer_spec import Stream
 from analytical.parallel import Schedule
 
 FWD, BWD = 0, 1
@@ -23,10 +24,10 @@ FWD, BWD = 0, 1
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TaskRecord:
-    """One executed task, for the trace: stage, stream ("compute"/"p2p"), label, times."""
+    """One executed task, for the trace: stage, stream, label, times."""
 
     stage: int
-    stream: str
+    stream: Stream
     name: str
     start_s: float
     end_s: float
@@ -156,7 +157,7 @@ class _PipelineRun:
         if self.record:
             label = (f"{'F' if direction == FWD else 'B'}{mb}"
                      + (f".c{chunk}" if self.vpp > 1 else ""))
-            self.records.append(TaskRecord(stage=stage, stream="compute", name=label,
+            self.records.append(TaskRecord(stage=stage, stream=Stream.COMPUTE, name=label,
                                            start_s=start, end_s=end))
         self._push(end, stage, 0)
 
@@ -176,6 +177,6 @@ class _PipelineRun:
         self.arrived[(direction, mb, target_v)] = start + p2p_s
         if self.record and p2p_s > 0:
             name = f"{'send_act' if direction == FWD else 'send_grad'}{mb}"
-            self.records.append(TaskRecord(stage=stage, stream="p2p", name=name,
+            self.records.append(TaskRecord(stage=stage, stream=Stream.P2P, name=name,
                                            start_s=start, end_s=start + p2p_s))
         self._push(start + p2p_s, target, 1)

@@ -11,10 +11,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from analytical.errors import SpecError
+from analytical.layer_spec import Stream
 from simulate.costs import OpEvent
 from simulate.schedule import TaskRecord
 
-STREAM_TIDS = {"compute": 0, "p2p": 1, "dp": 2, "ops": 3, "tp": 4, "cp": 5, "ep": 6, "fsdp": 7}
+STREAM_TIDS = {Stream.COMPUTE: 0, Stream.P2P: 1, Stream.DP: 2, Stream.OPS: 3, Stream.TP: 4,
+               Stream.CP: 5, Stream.EP: 6, Stream.FSDP: 7}
 
 
 def expand_ops(records: Sequence[TaskRecord],
@@ -28,7 +30,7 @@ def expand_ops(records: Sequence[TaskRecord],
     """
     out: list[TaskRecord] = []
     for r in records:
-        if r.stream != "compute" or r.name[:1] not in ("F", "B"):
+        if r.stream != Stream.COMPUTE or r.name[:1] not in ("F", "B"):
             continue
         mb, _, chunk = r.name[1:].partition(".c")
         if not mb.isdigit() or int(mb) >= microbatches:
@@ -38,7 +40,8 @@ def expand_ops(records: Sequence[TaskRecord],
         if span <= 0:
             continue
         scale = (r.end_s - r.start_s) / span
-        out += [TaskRecord(stage=r.stage, stream="ops" if e.stream == "compute" else e.stream,
+        out += [TaskRecord(stage=r.stage,
+                           stream=Stream.OPS if e.stream == Stream.COMPUTE else e.stream,
                            name=e.name, start_s=r.start_s + e.start_s * scale,
                            end_s=r.start_s + e.end_s * scale) for e in events]
     return out

@@ -14,7 +14,7 @@ from typing import Any
 
 from analytical.dtypes import DType
 from analytical.hardware import GIB, HardwareSpec, get_hardware
-from analytical.layer_spec import CpAlgorithm, LoraSpec, Precision, Sharding, ranks_per_node
+from analytical.layer_spec import CpAlgorithm, LoraSpec, Precision, Sharding, Stream, ranks_per_node
 from analytical.memory import TrainingMemory, framework_grad_bytes, training_memory
 from analytical.model import load_model
 from analytical.ops import CollectiveKind, CollectiveSpec, MemoryBoundSpec, MemoryOpKind
@@ -284,7 +284,7 @@ def _after_pipeline(model, hw: HardwareSpec, t: TrainingSpec, chain: EngineChain
                                        slowdown=slowdown, engine_s=engine_s[s])
         opt_s, gather_s = _optimizer_step(t, chain, sp, gpn=gpn, hide_s=fwd[s][0],
                                           engine_s=engine_s[s])
-        records.append(TaskRecord(stage=s, stream="compute", name="optimizer",
+        records.append(TaskRecord(stage=s, stream=Stream.COMPUTE, name="optimizer",
                                   start_s=sync_end, end_s=sync_end + opt_s))
         finish.append(sync_end + opt_s + gather_s)
         extra.append({"dp_exposed_s": sync_end - end + gather_s,
@@ -345,7 +345,7 @@ def _grad_sync(t: TrainingSpec, chain: EngineChain, sp, stage: int, *, start: fl
         done = share_link([(start + (r - start) * scale, e.latency_s, q)
                            for (r, q), e in zip(jobs, estimates, strict=True)])
         sync_end = max(compute_end, max(done))
-        records.append(TaskRecord(stage=stage, stream="dp", name=f"grad_{kind}",
+        records.append(TaskRecord(stage=stage, stream=Stream.DP, name=f"grad_{kind}",
                                   start_s=start, end_s=sync_end))
     return sync_end, records
 

@@ -108,11 +108,11 @@ def command(scenario: Path, top: int, objective: str, usd_per_gpu_hour: float | 
     by tokens/s, MFU or cost, frontier of tokens/s vs GPU count), or an inference scenario with a
     ``search`` block (frontier of tokens/s per GPU vs TPOT under its SLO, gain over the default).
     """
-    from simulate.engines import checked_store
+    from simulate.engines import EngineOptions
 
     doc = apply_overrides(read_document(scenario), overrides)  # input errors before the store
-    engines = {**checked_store(db_path, not no_store), "use_predictors": not no_predictors,
-               "tracking_uri": tracking_uri}
+    engines = EngineOptions(store_path=str(db_path) if db_path else None, use_store=not no_store,
+                            use_predictors=not no_predictors, tracking_uri=tracking_uri).checked()
     if "training" not in doc:
         _serving(scenario, overrides, executor, workers, engines, as_json, csv_file, plot_file,
                  top)

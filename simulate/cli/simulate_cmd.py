@@ -86,13 +86,15 @@ def command(scenario: Path, as_json: bool, trace_file: Path | None, plot_file: P
 
 def _print_vllm_bench(out: SimulationOutput) -> None:
     from analytical.errors import SpecError
+    from simulate.inference.result import InferenceMode
     from simulate.serving.bench_format import vllm_bench_result
 
-    serving = out.scenario.doc.get("serving")
-    if not isinstance(serving, dict) or out.data.get("mode") not in ("serving", None):
+    setup, result = out.scenario.inference, out.inference
+    serving = setup.serving if setup is not None else None
+    if result is not None and not result.fits:
+        raise SpecError("--format", f"does not fit: {result.reason}")
+    if serving is None or result is None or result.mode is not InferenceMode.SERVING:
         raise SpecError("--format", "vllm-bench needs a served inference scenario "
-                        "(a serving block with an arrival process)")
-    if not out.fits:
-        raise SpecError("--format", f"does not fit: {out.data.get('reason', '')}")
-    print_json(vllm_bench_result(out.data, model_id=out.scenario.model, arrival=serving["arrival"],
-                                 latencies=out.latencies))
+                        "(a serving block with an arrival process, one pool)")
+    print_json(vllm_bench_result(result.to_dict(), model_id=out.scenario.model,
+                                 arrival=serving.arrival, latencies=result.latencies))

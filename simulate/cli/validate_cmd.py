@@ -194,7 +194,7 @@ def _published_serving(max_prompts: int, sources: str | None, db_path: Path | No
                        as_json: bool) -> None:
     """Score the serving corpus with engine presets, then leave-one-source-out (the one
     calibrated value, a host step overhead per engine, fitted without the source scored)."""
-    from simulate.engines import checked_store
+    from simulate.engines import EngineOptions
     from simulate.validate.published_serving import score_serving_loso
     from simulate.validate.serving_corpus import MEASURES, load_corpus
 
@@ -202,9 +202,10 @@ def _published_serving(max_prompts: int, sources: str | None, db_path: Path | No
     if sources:
         wanted = {s.strip() for s in sources.split(",") if s.strip()}
         rows = [r for r in rows if r.source in wanted]
-    store = checked_store(db_path, not no_store)
-    report = score_serving_loso(rows, max_prompts=max_prompts, use_store=bool(store["use_store"]),
-                                store_path=store["store_path"],
+    store = EngineOptions(store_path=str(db_path) if db_path else None,
+                          use_store=not no_store).checked()
+    report = score_serving_loso(rows, max_prompts=max_prompts, use_store=store.use_store,
+                                store_path=store.store_path,
                                 use_predictors=not no_predictors, tracking_uri=tracking_uri)
     if as_json:
         print_json(report)

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Top-level inference prediction: one scenario's ``inference`` (+ ``serving``) blocks -> JSON.
+"""Top-level inference prediction: a parsed `InferenceSetup` -> `InferenceResult`.
 
 Handles the plain case (one instance, or `dp` replicas behind a load balancer), speculative
 decoding (a draft model on the same GPUs), disaggregated prefill/decode pools with KV transfer
@@ -8,9 +8,8 @@ over the network, and several models co-located on the same GPUs (``colocate``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -18,7 +17,15 @@ from analytical.comm import p2p_time
 from analytical.errors import SpecError
 from analytical.hardware import HardwareSpec
 from analytical.model import ModelSpec, load_model
+from simulate.engines import Estimator
 from simulate.inference.layer_ops import LoraSpec
+from simulate.inference.result import (
+    InferenceMode,
+    InferenceResult,
+    PoolReport,
+    SpeculativeReport,
+    TenantResult,
+)
 from simulate.inference.run import (
     InstancePlan,
     coverage,
@@ -30,8 +37,9 @@ from simulate.inference.run import (
     single_batch_serving,
     split_workload,
 )
-from simulate.inference.spec import InferenceSpec, ServingSpec, parse_inference, parse_serving
-from simulate.inference.step_cost import EstimateFn, MeteredCost
+from simulate.inference.setup import ColocatedTenant, InferenceSetup
+from simulate.inference.spec import InferenceSpec, ServingSpec
+from simulate.inference.step_cost import MeteredCost
 from simulate.serving.loop import Speculation, Tenant, run_tenants
 from simulate.serving.metrics import (
     Slo,
@@ -40,7 +48,6 @@ from simulate.serving.metrics import (
     summarize_latencies,
     summarize_tenants,
 )
-from simulate.serving.trace_formats import has_trace
 from simulate.serving.workload import Request, Workload, make_workload
 
 
@@ -49,7 +56,7 @@ def _lora(inf: InferenceSpec) -> LoraSpec | None:
 
 
 def _plan(model: ModelSpec, hw: HardwareSpec, inf: InferenceSpec, serving: ServingSpec,
-          estimate: EstimateFn, *, tp: int | None = None, memory_fraction: float = 1.0
+          estimator: Estimator, *, tp: int | None = None, memory_fraction: float = 1.0
           ) -> tuple[InstancePlan, Speculation | None, InstancePlan | None]:
     tp = tp or inf.tp
     lora = _lora(inf)
@@ -60,13 +67,13 @@ def _plan(model: ModelSpec, hw: HardwareSpec, inf: InferenceSpec, serving: Servi
         draft_model = load_model(inf.speculative.draft_model)
         draft_plan = plan_instance(draft_model, hw, tp=inf.speculative.draft_tp or tp, pp=1, ep=1,
                                    weight_dtype=inf.precision, kv_dtype=inf.kv_cache_dtype,
-                                   serving=serving, estimate=estimate,
+                                   serving=serving, estimator=estimator,
                                    memory_fraction=memory_fraction)
         extra = draft_plan.weight_bytes + draft_plan.activation_reserve_bytes
         speculation = Speculation(k=inf.speculative.k, acceptance=inf.speculative.acceptance,
                                   draft_cost=MeteredCost(draft_plan.tables))
     plan = plan_instance(model, hw, tp=tp, pp=inf.pp, ep=inf.ep, weight_dtype=inf.precision,
-                         kv_dtype=inf.kv_cache_dtype, serving=serving, estimate=estimate,
+                         kv_dtype=inf.kv_cache_dtype, serving=serving, estimator=estimator,
                          memory_fraction=memory_fraction, extra_weight_bytes=extra,
                          decode_q=inf.speculative.k + 1 if inf.speculative else 1, lora=lora,
                          lora_bytes=lora_weight_bytes(model, lora, inf.lora_adapters, tp))
@@ -79,27 +86,22 @@ def _check_gpus(num_gpus: int, used: int, what: str) -> None:
                         f"{num_gpus}")
 
 
-def _scalar(stats: Mapping[str, float]) -> float:
-    return stats["mean"]
-
-
-def predict_inference(doc: Mapping[str, Any], *, model: ModelSpec, hw: HardwareSpec,
-                      num_gpus: int, estimate: EstimateFn, base_dir: Path | None = None,
-                      record_steps: bool = False) -> dict[str, Any]:
-    """Predict the scenario's inference; returns the JSON-ready result."""
-    inf = parse_inference(doc["inference"], lengths_from_trace=has_trace(doc))
-    serving = parse_serving(doc["serving"]) if "serving" in doc else None
+def predict_inference(setup: InferenceSetup, *, model: ModelSpec, hw: HardwareSpec,
+                      num_gpus: int, estimator: Estimator, base_dir: Path | None = None,
+                      record_steps: bool = False) -> InferenceResult:
+    """Predict one model's inference: a single batch, a served stream or disaggregated pools.
+    ``record_steps`` keeps the executed steps and per-request latencies (trace, plots)."""
+    inf, serving = setup.inference, setup.serving
     if serving is not None:  # an engine preset fills what the scenario left unset
         serving = resolve_serving(serving, hw, tp=inf.tp, pp=inf.pp)
     if serving and serving.prefill_pool:
         return _disaggregated(inf, serving, model=model, hw=hw, num_gpus=num_gpus,
-                              estimate=estimate, base_dir=base_dir)
+                              estimator=estimator, base_dir=base_dir)
     _check_gpus(num_gpus, inf.gpus, "inference.parallel (tp*pp*dp)")
     single = serving is None
     serving = serving or single_batch_serving(inf)
-    plan, speculation, draft = _plan(model, hw, inf, serving, estimate)
-    arrival = serving.arrival
-    workload = make_workload(arrival, input_len=inf.input_len, output_len=inf.output_len,
+    plan, speculation, draft = _plan(model, hw, inf, serving, estimator)
+    workload = make_workload(serving.arrival, input_len=inf.input_len, output_len=inf.output_len,
                              prefix_hit=inf.prefix_hit_ratio, base_dir=base_dir)
     tenants, costs, steps = [], [], []
     for i, part in enumerate(split_workload(workload, inf.dp)):
@@ -109,46 +111,32 @@ def predict_inference(doc: Mapping[str, Any], *, model: ModelSpec, hw: HardwareS
         steps += run_tenants([tenant], record_steps=record_steps)
     if speculation:
         costs.append(speculation.draft_cost)  # type: ignore[arg-type]
-    metrics = summarize_tenants(tenants, Slo(ttft_s=serving.slo_ttft_s, tpot_s=serving.slo_tpot_s))
-    result: dict[str, Any] = {
-        "mode": "single_batch" if single else "serving",
-        "fits": True,
-        "memory": memory_report(plan, serving.block_size),
-        "engine_coverage": coverage(costs),
-        "step_model": {"decode_attention_fit_max_rel_error": plan.tables.fit_error},
-    }
-    if single:
-        result.update({
-            "ttft_s": _scalar(metrics["ttft_s"]),
-            "tpot_s": _scalar(metrics["tpot_s"]),
-            "e2e_latency_s": _scalar(metrics["e2e_latency_s"]),
-            "throughput_tokens_per_s": metrics["throughput_tokens_per_s"],
-            "requests_per_s": metrics["requests_per_s"],
-            "batch_size": inf.batch_size,
-        })
-    else:
-        result.update(metrics)
-        result["kv_utilisation_timeline"] = kv_timeline(tenants[0])
-    if speculation:
-        result["speculative"] = {"k": speculation.k, "acceptance": speculation.acceptance,
-                                 "expected_tokens_per_step": speculation.expected_tokens,
-                                 "draft_memory_gib": draft.weight_bytes / 2**30 if draft else 0}
-    if record_steps:  # private keys for --trace / --plot; the CLI drops them from the JSON
-        result["_steps"] = steps
-        result["_latencies"] = latency_arrays([s for t in tenants for s in t.sequences])
-    return result
+    report = None if speculation is None else SpeculativeReport(
+        k=speculation.k, acceptance=speculation.acceptance,
+        expected_tokens_per_step=speculation.expected_tokens,
+        draft_memory_gib=draft.weight_bytes / 2**30 if draft else 0)
+    return InferenceResult(
+        mode=InferenceMode.SINGLE_BATCH if single else InferenceMode.SERVING,
+        metrics=summarize_tenants(tenants, Slo(ttft_s=serving.slo_ttft_s,
+                                               tpot_s=serving.slo_tpot_s)),
+        memory=memory_report(plan, serving.block_size), engine_coverage=coverage(costs),
+        decode_fit_error=plan.tables.fit_error, batch_size=inf.batch_size,
+        kv_timeline=() if single else tuple(kv_timeline(tenants[0])), speculative=report,
+        step_records=tuple(steps),
+        latencies=latency_arrays([s for t in tenants for s in t.sequences]) if record_steps
+        else None)
 
 
 def _disaggregated(inf: InferenceSpec, serving: ServingSpec, *, model: ModelSpec,
-                   hw: HardwareSpec, num_gpus: int, estimate: EstimateFn,
-                   base_dir: Path | None) -> dict[str, Any]:
+                   hw: HardwareSpec, num_gpus: int, estimator: Estimator,
+                   base_dir: Path | None) -> InferenceResult:
     """Prefill pool -> KV transfer over the network -> decode pool (DistServe/Splitwise-style)."""
     pre, dec = serving.prefill_pool, serving.decode_pool
     assert pre is not None and dec is not None
     _check_gpus(num_gpus, pre.instances * pre.tp + dec.instances * dec.tp,
                 "serving.disaggregated (instances*tp of both pools)")
-    pre_plan, _, _ = _plan(model, hw, inf, serving, estimate, tp=pre.tp)
-    dec_plan, speculation, _ = _plan(model, hw, inf, serving, estimate, tp=dec.tp)
+    pre_plan, _, _ = _plan(model, hw, inf, serving, estimator, tp=pre.tp)
+    dec_plan, speculation, _ = _plan(model, hw, inf, serving, estimator, tp=dec.tp)
     workload = make_workload(serving.arrival, input_len=inf.input_len, output_len=inf.output_len,
                              prefix_hit=inf.prefix_hit_ratio, base_dir=base_dir)
     prefill_only = Workload(requests=tuple(
@@ -164,19 +152,17 @@ def _disaggregated(inf: InferenceSpec, serving: ServingSpec, *, model: ModelSpec
     finish = {s.req.id: s.finish_s for t in dec_tenants for s in t.sequences}
     arr = _end_to_end(workload, first_token, finish)
     metrics = summarize_latencies(arr, Slo(ttft_s=serving.slo_ttft_s, tpot_s=serving.slo_tpot_s))
-    metrics.update({
-        "mode": "disaggregated",
-        "fits": True,
-        "preemptions": sum(t.state.preemptions for t in pre_tenants + dec_tenants if t.state),
-        "memory": {"prefill": memory_report(pre_plan, serving.block_size),
-                   "decode": memory_report(dec_plan, serving.block_size)},
-        "kv_transfer_s": {"mean": float(np.mean(list(transfer.values()))) if transfer else 0.0,
-                          "max": float(max(transfer.values(), default=0.0))},
-        "pools": {"prefill": {"instances": pre.instances, "tp": pre.tp},
-                  "decode": {"instances": dec.instances, "tp": dec.tp}},
-        "engine_coverage": coverage(costs),
-    })
-    return metrics
+    metrics["preemptions"] = sum(t.state.preemptions for t in pre_tenants + dec_tenants
+                                 if t.state)
+    pools = {"prefill": PoolReport(instances=pre.instances, tp=pre.tp,
+                                   memory=memory_report(pre_plan, serving.block_size)),
+             "decode": PoolReport(instances=dec.instances, tp=dec.tp,
+                                  memory=memory_report(dec_plan, serving.block_size))}
+    return InferenceResult(
+        mode=InferenceMode.DISAGGREGATED, metrics=metrics, pools=pools,
+        kv_transfer_s={"mean": float(np.mean(list(transfer.values()))) if transfer else 0.0,
+                       "max": float(max(transfer.values(), default=0.0))},
+        engine_coverage=coverage(costs))
 
 
 def _run_pool(name: str, plan, workload: Workload, instances: int, serving: ServingSpec,
@@ -227,59 +213,32 @@ def _end_to_end(workload: Workload, first_token: dict[int, float],
             "input_len": np.array([r.input_len for r in reqs]), "output_len": outs}
 
 
-def predict_colocated(doc: Mapping[str, Any], *, hw: HardwareSpec, num_gpus: int,
-                      estimate: EstimateFn, base_dir: Path | None = None) -> dict[str, Any]:
+def predict_colocated(tenants: Sequence[ColocatedTenant], *, hw: HardwareSpec, num_gpus: int,
+                      estimator: Estimator, base_dir: Path | None = None) -> InferenceResult:
     """Several models on the same GPUs: each gets `memory_fraction` of the memory (like vLLM's
     gpu_memory_utilization per process) and the GPUs run their steps time-sliced, so each
     model's steps wait behind the others' (the compute interference)."""
-    entries = doc["colocate"]
-    if not isinstance(entries, list) or len(entries) < 2:
-        raise SpecError("colocate", "expected a list of at least two tenants")
-    total_fraction = 0.0
-    tenants: list[Tenant] = []
+    running: list[Tenant] = []
     costs: list[MeteredCost] = []
     plans: dict[str, InstancePlan] = {}
     slos: dict[str, Slo] = {}
-    for i, entry in enumerate(entries):
-        path = f"colocate[{i}]"
-        if not isinstance(entry, Mapping):
-            raise SpecError(path, "expected a mapping")
-        unknown = sorted(set(entry) - {"name", "model", "memory_fraction", "inference",
-                                       "serving"})
-        if unknown:
-            raise SpecError(f"{path}.{unknown[0]}", "unknown key; allowed: name, model, "
-                            "memory_fraction, inference, serving")
-        for key in ("name", "model", "inference", "serving"):
-            if key not in entry:
-                raise SpecError(f"{path}.{key}", "missing")
-        fraction = entry.get("memory_fraction", 1.0 / len(entries))
-        if not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
-            raise SpecError(f"{path}.memory_fraction", f"must be in (0, 1], got {fraction!r}")
-        total_fraction += fraction
-        inf = parse_inference(entry["inference"], f"{path}.inference",
-                              lengths_from_trace=has_trace(entry))
-        serving = parse_serving(entry["serving"], f"{path}.serving")
-        serving = resolve_serving(serving, hw, tp=inf.tp, pp=inf.pp)
-        _check_gpus(num_gpus, inf.tp * inf.pp, f"{path}.inference.parallel (tp*pp)")
-        model = load_model(str(entry["model"]))
-        plan, speculation, _ = _plan(model, hw, inf, serving, estimate,
-                                     memory_fraction=float(fraction))
+    for i, spec in enumerate(tenants):
+        inf = spec.inference
+        serving = resolve_serving(spec.serving, hw, tp=inf.tp, pp=inf.pp)
+        _check_gpus(num_gpus, inf.tp * inf.pp, f"colocate[{i}].inference.parallel (tp*pp)")
+        plan, speculation, _ = _plan(load_model(spec.model), hw, inf, serving, estimator,
+                                     memory_fraction=spec.memory_fraction)
         workload = make_workload(serving.arrival, input_len=inf.input_len,
                                  output_len=inf.output_len, prefix_hit=inf.prefix_hit_ratio,
                                  base_dir=base_dir)
-        name = str(entry["name"])
-        tenant, cost = make_tenant(name, plan, workload, serving, hw, speculation)
-        tenants.append(tenant)
+        tenant, cost = make_tenant(spec.name, plan, workload, serving, hw, speculation)
+        running.append(tenant)
         costs.append(cost)
-        plans[name] = plan
-        slos[name] = Slo(ttft_s=serving.slo_ttft_s, tpot_s=serving.slo_tpot_s)
-    if total_fraction > 1.0 + 1e-9:
-        raise SpecError("colocate", f"memory fractions sum to {total_fraction:.2f} > 1")
-    run_tenants(tenants)
-    per_tenant = {}
-    for tenant in tenants:
-        metrics = summarize_tenants([tenant], slos[tenant.name])
-        metrics["memory"] = memory_report(plans[tenant.name], tenant.config.block_size)
-        per_tenant[tenant.name] = metrics
-    return {"mode": "colocated", "fits": True, "tenants": per_tenant,
-            "engine_coverage": coverage(costs)}
+        plans[spec.name] = plan
+        slos[spec.name] = Slo(ttft_s=serving.slo_ttft_s, tpot_s=serving.slo_tpot_s)
+    run_tenants(running)
+    results = {t.name: TenantResult(metrics=summarize_tenants([t], slos[t.name]),
+                                    memory=memory_report(plans[t.name], t.config.block_size))
+               for t in running}
+    return InferenceResult(mode=InferenceMode.COLOCATED, tenants=results,
+                           engine_coverage=coverage(costs))

@@ -10,7 +10,7 @@ gets a verdict with the numbers and no latency.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,6 +21,7 @@ from analytical.hardware import GIB, HardwareSpec
 from analytical.layer_spec import lora_params_per_layer
 from analytical.model import ModelSpec
 from simulate.costs import add_engine_time
+from simulate.engines import Estimator
 from simulate.inference.layer_ops import (
     LoraSpec,
     Sharding,
@@ -29,7 +30,9 @@ from simulate.inference.layer_ops import (
     inference_sharding,
 )
 from simulate.inference.spec import InferenceSpec, ServingSpec
-from simulate.inference.step_cost import EstimateFn, MeteredCost, StepCostTables, build_tables
+from simulate.inference.step_cost import MeteredCost, StepCostTables, build_tables
+from simulate.serving.arrival import ArrivalProcess, ArrivalSpec, max_length
+from simulate.serving.choices import Preemption, Scheduler
 from simulate.serving.engine_presets import EnginePreset, MemoryRule, engine_preset, kv_cache_bytes
 from simulate.serving.loop import Speculation, Tenant
 from simulate.serving.schedulers import SchedulerConfig
@@ -97,7 +100,7 @@ def resolve_serving(serving: ServingSpec, hw: HardwareSpec, *, tp: int, pp: int)
 
 def plan_instance(model: ModelSpec, hw: HardwareSpec, *, tp: int, pp: int, ep: int,
                   weight_dtype: DType, kv_dtype: DType, serving: ServingSpec,
-                  estimate: EstimateFn, memory_fraction: float = 1.0, extra_weight_bytes: float = 0.0,
+                  estimator: Estimator, memory_fraction: float = 1.0, extra_weight_bytes: float = 0.0,
                   decode_q: int = 1, lora: LoraSpec | None = None,
                   lora_bytes: float = 0.0) -> InstancePlan:
     """Lay one instance out, check it fits, and build its step-cost tables."""
@@ -123,7 +126,7 @@ def plan_instance(model: ModelSpec, hw: HardwareSpec, *, tp: int, pp: int, ep: i
                      "usable_gib": usable / GIB, "kv_free_gib": free / GIB})
     blocks = int(free // (kv_per_token * serving.block_size))
     tables = build_tables(model, hw, shard, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                          estimate=estimate,
+                          estimator=estimator,
                           max_tokens=max(serving.max_batched_tokens, serving.max_num_seqs * decode_q),
                           decode_q=decode_q, lora=lora)
     return InstancePlan(model=model, shard=shard, tables=tables, weight_bytes=weights,
@@ -145,18 +148,13 @@ def memory_report(plan: InstancePlan, block_size: int) -> dict[str, float]:
 
 def single_batch_serving(inf: InferenceSpec) -> ServingSpec:
     """A single batch as a serving run: `batch_size` requests at t=0, static batching."""
-    tokens = inf.batch_size * _max_len(inf.input_len)
-    return ServingSpec(scheduler="static",
-                       arrival={"process": "burst", "num_requests": inf.batch_size, "seed": 0},
+    tokens = inf.batch_size * max_length(inf.input_len) if inf.input_len is not None else 0
+    return ServingSpec(scheduler=Scheduler.STATIC,
+                       arrival=ArrivalSpec(process=ArrivalProcess.BURST,
+                                           num_requests=inf.batch_size),
                        max_num_seqs=inf.batch_size, max_batched_tokens=max(tokens, 1),
-                       block_size=16, preemption="recompute", step_overhead_s=0.0,
+                       block_size=16, preemption=Preemption.RECOMPUTE, step_overhead_s=0.0,
                        gpu_memory_utilization=0.9)
-
-
-def _max_len(spec: Any) -> int:
-    if isinstance(spec, Mapping):
-        return int(spec.get("max", spec.get("mean", 1)))
-    return int(spec)
 
 
 def split_workload(workload: Workload, parts: int) -> list[Workload]:

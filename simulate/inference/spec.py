@@ -8,13 +8,14 @@ and hardware lookups themselves happen in `simulate.inference.run`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from analytical.dtypes import DType, parse_dtype
 from analytical.errors import SpecError
-from simulate.fields import check_keys, float_field, int_field, optional_float
-from simulate.serving.schedulers import SCHEDULERS
+from simulate.fields import check_keys, choice_field, float_field, int_field, optional_float
+from simulate.serving.arrival import ArrivalSpec, Length, parse_arrival, parse_length
+from simulate.serving.choices import Preemption, Scheduler, ServingEngine
 
 PRECISIONS = (DType.BF16, DType.FP16, DType.FP8, DType.FP4, DType.INT8, DType.INT4)
 
@@ -55,8 +56,8 @@ class InferenceSpec:
     precision: DType
     kv_cache_dtype: DType
     batch_size: int
-    input_len: Any  # int or a length distribution mapping (serving)
-    output_len: Any
+    input_len: Length | None  # a fixed length or a distribution; None: the serving trace's
+    output_len: Length | None
     speculative: SpeculativeSpec | None = None
     prefix_hit_ratio: float = 0.0
     lora_rank: int = 0
@@ -66,32 +67,6 @@ class InferenceSpec:
     @property
     def gpus(self) -> int:
         return self.tp * self.pp * self.dp
-
-
-MAX_TOKENS = 10_000_000  # a prompt or generation length beyond any model's context
-
-
-def _length(block: Mapping[str, Any], key: str, path: str) -> Any:
-    """A fixed length, or a ``{dist: uniform|lognormal, ...}`` mapping checked field by field."""
-    value = block.get(key)
-    if not isinstance(value, Mapping):
-        return int_field(block, key, path, maximum=MAX_TOKENS)
-    where = f"{path}.{key}"
-    dist = value.get("dist", "uniform")
-    if dist == "uniform":
-        d = check_keys(value, where, {"dist", "min", "max"})
-        lo = int_field(d, "min", where, default=1, maximum=MAX_TOKENS)
-        hi = int_field(d, "max", where, default=1, maximum=MAX_TOKENS)
-        if lo > hi:
-            raise SpecError(where, f"need min <= max, got min={lo}, max={hi}")
-        return {"dist": "uniform", "min": lo, "max": hi}
-    if dist == "lognormal":
-        d = check_keys(value, where, {"dist", "mean", "sigma", "max"}, {"mean"})
-        mean = float_field(d, "mean", where, minimum=1.0, maximum=MAX_TOKENS)
-        sigma = float_field(d, "sigma", where, default=0.5, maximum=10.0)
-        cap = int_field(d, "max", where, default=max(1, int(10 * mean)), maximum=MAX_TOKENS)
-        return {"dist": "lognormal", "mean": mean, "sigma": sigma, "max": cap}
-    raise SpecError(f"{where}.dist", f"unknown {dist!r}; known: uniform, lognormal")
 
 
 def parse_inference(block: Any, path: str = "inference", *,
@@ -135,10 +110,10 @@ def parse_inference(block: Any, path: str = "inference", *,
         dp=pos_int(par, "dp", f"{path}.parallel", 1), ep=pos_int(par, "ep", f"{path}.parallel", 1),
         precision=precision, kv_cache_dtype=kv,
         batch_size=pos_int(b, "batch_size", path, 1),
-        input_len=_length(b, "input_len", path) if "input_len" in b or not lengths_from_trace
-        else None,
-        output_len=_length(b, "output_len", path) if "output_len" in b or not lengths_from_trace
-        else None,
+        input_len=parse_length(b.get("input_len"), f"{path}.input_len")
+        if "input_len" in b or not lengths_from_trace else None,
+        output_len=parse_length(b.get("output_len"), f"{path}.output_len")
+        if "output_len" in b or not lengths_from_trace else None,
         speculative=spec, prefix_hit_ratio=hit, lora_rank=lora_rank, lora_targets=targets,
         lora_adapters=adapters,
     )
@@ -152,20 +127,19 @@ class PoolSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServingSpec:
-    scheduler: str
-    arrival: Mapping[str, Any]
+    scheduler: Scheduler
+    arrival: ArrivalSpec
     max_num_seqs: int
     max_batched_tokens: int
     block_size: int
-    preemption: str
+    preemption: Preemption
     step_overhead_s: float
     gpu_memory_utilization: float
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
     prefill_pool: PoolSpec | None = None
     decode_pool: PoolSpec | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-    engine: str = ""  # vllm | sglang | trtllm: that engine's defaults (simulate.serving.engine_presets)
+    engine: ServingEngine | None = None  # its defaults fill unset fields (serving.engine_presets)
     engine_version: str = ""
     explicit: frozenset[str] = frozenset()  # keys the scenario set (they override an engine preset)
 
@@ -175,13 +149,8 @@ def parse_serving(block: Any, path: str = "serving") -> ServingSpec:
                                  "chunk_size", "block_size", "preemption", "step_overhead_ms",
                                  "gpu_memory_utilization", "slo", "disaggregated", "engine",
                                  "engine_version"}, {"arrival"})
-    scheduler = b.get("scheduler", "continuous")
-    if scheduler not in SCHEDULERS:
-        raise SpecError(f"{path}.scheduler",
-                        f"unknown {scheduler!r}; known: {', '.join(SCHEDULERS)}")
-    arrival = check_keys(b["arrival"], f"{path}.arrival",
-                         {"process", "qps", "cv", "num_requests", "seed", "concurrency", "trace",
-                          "warmup_requests"})
+    scheduler = choice_field(b, "scheduler", path, Scheduler, Scheduler.CONTINUOUS)
+    arrival = parse_arrival(b["arrival"], f"{path}.arrival")
     overhead = float_field(b, "step_overhead_ms", path, default=0.0, maximum=3.6e6)
     budget_key = "chunk_size" if "chunk_size" in b else "max_batched_tokens"
     slo = check_keys(b.get("slo", {}), f"{path}.slo", {"ttft_s", "tpot_s"})
@@ -195,23 +164,19 @@ def parse_serving(block: Any, path: str = "serving") -> ServingSpec:
             pools[role] = PoolSpec(instances=pos_int(p, "instances", f"{path}.disaggregated.{role}"),
                                    tp=pos_int(p, "tp", f"{path}.disaggregated.{role}"))
     return ServingSpec(
-        scheduler=scheduler, arrival=dict(arrival),
+        scheduler=scheduler, arrival=arrival,
         max_num_seqs=pos_int(b, "max_num_seqs", path, 256),
-        max_batched_tokens=pos_int(b, budget_key, path, 2048 if scheduler == "chunked_prefill"
-                                   else 8192),
+        max_batched_tokens=pos_int(b, budget_key, path,
+                                   2048 if scheduler is Scheduler.CHUNKED_PREFILL else 8192),
         block_size=pos_int(b, "block_size", path, 16),
-        preemption=_preemption(b.get("preemption", "recompute"), path),
+        preemption=choice_field(b, "preemption", path, Preemption, Preemption.RECOMPUTE),
         step_overhead_s=float(overhead) / 1e3,
         gpu_memory_utilization=fraction(b, "gpu_memory_utilization", path, 0.9, allow_zero=False),
         slo_ttft_s=optional_float(slo, "ttft_s", f"{path}.slo", exclusive_min=True),
         slo_tpot_s=optional_float(slo, "tpot_s", f"{path}.slo", exclusive_min=True),
         prefill_pool=pools.get("prefill"), decode_pool=pools.get("decode"),
-        engine=str(b.get("engine", "")), engine_version=str(b.get("engine_version", "")),
+        engine=choice_field(b, "engine", path, ServingEngine, ServingEngine.VLLM)
+        if "engine" in b else None, engine_version=str(b.get("engine_version", "")),
         explicit=frozenset(b),
     )
 
-
-def _preemption(value: Any, path: str) -> str:
-    if value not in ("recompute", "swap"):
-        raise SpecError(f"{path}.preemption", f"unknown {value!r}; known: recompute, swap")
-    return str(value)

@@ -13,7 +13,7 @@ the KV cache); the fit's worst relative error on its grid is kept in `fit_error`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +25,7 @@ from analytical.layer_spec import LayerPhase, TokenBatch
 from analytical.model import ModelSpec
 from analytical.ops import OpSpec
 from simulate.costs import add_engine_time
+from simulate.engines import Estimator
 from simulate.inference.layer_ops import (
     LoraSpec,
     Sharding,
@@ -33,9 +34,6 @@ from simulate.inference.layer_ops import (
     step_ops,
 )
 from simulate.serving.state import StepShape
-
-# Batched engine-chain call: seconds and the name of the engine that answered, per op.
-EstimateFn = Callable[[Sequence[OpSpec]], Sequence[tuple[float, str]]]
 
 _DECODE_BATCHES = (1, 4, 16, 64, 256)
 _DECODE_CONTEXTS = (128, 512, 2048, 8192, 32768)
@@ -66,9 +64,9 @@ class DenseCost:
     seconds each engine answered."""
 
     def __init__(self, model: ModelSpec, shard: Sharding, weight_dtype: DType,
-                 estimate: EstimateFn, lora: LoraSpec | None) -> None:
+                 estimator: Estimator, lora: LoraSpec | None) -> None:
         self._args = (model, shard, weight_dtype, lora)
-        self._estimate = estimate
+        self._estimator = estimator
         self._memo: dict[tuple[str, int], tuple[float, dict[str, float]]] = {}
 
     def _ops(self, part: str, tokens: int) -> list[tuple[OpSpec, float]]:
@@ -81,10 +79,10 @@ class DenseCost:
         """Evaluate many token counts in one batched engine call."""
         todo = [c for c in dict.fromkeys(counts) if c > 0 and (part, c) not in self._memo]
         ops = [(c, op, n) for c in todo for op, n in self._ops(part, c)]
-        answers = self._estimate([op for _, op, _ in ops])
+        answers = self._estimator.estimate_many([op for _, op, _ in ops])
         acc: dict[int, dict[str, float]] = {c: {} for c in todo}
-        for (c, _, n), (sec, engine) in zip(ops, answers, strict=True):
-            add_engine_time(acc[c], {engine: sec}, n)
+        for (c, _, n), est in zip(ops, answers, strict=True):
+            add_engine_time(acc[c], {est.engine: est.latency_s}, n)
         for c, engines in acc.items():
             self._memo[(part, c)] = (sum(engines.values()), engines)
 
@@ -163,18 +161,18 @@ class MeteredCost:
 
 
 def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_dtype: DType,
-                 kv_dtype: DType, estimate: EstimateFn, max_tokens: int = 8192, decode_q: int = 1,
+                 kv_dtype: DType, estimator: Estimator, max_tokens: int = 8192, decode_q: int = 1,
                  lora: LoraSpec | None = None) -> StepCostTables:
     """Build the step-cost model, asking the engine chain in a few batched calls.
 
-    `estimate(ops)` returns (seconds, engine) per op (the engine chain's batched entry point);
+    `estimator.estimate_many(ops)` prices each op and names its engine (batched, as the chain);
     the dense part is prewarmed on a grid of token counts and filled exactly on demand. Layers per
     pipeline stage are `model.layers / pp` but a request crosses all stages, so a step's latency
     sums them all (no micro-batch pipelining inside one step, as in vLLM's PP without virtual
     engines).
     """
     grid = token_grid(max_tokens)
-    dense = DenseCost(model, shard, weight_dtype, estimate, lora)
+    dense = DenseCost(model, shard, weight_dtype, estimator, lora)
     dense.prewarm("dense", grid)
     dense.prewarm("lm", grid)
     ops: list[OpSpec] = []
@@ -191,14 +189,14 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
                                                            kv_len=ctx + decode_q),
                                   LayerPhase.DECODE, attn_dtype))
         plan.append(("decode", i, float(model.layers)))
-    answers = estimate(ops)
+    answers = estimator.estimate_many(ops)
     share: dict[str, dict[str, float]] = {}
     prefill = np.zeros(len(prefill_grid))
     decode = np.zeros(len(decode_points))
     tables = {"prefill": prefill, "decode": decode}
-    for (table, i, mult), (sec, engine) in zip(plan, answers, strict=True):
-        tables[table][i] += mult * sec
-        add_engine_time(share.setdefault(table, {}), {engine: sec}, mult)
+    for (table, i, mult), est in zip(plan, answers, strict=True):
+        tables[table][i] += mult * est.latency_s
+        add_engine_time(share.setdefault(table, {}), {est.engine: est.latency_s}, mult)
     for comp in share.values():
         total = sum(comp.values()) or 1.0
         for engine in comp:

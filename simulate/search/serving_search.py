@@ -23,11 +23,13 @@ from typing import Any
 
 from analytical.errors import InfeasibleError, SpecError
 from analytical.model import load_model
+from simulate.engines import EngineOptions
 from simulate.scenario import apply_overrides, read_document
 from simulate.search.executors import DEFAULT_EXECUTOR, chunked, default_workers, get_executor
 from simulate.search.pareto import pareto_front
 from simulate.search.space import parse_serving_space
 from simulate.search.training_search import worker_chain
+from simulate.search.worker_cache import new_run_id
 
 __all__ = ["ServingSearchResult", "search_serving", "evaluate_serving", "SERVING_AXES"]
 
@@ -126,18 +128,15 @@ def _summary(cfg: Mapping[str, Any], result: Mapping[str, Any], num_gpus: int,
 def evaluate_serving(task: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Simulate each (config, doc) of one chunk; infeasible configs come back with fits False."""
     from simulate.inference.predict import predict_inference
+    from simulate.inference.setup import parse_inference_setup
 
-    chain = worker_chain(task["gpu"], task["engines"])
+    chain = worker_chain(task["gpu"], task["engines"], run=task["run"])
     model = load_model(task["model"])
-
-    def estimate(ops):
-        return [(e.latency_s, e.engine) for e in chain.estimate_many(ops)]
-
     out = []
     for cfg, doc in task["items"]:
         try:
-            res = predict_inference(doc, model=model, hw=chain.hardware,
-                                    num_gpus=task["num_gpus"], estimate=estimate)
+            res = predict_inference(parse_inference_setup(doc), model=model, hw=chain.hardware,
+                                    num_gpus=task["num_gpus"], estimator=chain).to_dict()
         except (InfeasibleError, SpecError) as exc:
             out.append({"config": dict(cfg), "fits": False, "reason": str(exc),
                         "meets_slo": False})
@@ -148,7 +147,8 @@ def evaluate_serving(task: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def search_serving(scenario: str | Path | Mapping[str, Any], *, overrides: Sequence[str] = (),
                    executor: str = DEFAULT_EXECUTOR, workers: int | None = None,
-                   engines: Mapping[str, Any] | None = None) -> ServingSearchResult:
+                   engines: EngineOptions | Mapping[str, Any] | None = None
+                   ) -> ServingSearchResult:
     """Search the ``search`` block of a serving scenario (see module doc)."""
     start = time.perf_counter()
     source = None
@@ -162,12 +162,14 @@ def search_serving(scenario: str | Path | Mapping[str, Any], *, overrides: Seque
             raise SpecError(key, "a serving search needs it", source=source)
     space, num_gpus = parse_serving_space(doc, SERVING_AXES, source=source)
     slo = dict(doc.get("serving", {}).get("slo", {}))
-    engines = dict(engines or {"use_store": True, "use_predictors": True})
+    engines = EngineOptions.coerce(engines)
+    run_id = new_run_id()
     workers = workers or default_workers()
     base = {k: v for k, v in doc.items() if k != "search"}
     items = [({"default": True}, base)] + _candidate_docs(doc, space, num_gpus)
     tasks = [{"gpu": str(doc["hardware"]["gpu"]), "model": str(doc["model"]),
-              "num_gpus": num_gpus, "engines": engines, "slo": slo, "items": chunk}
+              "num_gpus": num_gpus, "engines": engines, "run": run_id, "slo": slo,
+              "items": chunk}
              for chunk in chunked(items, workers, per_worker=2)]
     rows = [r for chunk in get_executor(executor)(evaluate_serving, tasks, workers)
             for r in chunk]

@@ -24,7 +24,7 @@ from analytical.dtypes import DType
 from analytical.errors import SpecError, UnknownNameError
 from analytical.hardware import get_hardware
 from analytical.model import load_model
-from simulate.engines import EngineChain
+from simulate.engines import EngineChain, EngineOptions
 from simulate.scenario import ClusterSpec, Scenario, apply_overrides, parse_training, read_document
 from simulate.search.answers import auto_space, baseline_scenario, frontiers
 from simulate.search.evaluator import GIB, LayoutEvaluator
@@ -32,6 +32,7 @@ from simulate.search.executors import DEFAULT_EXECUTOR, chunked, default_workers
 from simulate.search.pareto import pareto_front
 from simulate.search.prune import optimistic, pruned_search
 from simulate.search.space import candidate_blocks, check_block, expand_space
+from simulate.search.worker_cache import RunScopedCache, new_run_id
 
 __all__ = ["TrainingSearchResult", "search_training", "evaluate_blocks", "worker_chain",
            "OBJECTIVES"]
@@ -44,8 +45,7 @@ OBJECTIVES: dict[str, tuple[str, str]] = {
     "mfu": ("mfu", "max"),
     "cost": ("usd_per_million_tokens", "min"),
 }
-_CHAINS: dict[tuple[Any, ...], EngineChain] = {}  # one chain per worker process and engine set
-_EVALUATORS: dict[tuple[Any, ...], LayoutEvaluator] = {}
+_WORKER = RunScopedCache()  # this process's chains and evaluators for the current run's tasks
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,33 +100,33 @@ def _gpu_counts(hw_block: Mapping[str, Any], source: str | None) -> list[int]:
     return sorted(set(values))
 
 
-def worker_chain(gpu: str, engines: Mapping[str, Any]) -> EngineChain:
-    """This process's engine chain for ``gpu`` (created once, then reused: its cache persists)."""
-    key = (gpu, *sorted(engines.items()))
-    if key not in _CHAINS:
-        _CHAINS[key] = EngineChain(get_hardware(gpu), **engines)
-    return _CHAINS[key]
+def worker_chain(gpu: str, engines: EngineOptions, *, run: str) -> EngineChain:
+    """This process's engine chain for ``gpu`` in search ``run`` (created once, then reused
+    by the run's later tasks: its cache persists)."""
+    return _WORKER.get(run, ("chain", gpu, engines),
+                       lambda: EngineChain.from_options(get_hardware(gpu), engines))
 
 
-def worker_evaluator(model: str, gpu: str, gpus_per_node: int | None,
-                     engines: Mapping[str, Any]) -> LayoutEvaluator:
-    """This process's evaluator (its caches persist across the tasks the process runs)."""
-    key = (model, gpu, gpus_per_node, *sorted(engines.items()))
-    if key not in _EVALUATORS:
-        chain = worker_chain(gpu, engines)
-        _EVALUATORS[key] = LayoutEvaluator(load_model(model), chain.hardware, chain,
-                                           gpus_per_node)
-    return _EVALUATORS[key]
+def worker_evaluator(model: str, gpu: str, gpus_per_node: int | None, engines: EngineOptions,
+                     *, run: str) -> LayoutEvaluator:
+    """This process's evaluator in search ``run`` (its caches persist across the run's tasks)."""
+
+    def make() -> LayoutEvaluator:
+        chain = worker_chain(gpu, engines, run=run)
+        return LayoutEvaluator(load_model(model), chain.hardware, chain, gpus_per_node)
+
+    return _WORKER.get(run, ("evaluator", model, gpu, gpus_per_node, engines), make)
 
 
 def evaluate_blocks(task: Mapping[str, Any]) -> list[dict[str, Any] | None]:
     """Time each training block of ``task`` (one chunk); None where the layout does not fit.
 
     ``task`` holds plain data only (so any executor can ship it): name, model, gpu, num_gpus,
-    gpus_per_node, engines (EngineChain keyword arguments), usd_per_gpu_hour and blocks
+    gpus_per_node, engines (`EngineOptions`), run (the search's id), usd_per_gpu_hour and blocks
     ((enumeration index, training block, its memory in bytes or None) triples).
     """
-    ev = worker_evaluator(task["model"], task["gpu"], task["gpus_per_node"], task["engines"])
+    ev = worker_evaluator(task["model"], task["gpu"], task["gpus_per_node"], task["engines"],
+                          run=task["run"])
     cluster = ClusterSpec(gpu=task["gpu"], num_gpus=task["num_gpus"],
                           gpus_per_node=task["gpus_per_node"])
     n, price = task["num_gpus"], task["usd_per_gpu_hour"]
@@ -134,7 +134,7 @@ def evaluate_blocks(task: Mapping[str, Any]) -> list[dict[str, Any] | None]:
     out: list[dict[str, Any] | None] = []
     for _, block, mem in task["blocks"]:
         scenario = Scenario(name=task["name"], model=task["model"], cluster=cluster,
-                            training=parse_training(block), doc={"training": block})
+                            training=parse_training(block))
         metrics = ev.evaluate(scenario, memory_bytes=mem)
         if metrics is None:
             out.append(None)
@@ -150,7 +150,8 @@ def evaluate_blocks(task: Mapping[str, Any]) -> list[dict[str, Any] | None]:
 
 def bound_blocks(task: Mapping[str, Any]) -> list[dict[str, float]]:
     """The best objective values each block of ``task`` could reach (see `prune`)."""
-    ev = worker_evaluator(task["model"], task["gpu"], task["gpus_per_node"], task["engines"])
+    ev = worker_evaluator(task["model"], task["gpu"], task["gpus_per_node"], task["engines"],
+                          run=task["run"])
     cluster = ClusterSpec(gpu=task["gpu"], num_gpus=task["num_gpus"],
                           gpus_per_node=task["gpus_per_node"])
     peak = ev.hw.peak_flops(DType.BF16)
@@ -162,8 +163,8 @@ def bound_blocks(task: Mapping[str, Any]) -> list[dict[str, float]]:
     return out
 
 
-def evaluate_baseline(doc: Mapping[str, Any], model_ref: str, engines: Mapping[str, Any],
-                      usd: float | None, source: str | None) -> dict[str, Any]:
+def evaluate_baseline(doc: Mapping[str, Any], model_ref: str, engines: EngineOptions,
+                      usd: float | None, source: str | None, *, run: str) -> dict[str, Any]:
     """The scenario's own layout, timed like every candidate (``fits`` False if it does not
     fit); its checks are `simulate`'s, so a layout `simulate` refuses is refused here."""
     hw_block = doc["hardware"]
@@ -173,7 +174,7 @@ def evaluate_baseline(doc: Mapping[str, Any], model_ref: str, engines: Mapping[s
     check_block(doc["training"], model=model, hw=get_hardware(gpu), cluster=cluster,
                 source=source)
     task = {"name": "baseline", "model": model_ref, "gpu": gpu, "num_gpus": n,
-            "gpus_per_node": cluster.gpus_per_node, "engines": dict(engines),
+            "gpus_per_node": cluster.gpus_per_node, "engines": engines, "run": run,
             "usd_per_gpu_hour": usd, "blocks": [(0, doc["training"], None)]}
     row = evaluate_blocks(task)[0]
     return {"fits": False, "gpu": gpu, "num_gpus": n, "layout": dict(doc["training"])} \
@@ -247,8 +248,8 @@ class _Plan:
     valid: int = 0
 
 
-def _enumerate(doc, model, model_ref: str, name: str, engines, usd: float | None,
-               source: str | None) -> _Plan:
+def _enumerate(doc, model, model_ref: str, name: str, engines: EngineOptions, usd: float | None,
+               source: str | None, run: str) -> _Plan:
     """Every (GPU, GPU count, outer value, layout) that is valid and fits in memory."""
     hw_block = doc["hardware"]
     gpn = hw_block.get("gpus_per_node")
@@ -278,7 +279,7 @@ def _enumerate(doc, model, model_ref: str, name: str, engines, usd: float | None
                         blocks.append((index, block, mem))
                         index += 1
             plan.tasks.append({"name": name, "model": model_ref, "gpu": gpu, "num_gpus": n,
-                               "gpus_per_node": gpn, "engines": engines,
+                               "gpus_per_node": gpn, "engines": engines, "run": run,
                                "usd_per_gpu_hour": usd, "blocks": blocks})
     return plan
 
@@ -305,12 +306,13 @@ def _collect(results: Sequence[list[dict[str, Any] | None]], tasks) -> list[dict
 def search_training(scenario: str | Path | Mapping[str, Any], *, overrides: Sequence[str] = (),
                     objective: str = "tokens_per_s", usd_per_gpu_hour: float | None = None,
                     executor: str = DEFAULT_EXECUTOR, workers: int | None = None,
-                    engines: Mapping[str, Any] | None = None, prune_top: int | None = None,
+                    engines: EngineOptions | Mapping[str, Any] | None = None,
+                    prune_top: int | None = None,
                     auto: bool = False) -> TrainingSearchResult:
     """Search the layouts a scenario's searchable ``training`` block describes.
 
-    ``engines`` are `EngineChain` keyword arguments (store_path, use_store, use_predictors,
-    tracking_uri). ``objective`` is a key of `OBJECTIVES`; "cost" needs ``usd_per_gpu_hour``.
+    ``engines``: which engines time the layouts (`EngineOptions`; the older keyword mapping is
+    accepted). ``objective`` is a key of `OBJECTIVES`; "cost" needs ``usd_per_gpu_hour``.
     ``prune_top`` = k: time only layouts that can still enter the top k (see `prune`); the
     top k is the exhaustive search's. ``auto``: search every layout axis around a plain
     scenario, whose own layout becomes the baseline the gain is measured against.
@@ -323,12 +325,13 @@ def search_training(scenario: str | Path | Mapping[str, Any], *, overrides: Sequ
         doc = auto_space(doc)
     model_ref = _model_ref(doc, base_dir)
     model = load_model(model_ref)
-    engines = dict(engines or {"use_store": True, "use_predictors": True})
+    engines = EngineOptions.coerce(engines)
+    run_id = new_run_id()
     workers = workers or default_workers()
     run = get_executor(executor)
     name = str(doc.get("name", Path(source).stem if source else "search"))
 
-    plan = _enumerate(doc, model, model_ref, name, engines, usd_per_gpu_hour, source)
+    plan = _enumerate(doc, model, model_ref, name, engines, usd_per_gpu_hour, source, run_id)
     fit = sum(len(t["blocks"]) for t in plan.tasks)
     if prune_top is None:
         chunks = _split(plan.tasks, workers)
@@ -342,7 +345,7 @@ def search_training(scenario: str | Path | Mapping[str, Any], *, overrides: Sequ
     baseline = None
     if baseline_doc is not None:
         baseline = evaluate_baseline(baseline_doc, model_ref, engines, usd_per_gpu_hour,
-                                     source)
+                                     source, run=run_id)
     return TrainingSearchResult(
         name=name, objective=objective, candidates=plan.raw, valid=plan.valid, fit=fit,
         timed=len(ranked),

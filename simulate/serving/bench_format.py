@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from simulate.serving.arrival import ArrivalProcess, ArrivalSpec, parse_arrival
+
 METRICS = (("ttft", "ttft_s"), ("tpot", "tpot_s"), ("itl", "itl_s"), ("e2el", "e2e_latency_s"))
 _ARRAY = {"ttft": "ttft", "tpot": "tpot", "e2el": "e2e"}
 
@@ -31,25 +33,30 @@ def _std(latencies: Mapping[str, np.ndarray] | None, metric: str) -> float | Non
     return float(values.std() * 1e3) if values.size else None
 
 
-def vllm_bench_result(data: Mapping[str, Any], *, model_id: str, arrival: Mapping[str, Any],
+def vllm_bench_result(data: Mapping[str, Any], *, model_id: str,
+                      arrival: ArrivalSpec | Mapping[str, Any],
                       latencies: Mapping[str, np.ndarray] | None = None) -> dict[str, Any]:
     """The prediction `data` (``llmsim simulate --json`` of a serving scenario) in vLLM's shape.
 
     arrival: the scenario's ``serving.arrival`` (sets request_rate / max_concurrency);
     latencies: per-request arrays (`SimulationOutput.latencies`) for the standard deviations.
     """
+    if not isinstance(arrival, ArrivalSpec):
+        arrival = parse_arrival(arrival)
     n = int(data["num_requests"])
     duration = float(data["duration_s"])
-    process = arrival.get("process", "poisson")
-    rate: float | str = float(arrival["qps"]) if process in ("poisson", "gamma") else "inf"
+    process = arrival.process or ArrivalProcess.POISSON
+    timed = process in (ArrivalProcess.POISSON, ArrivalProcess.GAMMA)
+    rate: float | str = arrival.qps if timed and arrival.qps is not None else "inf"
     out_tokens = float(data["throughput_tokens_per_s"]) * duration
     total_tokens = float(data["total_tokens_per_s"]) * duration
     result: dict[str, Any] = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S"),
         "backend": "llmsim", "model_id": model_id, "tokenizer_id": model_id,
         "num_prompts": n, "request_rate": rate,
-        "burstiness": 1.0 / float(arrival["cv"]) ** 2 if process == "gamma" else 1.0,
-        "max_concurrency": int(arrival["concurrency"]) if process == "closed" else None,
+        "burstiness": 1.0 / arrival.cv ** 2 if process is ArrivalProcess.GAMMA and arrival.cv
+        else 1.0,
+        "max_concurrency": arrival.concurrency if process is ArrivalProcess.CLOSED else None,
         "duration": duration, "completed": n,
         "total_input_tokens": round(total_tokens - out_tokens),
         "total_output_tokens": round(out_tokens),

@@ -19,9 +19,10 @@ from typing import Any
 import yaml
 
 from analytical.errors import SpecError
+from simulate.serving.choices import Scheduler, ServingEngine
 
 ENGINES_DIR = Path(__file__).resolve().parents[2] / "datasets" / "engines"
-ENGINES = ("vllm", "sglang", "trtllm")
+ENGINES = tuple(ServingEngine)
 MIB = 2**20
 GIB = 2**30
 
@@ -38,9 +39,9 @@ class MemoryRule(StrEnum):
 class EnginePreset:
     """One engine's defaults resolved for a GPU and a parallel layout."""
 
-    engine: str
+    engine: ServingEngine
     version: str
-    scheduler: str
+    scheduler: Scheduler
     chunk_prompts: bool  # long prompts are split over steps
     reserve_output_kv: bool  # admission reserves KV for the whole output (no eviction later)
     max_batched_tokens: int
@@ -107,7 +108,8 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
     else:
         util = float(pick("gpu_memory_utilization"))
     return EnginePreset(
-        engine=engine, version=str(data["version"]), scheduler=str(pick("scheduler")),
+        engine=ServingEngine(engine), version=str(data["version"]),
+        scheduler=Scheduler(pick("scheduler")),
         chunk_prompts=bool(pick("chunk_prompts")),
         reserve_output_kv=bool(pick("reserve_output_kv")), max_batched_tokens=budget,
         max_num_seqs=max_seqs, block_size=int(pick("block_size")),

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from analytical.errors import SpecError
+from simulate.serving.choices import Preemption
 from simulate.serving.kv_cache import BlockPool, blocks_for
 from simulate.serving.state import Batch, Sequence
 
@@ -37,7 +38,7 @@ class SchedulerConfig:
     max_num_seqs: int = 256  # running sequences at most
     max_batched_tokens: int = 8192  # prefill tokens per step (continuous) / step budget (chunked)
     block_size: int = 16  # tokens per KV block
-    preemption: str = "recompute"  # recompute | swap
+    preemption: Preemption = Preemption.RECOMPUTE
     decode_q: int = 1  # KV slots a decode step appends per sequence (k+1 with speculation)
     chunk_prompts: bool = True  # chunked_prefill: split prompts over steps
     reserve_output: bool = False  # admission reserves KV for prompt + whole output

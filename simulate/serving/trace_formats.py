@@ -38,6 +38,7 @@ import pandas as pd
 
 from analytical.errors import SpecError
 from analytical.inputs import MAX_TRACE_BYTES, read_text
+from simulate.serving.arrival import ArrivalProcess, ArrivalSpec, parse_trace_arrival
 from simulate.serving.workload import (
     Request,
     Workload,
@@ -201,9 +202,11 @@ def _vllm_bench(path: Path) -> tuple[np.ndarray | None, list[int], list[int]]:
     return arrival, ins, outs
 
 
-def trace_workload(path: Path, arrival: Mapping[str, Any], *, prefix_hit: float = 0.0,
-                   field: str = "serving.arrival") -> Workload:
+def trace_workload(path: Path, arrival: ArrivalSpec | Mapping[str, Any], *,
+                   prefix_hit: float = 0.0, field: str = "serving.arrival") -> Workload:
     """The workload of a trace file; arrivals from the file, else from ``arrival``'s process."""
+    if not isinstance(arrival, ArrivalSpec):
+        arrival = parse_trace_arrival(arrival, field)
     if detect_format(path) == TraceFormat.LLMSIM:
         return load_trace(path, prefix_hit=prefix_hit)
     fmt, times, ins, outs, cached = read_columns(path)
@@ -221,26 +224,23 @@ def trace_workload(path: Path, arrival: Mapping[str, Any], *, prefix_hit: float 
     return Workload(requests=tuple(reqs))
 
 
-def _generated_arrivals(arrival: Mapping[str, Any], n: int, path: Path,
-                        field: str) -> np.ndarray:
+def _generated_arrivals(arrival: ArrivalSpec, n: int, path: Path, field: str) -> np.ndarray:
     """Arrivals for a length-only trace: burst, Poisson or gamma from the scenario."""
-    process = arrival.get("process")
-    rng = np.random.default_rng(arrival.get("seed", 0))
-    if process == "burst":
+    process = arrival.process
+    rng = np.random.default_rng(arrival.seed)
+    if process is ArrivalProcess.BURST:
         return np.zeros(n)
-    qps = arrival.get("qps")
-    if isinstance(qps, bool) or not isinstance(qps, (int, float)) or qps <= 0:
+    if arrival.qps is None:
         raise SpecError(f"{field}.qps", f"{path} has request lengths but no arrival times: set "
                         "a positive qps (Poisson arrivals) or process: burst")
-    if process in (None, "poisson"):
-        return poisson_arrivals(rng, n, float(qps))
-    if process == "gamma":
-        cv = arrival.get("cv")
-        if isinstance(cv, bool) or not isinstance(cv, (int, float)) or cv <= 0:
-            raise SpecError(f"{field}.cv", f"must be a positive number, got {cv!r}")
-        return gamma_arrivals(rng, n, float(qps), float(cv))
-    raise SpecError(f"{field}.process", f"{process!r} cannot time a trace; use poisson, gamma "
-                    "or burst")
+    if process in (None, ArrivalProcess.POISSON):
+        return poisson_arrivals(rng, n, arrival.qps)
+    if process is ArrivalProcess.GAMMA:
+        if arrival.cv is None:
+            raise SpecError(f"{field}.cv", "missing: a gamma process needs a positive cv")
+        return gamma_arrivals(rng, n, arrival.qps, arrival.cv)
+    raise SpecError(f"{field}.process", f"{process.value!r} cannot time a trace; use poisson, "
+                    "gamma or burst")
 
 
 def has_trace(doc: Mapping[str, Any]) -> bool:

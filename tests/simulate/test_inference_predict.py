@@ -15,14 +15,14 @@ from analytical.hardware import get_hardware
 from analytical.model import load_model
 from simulate.engines import EngineChain
 from simulate.inference.predict import predict_colocated, predict_inference
+from simulate.inference.setup import parse_colocation, parse_inference_setup
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "datasets" / "scenarios"
 A100 = "a100-sxm-80gb"
 
 
-def _estimator(gpu: str):
-    chain = EngineChain(get_hardware(gpu), use_store=False, use_predictors=False)
-    return lambda ops: [(e.latency_s, e.engine) for e in chain.estimate_many(ops)]
+def _estimator(gpu: str) -> EngineChain:
+    return EngineChain(get_hardware(gpu), use_store=False, use_predictors=False)
 
 
 def _doc(**inference) -> dict:
@@ -33,8 +33,9 @@ def _doc(**inference) -> dict:
 
 
 def _predict(doc: dict, model: str = "llama-2-7b", gpu: str = A100, gpus: int = 1) -> dict:
-    return predict_inference(doc, model=load_model(model), hw=get_hardware(gpu), num_gpus=gpus,
-                             estimate=_estimator(gpu))
+    return predict_inference(parse_inference_setup(doc), model=load_model(model),
+                             hw=get_hardware(gpu), num_gpus=gpus,
+                             estimator=_estimator(gpu)).to_dict()
 
 
 def test_batch1_decode_is_weight_streaming() -> None:
@@ -127,8 +128,8 @@ def test_shipped_inference_scenarios_run(path: Path) -> None:
     doc = yaml.safe_load(path.read_text())
     gpu, gpus = doc["hardware"]["gpu"], doc["hardware"]["num_gpus"]
     if "colocate" in doc:
-        result = predict_colocated(doc, hw=get_hardware(gpu), num_gpus=gpus,
-                                   estimate=_estimator(gpu))
+        result = predict_colocated(parse_colocation(doc["colocate"]), hw=get_hardware(gpu),
+                                   num_gpus=gpus, estimator=_estimator(gpu)).to_dict()
         assert len(result["tenants"]) == 2
         assert all(t["throughput_tokens_per_s"] > 0 for t in result["tenants"].values())
     else:

@@ -20,7 +20,7 @@ from analytical.layer_spec import LayerPhase, Sharding, TokenBatch
 from analytical.model import load_model
 from analytical.ops import op_to_dict
 from profiler.sweep_model import model_ops
-from simulate.engines import EngineChain
+from simulate.engines import EngineChain, Estimate
 from simulate.graph import TrainStep, embedding_block, head_block, layer_block
 from simulate.inference.layer_ops import attention_spec, inference_sharding, step_ops
 from simulate.inference.step_cost import (
@@ -123,12 +123,13 @@ def test_inference_asks_exactly_the_model_sweep(name, tp, ep):
     shard = inference_sharding(tp=tp, ep=ep, gpus_per_node=8)
     asked: list = []
 
-    def estimate(ops):
-        asked.extend(ops)
-        return [(1e-6, "roofline") for _ in ops]
+    class Recorder:
+        def estimate_many(self, ops):
+            asked.extend(ops)
+            return [Estimate(latency_s=1e-6, engine="roofline") for _ in ops]
 
     build_tables(model, get_hardware("h100-sxm"), shard, weight_dtype=DType.BF16,
-                 kv_dtype=DType.BF16, estimate=estimate, max_tokens=512)
+                 kv_dtype=DType.BF16, estimator=Recorder(), max_tokens=512)
     grid = token_grid(512)
     sweep = []
     for t in grid:

@@ -11,6 +11,7 @@ from analytical.dtypes import DType
 from analytical.hardware import get_hardware
 from analytical.model import load_model
 from analytical.ops import AttentionSpec
+from simulate.engines import Estimate
 from simulate.inference.layer_ops import inference_sharding, lm_head_ops, step_ops
 from simulate.inference.step_cost import (
     DenseCost,
@@ -24,24 +25,27 @@ from simulate.serving.state import StepShape
 A_SEQ, B_KV, PAIR = 3e-6, 2e-9, 1e-12  # synthetic decode and prefill attention laws
 
 
-def _estimate(calls: list[int]):
+class _Estimator:
     """Attention: exactly a*B + b*B*kv (decode) and PAIR per causal pair (prefill); every other
-    operator 1 ns per FLOP-free op plus FLOPs / 1e15, from engine "store" for GEMMs."""
+    operator 1 ns per FLOP-free op plus FLOPs / 1e15, from engine "store" for GEMMs. Records the
+    size of each batched call in ``calls``."""
 
-    def estimate(ops):
-        calls.append(len(ops))
-        out = []
-        for op in ops:
-            if isinstance(op, AttentionSpec) and op.phase == "decode":
-                out.append((A_SEQ * op.batch + B_KV * op.batch * op.kv_len, "roofline"))
-            elif isinstance(op, AttentionSpec):
-                out.append((PAIR * op.score_pairs * op.batch, "xgboost"))
-            else:
-                engine = "store" if op.family == "gemm" else "roofline"
-                out.append((1e-9 + op.flops / 1e15, engine))
-        return out
+    def __init__(self, calls: list[int]) -> None:
+        self.calls = calls
 
-    return estimate
+    def estimate_many(self, ops):
+        self.calls.append(len(ops))
+        return [_answer(op) for op in ops]
+
+
+def _answer(op) -> Estimate:
+    if isinstance(op, AttentionSpec) and op.phase == "decode":
+        return Estimate(latency_s=A_SEQ * op.batch + B_KV * op.batch * op.kv_len,
+                        engine="roofline")
+    if isinstance(op, AttentionSpec):
+        return Estimate(latency_s=PAIR * op.score_pairs * op.batch, engine="xgboost")
+    return Estimate(latency_s=1e-9 + op.flops / 1e15,
+                    engine="store" if op.family == "gemm" else "roofline")
 
 
 def _tables(calls=None, **kw):
@@ -49,7 +53,7 @@ def _tables(calls=None, **kw):
     shard = inference_sharding(tp=2, pp=kw.pop("pp", 1), gpus_per_node=8)
     return model, shard, build_tables(model, get_hardware("h100-sxm"), shard,
                                       weight_dtype=DType.BF16, kv_dtype=DType.BF16,
-                                      estimate=_estimate(calls if calls is not None else []),
+                                      estimator=_Estimator(calls if calls is not None else []),
                                       max_tokens=2048, **kw)
 
 
@@ -71,19 +75,18 @@ def test_dense_cost_is_the_exact_sum_of_its_ops_and_memoised():
     model = load_model("llama-3-8b")
     shard = inference_sharding(tp=2, gpus_per_node=8)
     calls: list[int] = []
-    dense = DenseCost(model, shard, DType.BF16, _estimate(calls), None)
+    dense = DenseCost(model, shard, DType.BF16, _Estimator(calls), None)
     seconds, engines = dense.get("dense", 300)
     ops = step_ops(model, tokens=300, shard=shard, weight_dtype=DType.BF16)
-    expected = sum(n * sec for (_, n), (sec, _) in zip(ops, _estimate([])([o for o, _ in ops]),
-                                                         strict=True))
+    expected = sum(n * _answer(op).latency_s for op, n in ops)
     assert seconds == pytest.approx(expected, rel=1e-12)
     assert sum(engines.values()) == pytest.approx(seconds, rel=1e-12)
     assert set(engines) == {"store", "roofline"}
     dense.get("dense", 300)
     assert len(calls) == 1  # memoised
     lm, _ = dense.get("lm", 4)
-    assert lm == pytest.approx(sum(e[0] for e in _estimate([])(
-        lm_head_ops(model, 4, shard, DType.BF16))), rel=1e-12)
+    assert lm == pytest.approx(sum(_answer(op).latency_s
+                                   for op in lm_head_ops(model, 4, shard, DType.BF16)), rel=1e-12)
     assert dense.get("dense", 0) == (0.0, {})
 
 
