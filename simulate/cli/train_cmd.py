@@ -12,12 +12,16 @@ from pathlib import Path
 import click
 
 from analytical.ops import OP_FAMILIES
-from predictors.model import Target
-from predictors.train import TrainConfig
+from predictors.train_config import (
+    AUTO_TARGET,
+    DEFAULTS,
+    MAX_CONFIGS,
+    target_choices,
+    train_config,
+)
 from predictors.transfer_features import TRANSFER_FAMILIES
 from simulate.cli.output import OutputPath, print_json, print_table
 
-_DEFAULTS = TrainConfig()
 _FAMILIES = list(OP_FAMILIES)
 
 
@@ -28,13 +32,15 @@ def _common(func):
         click.option("--tracking-uri", default=None,
                      help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or SQLite under "
                      "$LLMSIM_HOME)."),
-        click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True),
-        click.option("--configs", "n_configs", type=click.IntRange(1, 10_000), default=_DEFAULTS.n_configs,
-                     show_default=True, help="Hyper-parameter draws in the search (each fits "
-                     "every target, log-latency free and monotone in work; gated and anchored "
-                     "join two boosters)."),
-        click.option("--max-train-rows", type=click.IntRange(min=1), default=_DEFAULTS.max_train_rows,
-                     show_default=True,
+        click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=DEFAULTS.seed,
+                     show_default=True),
+        click.option("--configs", "n_configs", type=click.IntRange(1, MAX_CONFIGS),
+                     default=DEFAULTS.n_configs, show_default=True,
+                     help="Hyper-parameter draws in the search (each fits every target, "
+                     "log-latency free and monotone in work; gated and anchored join two "
+                     "boosters)."),
+        click.option("--max-train-rows", type=click.IntRange(min=1),
+                     default=DEFAULTS.max_train_rows, show_default=True,
                      help="Training rows per fit (larger sets are subsampled, seeded)."),
         click.option("--no-promote", is_flag=True,
                      help="Register the version but do not try to move the champion alias."),
@@ -81,18 +87,13 @@ def _run(hardware: str, op: str, db, tracking_uri, seed, n_configs, max_train_ro
     from predictors.pipeline import train_and_log
 
     outcome = train_and_log(hardware, op, db=db, provenance=provenance, dtype=dtype,
-                            config=_config(seed, n_configs, max_train_rows, target),
+                            config=train_config(seed=seed, n_configs=n_configs,
+                                                max_train_rows=max_train_rows, target=target),
                             tracking_uri=tracking_uri, auto_promote=not no_promote)
     if as_json:
         print_json(_outcome_dict(outcome))
     else:
         _print_outcome(outcome)
-
-
-def _config(seed: int, n_configs: int, max_train_rows: int, target: str | None = None):
-    return TrainConfig(seed=seed, n_configs=n_configs, max_train_rows=max_train_rows,
-                       search_rows=min(20_000, max_train_rows),
-                       target=None if target in (None, "auto") else Target(target))
 
 
 _HW = click.option("--hardware", help="Catalog hardware name (the store's hardware column).")
@@ -101,8 +102,8 @@ _PROV = click.option("--provenance", default=None,
                      help="Provenance group to train on (default: the one covering the most "
                      "categorical configurations, e.g. kind x dtype, then the largest).")
 _DTYPE = click.option("--dtype", default=None, help="Only rows of this dtype.")
-_TARGET = click.option("--target", default="auto", show_default=True,
-                       type=click.Choice(["auto", *(t.value for t in Target)]),
+_TARGET = click.option("--target", default=AUTO_TARGET, show_default=True,
+                       type=click.Choice(target_choices()),
                        help="What the trees learn; auto: picked by inner validation.")
 
 
@@ -153,7 +154,8 @@ def all_cmd(min_rows, db, tracking_uri, seed, n_configs, max_train_rows, no_prom
         if not as_json:
             click.echo(f"training {hardware}/{family} ({rows} shapes)")
         outcome = train_and_log(hardware, family, db=db,
-                                config=_config(seed, n_configs, max_train_rows),
+                                config=train_config(seed=seed, n_configs=n_configs,
+                                                    max_train_rows=max_train_rows),
                                 tracking_uri=tracking_uri, auto_promote=not no_promote)
         results.append(_outcome_dict(outcome))
         if not as_json:
