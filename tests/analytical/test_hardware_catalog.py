@@ -20,6 +20,7 @@ from analytical.hardware import (
     get_hardware,
     hardware_from_dict,
     hardware_names,
+    hardware_to_dict,
     load_hardware_file,
 )
 
@@ -237,3 +238,10 @@ def test_cli_show_unknown_name_exits_2_with_one_line(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "no-such-gpu" in lines[0] and "h100-sxm" in lines[0]
     assert "Traceback" not in result.stderr
+
+
+def test_every_entry_writes_back_to_the_same_spec():
+    """`hardware_to_dict` is `hardware_from_dict`'s inverse (calibration starts from it)."""
+    for name in hardware_names():
+        hw = get_hardware(name)
+        assert hardware_from_dict(hardware_to_dict(hw), source=name) == hw, name
