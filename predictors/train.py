@@ -22,7 +22,6 @@ Tracking lives in `predictors.tracking`; nothing here touches MLflow or the stor
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,14 +39,16 @@ from predictors.model import HyperParams, LatencyModel, Target
 from predictors.param_search import SearchChoice, search, search_steps
 from predictors.splits import PRIMARY_SPLIT, RANDOM, ShapeKey, Split, evaluation_splits, shape_key
 from predictors.train_config import TrainConfig
+from profiler.progress import advance, expect
 
-__all__ = ["MODEL_NAMES", "XGB", "Progress", "SplitResult", "TrainConfig", "TrainingResult",
+__all__ = ["MODEL_NAMES", "STEP_UNIT", "XGB", "SplitResult", "TrainConfig", "TrainingResult",
            "train_predictor"]
 
 XGB = "xgb"
 MODEL_NAMES = (XGB, InterpolationBaseline.name, RandomForestBaseline.name, TableBaseline.name)
-# Told after each step of a training run: (what was just done, steps done, steps in all).
-Progress = Callable[[str, int, int], None]
+# What a training run reports to the progress bar (`profiler.progress`) of ``llmsim train``:
+# each search candidate (fitted on every inner fold), each split, the final fit.
+STEP_UNIT = "steps"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,27 +134,30 @@ def _evaluate_split(split: Split, data: TrainingData, x: np.ndarray, choice: Sea
 
 @dataclass(kw_only=True)
 class _Steps:
-    """Counts the steps of one run (`search_steps`, one per split, the final fit) and tells
-    ``progress``. The anchored search may stop early, so the last step completes the count."""
+    """The `STEP_UNIT` steps of one run (`search_steps`, one per split, the final fit), told
+    to the open progress bar (if any). The anchored search may stop early, so the last step
+    completes the count."""
 
     total: int
-    progress: Progress | None
     done: int = 0
 
+    def __post_init__(self) -> None:
+        expect(self.total, unit=STEP_UNIT)
+
     def __call__(self, label: str, *, last: bool = False) -> None:
-        self.done = self.total if last else min(self.done + 1, self.total)
-        if self.progress is not None:
-            self.progress(label, self.done, self.total)
+        units = self.total - self.done if last else min(1, self.total - self.done)
+        self.done += units
+        advance(units, unit=STEP_UNIT, label=label)
 
 
-def train_predictor(data: TrainingData, hw: HardwareSpec, config: TrainConfig | None = None,
-                    progress: Progress | None = None) -> TrainingResult:
-    """Search, evaluate on every split, fit the final model. Deterministic for a seed;
-    ``progress`` (optional) is told each step, with the count of steps done and in all."""
+def train_predictor(data: TrainingData, hw: HardwareSpec,
+                    config: TrainConfig | None = None) -> TrainingResult:
+    """Search, evaluate on every split, fit the final model. Deterministic for a seed.
+    Reports `STEP_UNIT` steps to the progress bar of ``llmsim train`` when one is open."""
     config = config or TrainConfig()
     x = feature_matrix(data.family, data.ops, hw)
     splits = evaluation_splits(data.ops, seed=config.seed)
-    step = _Steps(total=search_steps(data.family, config) + len(splits) + 1, progress=progress)
+    step = _Steps(total=search_steps(data.family, config) + len(splits) + 1)
     # the search sees only the primary split's training rows: no row the acceptance figure
     # is measured on takes part in choosing the target or the hyper-parameters
     primary_rows = next(s for s in splits if s.name == PRIMARY_SPLIT).train

@@ -20,7 +20,8 @@ from predictors.train_config import (
     train_config,
 )
 from predictors.transfer_features import TRANSFER_FAMILIES
-from simulate.cli.output import OutputPath, print_json, print_table
+from profiler.progress import advance, bar
+from simulate.cli.output import PROGRESS, OutputPath, print_json, print_table
 
 _FAMILIES = list(OP_FAMILIES)
 
@@ -45,6 +46,7 @@ def _common(func):
         click.option("--no-promote", is_flag=True,
                      help="Register the version but do not try to move the champion alias."),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
+        PROGRESS,
     ]
     for option in reversed(options):
         func = option(func)
@@ -83,13 +85,16 @@ def _print_outcome(outcome) -> None:
 
 
 def _run(hardware: str, op: str, db, tracking_uri, seed, n_configs, max_train_rows, no_promote,
-         as_json, provenance, dtype, target=None) -> None:
+         as_json, provenance, dtype, target=None, progress: bool = True) -> None:
     from predictors.pipeline import train_and_log
+    from predictors.train import STEP_UNIT
 
-    outcome = train_and_log(hardware, op, db=db, provenance=provenance, dtype=dtype,
-                            config=train_config(seed=seed, n_configs=n_configs,
-                                                max_train_rows=max_train_rows, target=target),
-                            tracking_uri=tracking_uri, auto_promote=not no_promote)
+    with bar(f"train {hardware}/{op}", unit=STEP_UNIT, enabled=progress and not as_json):
+        outcome = train_and_log(hardware, op, db=db, provenance=provenance, dtype=dtype,
+                                config=train_config(seed=seed, n_configs=n_configs,
+                                                    max_train_rows=max_train_rows,
+                                                    target=target),
+                                tracking_uri=tracking_uri, auto_promote=not no_promote)
     if as_json:
         print_json(_outcome_dict(outcome))
     else:
@@ -116,7 +121,7 @@ _TARGET = click.option("--target", default=AUTO_TARGET, show_default=True,
 @_common
 @click.pass_context
 def group(ctx: click.Context, hardware, op, provenance, dtype, target, db, tracking_uri, seed,
-          n_configs, max_train_rows, no_promote, as_json) -> None:
+          n_configs, max_train_rows, no_promote, as_json, progress) -> None:
     """Train, report and promote latency predictors (``llmsim train --hardware H --op F``)."""
     if ctx.invoked_subcommand is not None:
         return
@@ -124,7 +129,7 @@ def group(ctx: click.Context, hardware, op, provenance, dtype, target, db, track
         raise click.UsageError("give --hardware and --op, or a sub-command (run, all, report, "
                                "promote)")
     _run(hardware, op, db, tracking_uri, seed, n_configs, max_train_rows, no_promote, as_json,
-         provenance, dtype, target)
+         provenance, dtype, target, progress)
 
 
 @group.command("run")
@@ -135,31 +140,36 @@ def group(ctx: click.Context, hardware, op, provenance, dtype, target, db, track
 @_TARGET
 @_common
 def run_cmd(hardware, op, provenance, dtype, target, db, tracking_uri, seed, n_configs,
-            max_train_rows, no_promote, as_json) -> None:
+            max_train_rows, no_promote, as_json, progress) -> None:
     """Train one (hardware, family) predictor, log it to MLflow and try to promote it."""
     _run(hardware, op, db, tracking_uri, seed, n_configs, max_train_rows, no_promote, as_json,
-         provenance, dtype, target)
+         provenance, dtype, target, progress)
 
 
 @group.command("all")
 @click.option("--min-rows", type=click.IntRange(min=1), default=50, show_default=True)
 @_common
 def all_cmd(min_rows, db, tracking_uri, seed, n_configs, max_train_rows, no_promote,
-            as_json) -> None:
+            as_json, progress) -> None:
     """Train every (hardware, family) in the store with at least --min-rows shapes."""
     from predictors.pipeline import train_and_log, trainable_groups
+    from predictors.train import STEP_UNIT
 
     results = []
-    for hardware, family, rows in trainable_groups(db, min_rows=min_rows):
-        if not as_json:
-            click.echo(f"training {hardware}/{family} ({rows} shapes)")
-        outcome = train_and_log(hardware, family, db=db,
-                                config=train_config(seed=seed, n_configs=n_configs,
-                                                    max_train_rows=max_train_rows),
-                                tracking_uri=tracking_uri, auto_promote=not no_promote)
-        results.append(_outcome_dict(outcome))
-        if not as_json:
-            _print_outcome(outcome)
+    groups = trainable_groups(db, min_rows=min_rows)
+    with bar("train all", unit="models", total=len(groups), enabled=progress and not as_json):
+        for hardware, family, rows in groups:
+            if not as_json:
+                click.echo(f"training {hardware}/{family} ({rows} shapes)")
+            with bar(f"{hardware}/{family}", unit=STEP_UNIT, enabled=progress and not as_json):
+                outcome = train_and_log(hardware, family, db=db,
+                                        config=train_config(seed=seed, n_configs=n_configs,
+                                                            max_train_rows=max_train_rows),
+                                        tracking_uri=tracking_uri, auto_promote=not no_promote)
+            advance(1, unit="models", label=f"{hardware}/{family}")
+            results.append(_outcome_dict(outcome))
+            if not as_json:
+                _print_outcome(outcome)
     if as_json:
         print_json(results)
 
