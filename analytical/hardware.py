@@ -171,6 +171,14 @@ def _link(r: _Reader, data: Any, field: str) -> Link:
     )
 
 
+def _texts(values: dict[str, Any], source: str) -> dict[str, str]:
+    """The descriptive fields (dotted name -> value), each checked to be a string."""
+    for field, value in values.items():
+        if not isinstance(value, str):
+            raise SpecError(field, f"expected a string, got {value!r}", source=source)
+    return values
+
+
 def hardware_from_dict(data: Any, *, source: str = "<dict>") -> HardwareSpec:
     """Build a HardwareSpec from the YAML schema of ``datasets/hardware/*.yaml``."""
     r = _Reader(source)
@@ -200,11 +208,8 @@ def hardware_from_dict(data: Any, *, source: str = "<dict>") -> HardwareSpec:
     sources = top.get("sources", [])
     if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
         raise SpecError("sources", "expected a list of strings", source=source)
-    texts = {"memory.type": memory.get("type", ""), "node.network": node.get("network", ""),
-             "notes": top.get("notes", "")}
-    for field, value in texts.items():
-        if not isinstance(value, str):
-            raise SpecError(field, f"expected a string, got {value!r}", source=source)
+    texts = _texts({"memory.type": memory.get("type", ""), "node.network": node.get("network", ""),
+                    "notes": top.get("notes", "")}, source)
     return HardwareSpec(
         name=r.text(top, "name"),
         vendor=r.text(top, "vendor"),

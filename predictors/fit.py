@@ -30,6 +30,10 @@ if TYPE_CHECKING:  # imported where used: xgboost is an optional extra
 
 # An anchored booster needs this many training rows that lie inside a measured curve.
 MIN_ANCHORED_ROWS = 20
+# What a training run reports to the progress bar (`profiler.progress`) of ``llmsim train``:
+# models fitted (a search candidate is one per inner fold), so the ETA weighs the search's
+# fits and the protocol's alike.
+FIT_UNIT = "fits"
 
 
 def cap_rows(rows: np.ndarray, limit: int, seed: int) -> np.ndarray:

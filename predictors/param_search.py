@@ -6,7 +6,7 @@ MAPE on the folds of `predictors.search_folds`, over ``n_configs`` seeded draws 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -16,11 +16,12 @@ from analytical.errors import LlmsimError
 from analytical.ops import OpSpec
 from predictors.anchor import has_anchor
 from predictors.features import MONOTONE_FEATURES
-from predictors.fit import fit_model
+from predictors.fit import FIT_UNIT, fit_model
 from predictors.model import HyperParams, Target, base_targets, size_column
 from predictors.search_folds import masked_mape, search_anchored, search_folds, unseen_in_fold
 from predictors.splits import region_axes
 from predictors.train_config import TrainConfig
+from profiler.progress import advance, expect
 
 # The search space: each draw picks one value per axis (seeded). Keys are `HyperParams` field
 # names, so each tuple holds that field's type (int, float or str): ``Any`` for the mix.
@@ -33,9 +34,6 @@ SEARCH_SPACE: dict[str, tuple[Any, ...]] = {
     "reg_lambda": (0.1, 1.0, 10.0),
     "objective": ("squarederror", "absoluteerror"),
 }
-
-Step = Callable[[str], None]  # told what was just done, once per scored candidate
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SearchChoice:
@@ -63,7 +61,7 @@ def search_configs(n: int, seed: int) -> list[HyperParams]:
 
 
 def search_steps(family: str, config: TrainConfig) -> int:
-    """How many candidates `search` scores (each on every inner fold): the progress total."""
+    """How many candidates `search` scores, each fitted on every inner fold."""
     n = config.n_configs
     log_latency = 2 * n if MONOTONE_FEATURES.get(family) else n
     return log_latency + n + (n if has_anchor(family) else 0)
@@ -127,7 +125,7 @@ class _Scores:
 
 
 def _score_candidates(x: np.ndarray, latency: np.ndarray, family: str, hardware: str,
-                      valid: _Validation, config: TrainConfig, step: Step | None) -> _Scores:
+                      valid: _Validation, config: TrainConfig) -> _Scores:
     """Fit and score every draw for both base targets. Log-latency trees are scored with
     every draw twice, free and non-decreasing in the family's work features
     (`features.MONOTONE_FEATURES`): candidates n..2n-1 are draws 0..n-1 with ``monotone``."""
@@ -153,14 +151,14 @@ def _score_candidates(x: np.ndarray, latency: np.ndarray, family: str, hardware:
                 "valid_mape_inside": score["inside"], "valid_mape_beyond": score["beyond"],
                 "trees": round(float(np.mean([m.n_trees for m in models]))),
                 **{k: getattr(params, k) for k in (*SEARCH_SPACE, "monotone")}})
-            if step is not None:
-                step(f"search: {target.value} draw {i}")
+            free = "monotone " if params.monotone else ""
+            advance(len(valid.folds), unit=FIT_UNIT,
+                    label=f"search: {target.value} {free}draw {i % len(configs)}")
     return scores
 
 
 def search(ops: Sequence[OpSpec], x: np.ndarray, latency: np.ndarray, train_rows: np.ndarray,
-           family: str, hardware: str, config: TrainConfig, step: Step | None = None
-           ) -> SearchChoice:
+           family: str, hardware: str, config: TrainConfig) -> SearchChoice:
     """Pick (target, params) by inner-validation MAPE.
 
     The inner validation rows are the largest 10% (by the split's size measure) of
@@ -176,11 +174,12 @@ def search(ops: Sequence[OpSpec], x: np.ndarray, latency: np.ndarray, train_rows
     monotone in the family's work features (search rows ``config`` n..2n-1 are draws 0..n-1
     with ``monotone``): where latency is smooth in size the constraint keeps trees from
     dipping between measured shapes (A100 attention); where kernel choice makes it jump, free
-    trees win (H100 attention). The validation decides, per model. ``step`` is told each
-    candidate scored (`search_steps` of them).
+    trees win (H100 attention). The validation decides, per model. Each fit is reported to
+    the progress bar (`fit.FIT_UNIT`).
     """
     valid = _validation(ops, x, latency, train_rows, family, config)
-    s = _score_candidates(x, latency, family, hardware, valid, config, step)
+    expect(search_steps(family, config) * len(valid.folds), unit=FIT_UNIT)
+    s = _score_candidates(x, latency, family, hardware, valid, config)
     inside = s.best(Target.LOG_LATENCY, "inside")
     outside = s.best(Target.LOG_ROOFLINE_RATIO, "beyond")
     gated = valid.mape(np.where(valid.parts["beyond"],
@@ -196,7 +195,7 @@ def search(ops: Sequence[OpSpec], x: np.ndarray, latency: np.ndarray, train_rows
     if has_anchor(family):
         found = search_anchored(x, latency, family, hardware, valid.folds, valid.measured,
                                 s.configs, {i: s.predicted[Target.LOG_ROOFLINE_RATIO, i]
-                                            for i in range(len(s.configs))}, config, step)
+                                            for i in range(len(s.configs))}, config)
         if found is not None:
             (on, off), anchor_weight, anchored_score, row = found
             scores[Target.ANCHORED], picks[Target.ANCHORED] = anchored_score, (on, off)

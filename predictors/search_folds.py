@@ -5,7 +5,7 @@ scores the other targets on the same folds."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -13,10 +13,11 @@ from analytical.errors import LlmsimError
 from analytical.ops import OpSpec
 from predictors.anchor import AnchorTable
 from predictors.evaluate import error_metrics
-from predictors.fit import fit_anchored_booster
+from predictors.fit import FIT_UNIT, fit_anchored_booster
 from predictors.model import HyperParams, Target, predict_on_curve
 from predictors.splits import KeyFn, region_axes
 from predictors.train_config import TrainConfig
+from profiler.progress import advance
 
 # The search's random validation is one ninth of the non-largest rows; at most this many
 # disjoint ninths (folds) are scored when one holds fewer than `TrainConfig.search_valid_rows`.
@@ -86,7 +87,7 @@ def search_folds(ops: Sequence[OpSpec], large: np.ndarray, rest: np.ndarray,
 def search_anchored(x: np.ndarray, latency: np.ndarray, family: str, hardware: str,
                      folds: list[tuple[np.ndarray, np.ndarray]], measured: np.ndarray,
                      configs: list[HyperParams], ratio_predicted: dict[int, np.ndarray],
-                     config: TrainConfig, step: Callable[[str], None] | None = None
+                     config: TrainConfig
                      ) -> tuple[tuple[int, int], float, float, dict[str, object]] | None:
     """Score the anchored target like the gated one: the anchored booster's params are the
     best draw on the inner-validation rows inside a measured curve (of the fold's inner-train
@@ -94,8 +95,8 @@ def search_anchored(x: np.ndarray, latency: np.ndarray, family: str, hardware: s
     own ratio fits: an anchored model's extrapolator is that booster). None when the data has
     too few rows on curves to fit it. Rows (and ``measured``) in fold order, as in `search`.
     The weight of the trees' correction (`ANCHOR_WEIGHTS`) is the one with the lowest
-    on-curve MAPE for the chosen booster; the lightest weight wins a tie. ``step`` is told
-    each draw scored."""
+    on-curve MAPE for the chosen booster; the lightest weight wins a tie. Each fit is
+    reported to the progress bar; stopping early reports the fits it skips."""
     tables = [(AnchorTable.build(family, x[train], latency[train]), train, valid)
               for train, valid in folds]
     log_anchors = [curves.log_anchor(x[valid]) for curves, _, valid in tables]
@@ -113,14 +114,14 @@ def search_anchored(x: np.ndarray, latency: np.ndarray, family: str, hardware: s
                                                valid, params, config, None,
                                                where=f"{hardware}/{family}")
             except LlmsimError:
+                advance((len(configs) - i) * len(folds), unit=FIT_UNIT)
                 return None
             part = np.full(len(valid), np.nan)  # off-curve rows: the ratio booster
             on = ~np.isnan(log_anchor)
             part[on] = predict_on_curve(booster, curves, x[valid][on], log_anchor[on])
             parts.append(part)
         anchored[i] = np.concatenate(parts)
-        if step is not None:
-            step(f"search: anchored draw {i}")
+        advance(len(folds), unit=FIT_UNIT, label=f"search: anchored draw {i}")
     on = min(anchored, key=lambda i: (part_mape(anchored[i], on_curve), i))
     off = min(ratio_predicted, key=lambda i: (part_mape(ratio_predicted[i], ~on_curve), i))
     log_table = np.concatenate(log_anchors)

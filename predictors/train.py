@@ -34,21 +34,18 @@ from predictors.dataset import TrainingData
 from predictors.domain import training_domain
 from predictors.evaluate import ErrorMetrics, MapeGap, error_metrics, mape_gap
 from predictors.features import feature_matrix
-from predictors.fit import cap_rows, fit_model, inner_split
+from predictors.fit import FIT_UNIT, cap_rows, fit_model, inner_split
 from predictors.model import HyperParams, LatencyModel, Target
-from predictors.param_search import SearchChoice, search, search_steps
+from predictors.param_search import SearchChoice, search
 from predictors.splits import PRIMARY_SPLIT, RANDOM, ShapeKey, Split, evaluation_splits, shape_key
 from predictors.train_config import TrainConfig
 from profiler.progress import advance, expect
 
-__all__ = ["MODEL_NAMES", "STEP_UNIT", "XGB", "SplitResult", "TrainConfig", "TrainingResult",
+__all__ = ["MODEL_NAMES", "XGB", "SplitResult", "TrainConfig", "TrainingResult",
            "train_predictor"]
 
 XGB = "xgb"
 MODEL_NAMES = (XGB, InterpolationBaseline.name, RandomForestBaseline.name, TableBaseline.name)
-# What a training run reports to the progress bar (`profiler.progress`) of ``llmsim train``:
-# each search candidate (fitted on every inner fold), each split, the final fit.
-STEP_UNIT = "steps"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,49 +129,31 @@ def _evaluate_split(split: Split, data: TrainingData, x: np.ndarray, choice: Sea
 
 
 
-@dataclass(kw_only=True)
-class _Steps:
-    """The `STEP_UNIT` steps of one run (`search_steps`, one per split, the final fit), told
-    to the open progress bar (if any). The anchored search may stop early, so the last step
-    completes the count."""
-
-    total: int
-    done: int = 0
-
-    def __post_init__(self) -> None:
-        expect(self.total, unit=STEP_UNIT)
-
-    def __call__(self, label: str, *, last: bool = False) -> None:
-        units = self.total - self.done if last else min(1, self.total - self.done)
-        self.done += units
-        advance(units, unit=STEP_UNIT, label=label)
-
-
 def train_predictor(data: TrainingData, hw: HardwareSpec,
                     config: TrainConfig | None = None) -> TrainingResult:
     """Search, evaluate on every split, fit the final model. Deterministic for a seed.
-    Reports `STEP_UNIT` steps to the progress bar of ``llmsim train`` when one is open."""
+    Reports its fits (`fit.FIT_UNIT`) to the progress bar of ``llmsim train`` if one is open."""
     config = config or TrainConfig()
     x = feature_matrix(data.family, data.ops, hw)
     splits = evaluation_splits(data.ops, seed=config.seed)
-    step = _Steps(total=search_steps(data.family, config) + len(splits) + 1)
+    expect(len(splits) + 1, unit=FIT_UNIT)  # the search announces its own fits
     # the search sees only the primary split's training rows: no row the acceptance figure
     # is measured on takes part in choosing the target or the hyper-parameters
     primary_rows = next(s for s in splits if s.name == PRIMARY_SPLIT).train
     choice = search(data.ops, x, data.latency_s, primary_rows, data.family, data.hardware,
-                    config, step)
+                    config)
     results: dict[str, SplitResult] = {}
     models: dict[str, LatencyModel] = {}
     for split in splits:
         results[split.name], models[split.name] = _evaluate_split(split, data, x, choice, config)
-        step(f"split {split.name}")
+        advance(1, unit=FIT_UNIT, label=f"split {split.name}")
     everything = cap_rows(np.arange(len(data)), config.max_train_rows, config.seed + 4)
     final = fit_model(x, data.latency_s, data.family, data.hardware, everything, None,
                       choice.target, choice.params, config, rounds=models[RANDOM].tree_counts,
                       extrapolator_params=choice.extrapolator_params,
                       anchor_weight=choice.anchor_weight)
     final.domain = training_domain(data.ops[i] for i in everything)
-    step("final model", last=True)
+    advance(1, unit=FIT_UNIT, label="final model")
     return TrainingResult(data=data, config=config, target=choice.target,
                           target_reason=choice.reason, params=choice.params,
                           extrapolator_params=choice.extrapolator_params, search=choice.table,

@@ -86,10 +86,10 @@ def _print_outcome(outcome) -> None:
 
 def _run(hardware: str, op: str, db, tracking_uri, seed, n_configs, max_train_rows, no_promote,
          as_json, provenance, dtype, target=None, progress: bool = True) -> None:
+    from predictors.fit import FIT_UNIT
     from predictors.pipeline import train_and_log
-    from predictors.train import STEP_UNIT
 
-    with bar(f"train {hardware}/{op}", unit=STEP_UNIT, enabled=progress and not as_json):
+    with bar(f"train {hardware}/{op}", unit=FIT_UNIT, enabled=progress and not as_json):
         outcome = train_and_log(hardware, op, db=db, provenance=provenance, dtype=dtype,
                                 config=train_config(seed=seed, n_configs=n_configs,
                                                     max_train_rows=max_train_rows,
@@ -152,8 +152,8 @@ def run_cmd(hardware, op, provenance, dtype, target, db, tracking_uri, seed, n_c
 def all_cmd(min_rows, db, tracking_uri, seed, n_configs, max_train_rows, no_promote,
             as_json, progress) -> None:
     """Train every (hardware, family) in the store with at least --min-rows shapes."""
+    from predictors.fit import FIT_UNIT
     from predictors.pipeline import train_and_log, trainable_groups
-    from predictors.train import STEP_UNIT
 
     results = []
     groups = trainable_groups(db, min_rows=min_rows)
@@ -161,7 +161,7 @@ def all_cmd(min_rows, db, tracking_uri, seed, n_configs, max_train_rows, no_prom
         for hardware, family, rows in groups:
             if not as_json:
                 click.echo(f"training {hardware}/{family} ({rows} shapes)")
-            with bar(f"{hardware}/{family}", unit=STEP_UNIT, enabled=progress and not as_json):
+            with bar(f"{hardware}/{family}", unit=FIT_UNIT, enabled=progress and not as_json):
                 outcome = train_and_log(hardware, family, db=db,
                                         config=train_config(seed=seed, n_configs=n_configs,
                                                             max_train_rows=max_train_rows),
