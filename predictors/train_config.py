@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from analytical.errors import SpecError
 from predictors.model import Target
 
+# Distinct shapes a (hardware, family) group needs before it is trained (`llmsim train`,
+# `train all`): fewer leave each held-out split a handful of test shapes.
+MIN_ROWS = 50
 # A `--target` value meaning "picked by the search" (`TrainConfig.target` None).
 AUTO_TARGET = "auto"
 # Upper bound on the hyper-parameter draws of one search: each draw fits every target on

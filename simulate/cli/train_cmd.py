@@ -16,6 +16,7 @@ from predictors.train_config import (
     AUTO_TARGET,
     DEFAULTS,
     MAX_CONFIGS,
+    MIN_ROWS,
     target_choices,
     train_config,
 )
@@ -147,7 +148,8 @@ def run_cmd(hardware, op, provenance, dtype, target, db, tracking_uri, seed, n_c
 
 
 @group.command("all")
-@click.option("--min-rows", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--min-rows", type=click.IntRange(min=1), default=MIN_ROWS,
+              show_default=True, help="Distinct shapes a group needs to be trained.")
 @_common
 def all_cmd(min_rows, db, tracking_uri, seed, n_configs, max_train_rows, no_promote,
             as_json, progress) -> None:
