@@ -20,7 +20,6 @@ from analytical.hardware import (
     get_hardware,
     hardware_from_dict,
     hardware_names,
-    hardware_to_dict,
     load_hardware_file,
 )
 
@@ -242,6 +241,8 @@ def test_cli_show_unknown_name_exits_2_with_one_line(tmp_path):
 
 def test_every_entry_writes_back_to_the_same_spec():
     """`hardware_to_dict` is `hardware_from_dict`'s inverse (calibration starts from it)."""
+    from analytical.hardware import hardware_to_dict
+
     for name in hardware_names():
         hw = get_hardware(name)
         assert hardware_from_dict(hardware_to_dict(hw), source=name) == hw, name
