@@ -5,7 +5,9 @@ Files use human units with the unit in the key (``bandwidth_gb_per_s``, ``capaci
 `HardwareSpec` holds SI floats (FLOP/s, bytes, bytes/s, seconds) and is what every formula takes.
 Achievable-efficiency factors are data in the same file, each with a comment saying where it came
 from; no formula in llmsim holds a device constant. Writing a file for an unknown device is the
-job of `analytical.calibrate`.
+job of `analytical.calibrate` (measured by `profiler.calibrate`). `hardware_file` finds an
+entry's file and `hardware_to_dict` writes a spec back in the file schema: nothing else reads
+these files.
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ class HardwareSpec:
     gpus_per_node: int
     efficiency: Efficiency
     sources: tuple[str, ...] = ()
+    memory_type: str = ""  # e.g. "HBM3"; descriptive only
+    network: str = ""  # the node's network, e.g. "8x ConnectX-7 400 Gb/s"; descriptive only
+    notes: str = ""
 
     def peak_flops(self, dtype: DType) -> float:
         """Vendor dense peak for ``dtype`` in FLOP/s.
@@ -166,6 +171,14 @@ def _link(r: _Reader, data: Any, field: str) -> Link:
     )
 
 
+def _texts(values: dict[str, Any], source: str) -> dict[str, str]:
+    """The descriptive fields (dotted name -> value), each checked to be a string."""
+    for field, value in values.items():
+        if not isinstance(value, str):
+            raise SpecError(field, f"expected a string, got {value!r}", source=source)
+    return values
+
+
 def hardware_from_dict(data: Any, *, source: str = "<dict>") -> HardwareSpec:
     """Build a HardwareSpec from the YAML schema of ``datasets/hardware/*.yaml``."""
     r = _Reader(source)
@@ -195,6 +208,8 @@ def hardware_from_dict(data: Any, *, source: str = "<dict>") -> HardwareSpec:
     sources = top.get("sources", [])
     if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
         raise SpecError("sources", "expected a list of strings", source=source)
+    texts = _texts({"memory.type": memory.get("type", ""), "node.network": node.get("network", ""),
+                    "notes": top.get("notes", "")}, source)
     return HardwareSpec(
         name=r.text(top, "name"),
         vendor=r.text(top, "vendor"),
@@ -216,7 +231,50 @@ def hardware_from_dict(data: Any, *, source: str = "<dict>") -> HardwareSpec:
         gpus_per_node=int(r.number(node, "gpus_per_node", "node", default=1.0)),
         efficiency=Efficiency(**eff_values),
         sources=tuple(sources),
+        memory_type=texts["memory.type"],
+        network=texts["node.network"],
+        notes=texts["notes"],
     )
+
+
+def _human(value: float) -> float | int:
+    """A file value from SI: 12 significant figures undo the unit conversion's float noise."""
+    rounded = float(f"{value:.12g}")
+    return int(rounded) if rounded.is_integer() else rounded
+
+
+def hardware_to_dict(hw: HardwareSpec) -> dict[str, Any]:
+    """``hw`` in the file schema of ``datasets/hardware/*.yaml`` (human units);
+    `hardware_from_dict` of the result equals ``hw``."""
+    peaks = {DType.FP32: hw.peak_flops_fp32, DType.TF32: hw.peak_flops_tf32,
+             DType.BF16: hw.peak_flops_bf16, DType.FP16: hw.peak_flops_fp16,
+             DType.FP8: hw.peak_flops_fp8, DType.INT8: hw.peak_flops_int8,
+             DType.FP4: hw.peak_flops_fp4}
+
+    def link(x: Link) -> dict[str, Any]:
+        return {"name": x.name, "bandwidth_gb_per_s": _human(x.bandwidth_bytes_per_s / GB),
+                "latency_us": _human(x.latency_s / US)}
+
+    data: dict[str, Any] = {
+        "name": hw.name, "vendor": hw.vendor, "kind": hw.kind, "sources": list(hw.sources),
+        "peak_dense_tflops": {str(d): _human(v / 1e12) for d, v in peaks.items()
+                              if v > 0 or d in (DType.FP32, DType.BF16)},
+        "memory": {"capacity_gib": _human(hw.memory_bytes / GIB),
+                   "bandwidth_gb_per_s": _human(hw.memory_bw_bytes_per_s / GB)},
+        "compute_units": hw.compute_units, "l2_mb": _human(hw.l2_bytes / MB),
+        "interconnect": {"intra_node": link(hw.intra_node), "pcie": link(hw.pcie),
+                         "inter_node": link(hw.inter_node)},
+        "node": {"gpus_per_node": hw.gpus_per_node},
+        "efficiency": {f: getattr(hw.efficiency, f) for f in
+                       ("gemm", "attention", "memory", "intra_node", "inter_node")},
+    }
+    if hw.memory_type:
+        data["memory"]["type"] = hw.memory_type
+    if hw.network:
+        data["node"]["network"] = hw.network
+    if hw.notes:
+        data["notes"] = hw.notes
+    return data
 
 
 def hardware_dirs() -> tuple[Path, ...]:
@@ -238,6 +296,11 @@ def load_hardware_file(path: str | Path) -> HardwareSpec:
     return hardware_from_dict(data, source=show_path(path))
 
 
+def hardware_file(name: str) -> Path | None:
+    """The file a catalog name resolves to (first of `hardware_dirs`), or None."""
+    return next((p for d in hardware_dirs() if (p := d / f"{name}.yaml").is_file()), None)
+
+
 @functools.cache
 def get_hardware(name: str) -> HardwareSpec:
     """Catalog lookup by exact name, or a path to a YAML file; raises UnknownNameError."""
@@ -246,8 +309,7 @@ def get_hardware(name: str) -> HardwareSpec:
     check_path(name, "hardware.gpu")
     if name.endswith((".yaml", ".yml")) or os.sep in name:
         return load_hardware_file(name)
-    for folder in hardware_dirs():
-        candidate = folder / f"{name}.yaml"
-        if candidate.is_file():
-            return load_hardware_file(candidate)
-    raise UnknownNameError("GPU", name, hardware_names())
+    path = hardware_file(name)
+    if path is None:
+        raise UnknownNameError("GPU", name, hardware_names())
+    return load_hardware_file(path)

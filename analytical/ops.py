@@ -11,13 +11,27 @@ D=head dim.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any, Union
 
 from analytical.dtypes import DType, parse_dtype
 from analytical.errors import SpecError, UnknownNameError
+from analytical.op_kinds import (
+    BUS_FACTOR,
+    MEMORY_OP_COSTS,
+    CollectiveKind,
+    MemoryOpKind,
+    MoEOpKind,
+    Phase,
+)
+
+__all__ = [
+    "MEMORY_OP_COSTS", "OP_FAMILIES", "AttentionSpec", "CollectiveKind", "CollectiveSpec",
+    "GemmSpec", "MemoryBoundSpec", "MemoryOpKind", "MoEOpKind", "MoESpec",
+    "OpSpec", "Phase", "arithmetic_intensity", "op_fields", "op_from_dict", "op_to_dict",
+]
 
 
 def _require_positive(spec: object, *names: str) -> None:
@@ -60,11 +74,6 @@ class GemmSpec:
     @property
     def key(self) -> str:
         return f"gemm/{self.dtype}/b{self.batch}/{self.m}x{self.n}x{self.k}"
-
-
-class Phase(StrEnum):
-    PREFILL = "prefill"  # many query tokens, training forward/backward included
-    DECODE = "decode"  # few query tokens against a KV cache
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,27 +148,6 @@ class AttentionSpec:
                 f"h{self.heads}g{self.kv_heads}d{self.head_dim}/{flags}")
 
 
-class CollectiveKind(StrEnum):
-    ALL_REDUCE = "all_reduce"
-    ALL_GATHER = "all_gather"
-    REDUCE_SCATTER = "reduce_scatter"
-    ALL_TO_ALL = "all_to_all"
-    BROADCAST = "broadcast"
-    SEND_RECV = "send_recv"
-
-
-# nccl-tests "bus bandwidth" factors: bytes each rank puts on the wire per byte of `size_bytes`.
-# See NVIDIA nccl-tests doc/PERFORMANCE.md.
-_BUS_FACTOR: dict[CollectiveKind, Callable[[int], float]] = {
-    CollectiveKind.ALL_REDUCE: lambda n: 2.0 * (n - 1) / n,
-    CollectiveKind.ALL_GATHER: lambda n: (n - 1) / n,
-    CollectiveKind.REDUCE_SCATTER: lambda n: (n - 1) / n,
-    CollectiveKind.ALL_TO_ALL: lambda n: (n - 1) / n,
-    CollectiveKind.BROADCAST: lambda n: 1.0,
-    CollectiveKind.SEND_RECV: lambda n: 1.0,
-}
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CollectiveSpec:
     """A collective over ``group_size`` ranks, ``ranks_per_node`` of them per node.
@@ -195,7 +183,7 @@ class CollectiveSpec:
 
     @property
     def bus_factor(self) -> float:
-        return _BUS_FACTOR[self.kind](self.group_size)
+        return BUS_FACTOR[self.kind](self.group_size)
 
     @property
     def flops(self) -> float:
@@ -214,54 +202,6 @@ class CollectiveSpec:
     def key(self) -> str:
         return (f"collective/{self.kind}/{self.dtype}/n{self.group_size}/"
                 f"r{self.ranks_per_node}/{self.size_bytes}")
-
-
-class MemoryOpKind(StrEnum):
-    LAYERNORM = "layernorm"
-    RMSNORM = "rmsnorm"
-    GELU = "gelu"
-    SILU = "silu"
-    SWIGLU = "swiglu"  # silu(gate) * up: reads 2 rows of `cols`, writes 1
-    ADD = "add"  # residual add: reads 2, writes 1
-    MUL = "mul"
-    SOFTMAX = "softmax"
-    ROTARY = "rotary"
-    EMBEDDING = "embedding"  # gather rows of a table
-    DROPOUT = "dropout"
-    CROSS_ENTROPY = "cross_entropy"  # over vocab logits
-    COPY = "copy"  # cast / contiguous / transpose
-    OPTIMIZER = "optimizer"  # fused Adam over `cols` parameters per row
-
-
-@dataclass(frozen=True, slots=True)
-class _MemoryCost:
-    reads: float  # tensors of size rows*cols read (forward)
-    writes: float
-    flops_per_element: float
-    bwd_reads: float
-    bwd_writes: float
-
-
-# Per-element traffic, in units of one [rows, cols] tensor. Backward reads the saved input(s)
-# and the output gradient and writes the input gradient(s).
-MEMORY_OP_COSTS: dict[MemoryOpKind, _MemoryCost] = {
-    MemoryOpKind.LAYERNORM: _MemoryCost(1, 1, 8, 2, 1),
-    MemoryOpKind.RMSNORM: _MemoryCost(1, 1, 4, 2, 1),
-    MemoryOpKind.GELU: _MemoryCost(1, 1, 8, 2, 1),
-    MemoryOpKind.SILU: _MemoryCost(1, 1, 4, 2, 1),
-    MemoryOpKind.SWIGLU: _MemoryCost(2, 1, 5, 3, 2),
-    MemoryOpKind.ADD: _MemoryCost(2, 1, 1, 1, 2),
-    MemoryOpKind.MUL: _MemoryCost(2, 1, 1, 3, 2),
-    MemoryOpKind.SOFTMAX: _MemoryCost(1, 1, 5, 2, 1),
-    MemoryOpKind.ROTARY: _MemoryCost(1, 1, 3, 1, 1),
-    MemoryOpKind.EMBEDDING: _MemoryCost(1, 1, 0, 1, 1),
-    MemoryOpKind.DROPOUT: _MemoryCost(1, 1, 2, 1, 1),
-    MemoryOpKind.CROSS_ENTROPY: _MemoryCost(1, 0, 5, 1, 1),
-    MemoryOpKind.COPY: _MemoryCost(1, 1, 0, 1, 1),
-    # Adam, mixed precision: read fp32 master, m, v, grad; write master, m, v (+ bf16 copy);
-    # counted as 4 reads and 4 writes of a `dtype` tensor per element.
-    MemoryOpKind.OPTIMIZER: _MemoryCost(4, 4, 10, 0, 0),
-}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -300,11 +240,6 @@ class MemoryBoundSpec:
     def key(self) -> str:
         direction = "bwd" if self.backward else "fwd"
         return f"memory/{self.kind}/{self.dtype}/{self.rows}x{self.cols}/{direction}"
-
-
-class MoEOpKind(StrEnum):
-    DISPATCH = "dispatch"  # permute tokens into per-expert contiguous buffers
-    COMBINE = "combine"  # un-permute and weight-sum the top-k expert outputs
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,8 +19,7 @@ from predictors.features import FEATURE_SCHEMA
 from predictors.promote import Promotion, promote
 from predictors.tracking import LoggedRun, log_training
 from predictors.train import TrainConfig, TrainingResult, train_predictor
-
-MIN_ROWS = 50
+from predictors.train_config import MIN_ROWS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -113,7 +113,8 @@ def _package_version(name: str) -> str:
         return ""
 
 
-def _cpu_model_name() -> str:
+def cpu_model_name() -> str:
+    """The CPU model as /proc/cpuinfo names it (else the platform's guess)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
             for line in handle:
@@ -146,7 +147,7 @@ def current_fingerprint(device: str = "cpu", *, hardware: str | None = None) -> 
     """
     host = socket.gethostname()
     if device == "cpu":
-        name = _cpu_model_name()
+        name = cpu_model_name()
         return Fingerprint(hardware=hardware or "cpu", device_name=name,
                            device_count=os.cpu_count() or 1, torch=_package_version("torch"),
                            triton=_package_version("triton"), host=host)

@@ -30,7 +30,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,
 
 step "CUDA tests"
 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/profiler/test_bench_timers.py \
-  tests/analytical/test_hardware_calibrate.py 2>&1 | tail -5
+  tests/profiler/test_calibrate.py 2>&1 | tail -5
 
 step "calibrate"
 timeout "$LIMIT" "${L[@]}" hardware calibrate --device cuda --name calibrated-gpu \

@@ -19,10 +19,10 @@ from analytical.hardware import (
     MB,
     HardwareSpec,
     get_hardware,
-    hardware_dirs,
+    hardware_file,
     hardware_names,
 )
-from analytical.inputs import check_output_path, load_yaml, output_errors
+from analytical.inputs import check_output_path, output_errors
 from simulate.cli.output import FiniteFloat, OutputPath, print_json, print_mapping, print_table
 
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
@@ -52,15 +52,9 @@ def _row(hw: HardwareSpec) -> dict[str, Any]:
     }
 
 
-def _file_of(name: str) -> Path | None:
-    return next((d / f"{name}.yaml" for d in hardware_dirs() if (d / f"{name}.yaml").is_file()),
-                None)
-
-
 def _details(hw: HardwareSpec) -> dict[str, Any]:
     """Every field of a spec in human units, flat keys, for `show`."""
-    path = _file_of(hw.name)
-    raw = load_yaml(path, "hardware") if path else {}
+    path = hardware_file(hw.name)
     out: dict[str, Any] = {"name": hw.name, "vendor": hw.vendor, "kind": hw.kind,
                            "file": str(path or "")}
     for dtype in DType:
@@ -68,7 +62,7 @@ def _details(hw: HardwareSpec) -> dict[str, Any]:
         out[f"peak_{dtype.value}_{unit}"] = _r(hw.peak_flops(dtype) / 1e12)
     out["memory_gib"] = _r(hw.memory_bytes / GIB)
     out["memory_bw_tb_per_s"] = _r(hw.memory_bw_bytes_per_s / 1e12)
-    out["memory_type"] = raw.get("memory", {}).get("type", "")
+    out["memory_type"] = hw.memory_type
     out["compute_units"] = hw.compute_units
     out["l2_mb"] = _r(hw.l2_bytes / MB)
     for label in ("intra_node", "pcie", "inter_node"):
@@ -77,10 +71,10 @@ def _details(hw: HardwareSpec) -> dict[str, Any]:
         out[f"{label}_gb_per_s_per_direction"] = _r(link.bandwidth_bytes_per_s / GB)
         out[f"{label}_latency_us"] = _r(link.latency_s * 1e6)
     out["gpus_per_node"] = hw.gpus_per_node
-    out["network"] = raw.get("node", {}).get("network", "")
+    out["network"] = hw.network
     for label in ("gemm", "attention", "memory", "intra_node", "inter_node"):
         out[f"efficiency_{label}"] = getattr(hw.efficiency, label)
-    out["notes"] = str(raw.get("notes", ""))
+    out["notes"] = hw.notes
     out["sources"] = list(hw.sources)
     return out
 
@@ -118,22 +112,6 @@ def show_cmd(name: str, as_json: bool) -> None:
     print_mapping(details, title=name)
 
 
-def _default_name(device: str) -> tuple[str, str | None]:
-    """(name, reference) for a calibration: "cpu" on CPU; the catalog name on a known GPU."""
-    import torch  # noqa: PLC0415 - only this command needs torch
-
-    from profiler.fingerprint import hardware_name_for_device  # noqa: PLC0415
-
-    use_cuda = device != "cpu" and torch.cuda.is_available()
-    if not use_cuda:
-        return "cpu", None
-    suffix = device.removeprefix("cuda:")
-    index = int(suffix) if suffix.isdigit() else 0  # a bad suffix is rejected by calibrate
-    catalog = hardware_name_for_device(torch.cuda.get_device_name(index))
-    shipped = (hardware_dirs()[-1] / f"{catalog}.yaml").is_file()
-    return f"{catalog}-calibrated", catalog if shipped else None
-
-
 @group.command("calibrate")
 @click.option("--out", type=OutputPath((".yaml", ".yml")), default=None,
               help="File to write (default: $LLMSIM_HOME/hardware/<name>.yaml).")
@@ -149,11 +127,12 @@ def _default_name(device: str) -> tuple[str, str | None]:
 def calibrate_cmd(out: Path | None, name: str | None, budget_s: float, device: str,
                   reference: str | None, as_json: bool) -> None:
     """Measure GEMM FLOP/s and memory bandwidth here and write a hardware file."""
-    from analytical.calibrate import calibrate, write_hardware_file  # noqa: PLC0415
+    from analytical.calibrate import write_hardware_file  # noqa: PLC0415
     from analytical.paths import user_hardware_dir  # noqa: PLC0415
+    from profiler.calibrate import calibrate, default_name  # noqa: PLC0415 - imports torch
 
-    default_name, default_reference = _default_name(device)
-    name = name or default_name
+    default, default_reference = default_name(device)
+    name = name or default
     reference = reference if reference is not None else default_reference
     target = out or user_hardware_dir() / f"{name}.yaml"
     check_output_path(target, "--out", suffixes=(".yaml", ".yml"), create_parents=True)

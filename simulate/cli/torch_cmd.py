@@ -36,7 +36,7 @@ def command(factory: str | None, hf_config: str | None, inputs: str | None, mode
             as_json: bool) -> None:
     """Trace a module weights-free and predict one step through the engine chain."""
     from simulate.engines import checked_store
-    from simulate.validate.torch_model import TorchTarget, predict_torch
+    from simulate.frontend.torch_model import TorchTarget, predict_torch
 
     if hf_config is not None:  # the user's file is checked before the store note
         from simulate.frontend.hf import load_hf_config_dict

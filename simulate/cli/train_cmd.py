@@ -12,12 +12,18 @@ from pathlib import Path
 import click
 
 from analytical.ops import OP_FAMILIES
-from predictors.model import Target
-from predictors.train import TrainConfig
+from predictors.train_config import (
+    AUTO_TARGET,
+    DEFAULTS,
+    MAX_CONFIGS,
+    MIN_ROWS,
+    target_choices,
+    train_config,
+)
 from predictors.transfer_features import TRANSFER_FAMILIES
-from simulate.cli.output import OutputPath, print_json, print_table
+from profiler.progress import advance, bar
+from simulate.cli.output import PROGRESS, OutputPath, print_json, print_table
 
-_DEFAULTS = TrainConfig()
 _FAMILIES = list(OP_FAMILIES)
 
 
@@ -28,17 +34,20 @@ def _common(func):
         click.option("--tracking-uri", default=None,
                      help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or SQLite under "
                      "$LLMSIM_HOME)."),
-        click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True),
-        click.option("--configs", "n_configs", type=click.IntRange(1, 10_000), default=_DEFAULTS.n_configs,
-                     show_default=True, help="Hyper-parameter draws in the search (each fits "
-                     "every target, log-latency free and monotone in work; gated and anchored "
-                     "join two boosters)."),
-        click.option("--max-train-rows", type=click.IntRange(min=1), default=_DEFAULTS.max_train_rows,
-                     show_default=True,
+        click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=DEFAULTS.seed,
+                     show_default=True),
+        click.option("--configs", "n_configs", type=click.IntRange(1, MAX_CONFIGS),
+                     default=DEFAULTS.n_configs, show_default=True,
+                     help="Hyper-parameter draws in the search (each fits every target, "
+                     "log-latency free and monotone in work; gated and anchored join two "
+                     "boosters)."),
+        click.option("--max-train-rows", type=click.IntRange(min=1),
+                     default=DEFAULTS.max_train_rows, show_default=True,
                      help="Training rows per fit (larger sets are subsampled, seeded)."),
         click.option("--no-promote", is_flag=True,
                      help="Register the version but do not try to move the champion alias."),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
+        PROGRESS,
     ]
     for option in reversed(options):
         func = option(func)
@@ -77,22 +86,20 @@ def _print_outcome(outcome) -> None:
 
 
 def _run(hardware: str, op: str, db, tracking_uri, seed, n_configs, max_train_rows, no_promote,
-         as_json, provenance, dtype, target=None) -> None:
+         as_json, provenance, dtype, target=None, progress: bool = True) -> None:
+    from predictors.fit import FIT_UNIT
     from predictors.pipeline import train_and_log
 
-    outcome = train_and_log(hardware, op, db=db, provenance=provenance, dtype=dtype,
-                            config=_config(seed, n_configs, max_train_rows, target),
-                            tracking_uri=tracking_uri, auto_promote=not no_promote)
+    with bar(f"train {hardware}/{op}", unit=FIT_UNIT, enabled=progress and not as_json):
+        outcome = train_and_log(hardware, op, db=db, provenance=provenance, dtype=dtype,
+                                config=train_config(seed=seed, n_configs=n_configs,
+                                                    max_train_rows=max_train_rows,
+                                                    target=target),
+                                tracking_uri=tracking_uri, auto_promote=not no_promote)
     if as_json:
         print_json(_outcome_dict(outcome))
     else:
         _print_outcome(outcome)
-
-
-def _config(seed: int, n_configs: int, max_train_rows: int, target: str | None = None):
-    return TrainConfig(seed=seed, n_configs=n_configs, max_train_rows=max_train_rows,
-                       search_rows=min(20_000, max_train_rows),
-                       target=None if target in (None, "auto") else Target(target))
 
 
 _HW = click.option("--hardware", help="Catalog hardware name (the store's hardware column).")
@@ -101,8 +108,8 @@ _PROV = click.option("--provenance", default=None,
                      help="Provenance group to train on (default: the one covering the most "
                      "categorical configurations, e.g. kind x dtype, then the largest).")
 _DTYPE = click.option("--dtype", default=None, help="Only rows of this dtype.")
-_TARGET = click.option("--target", default="auto", show_default=True,
-                       type=click.Choice(["auto", *(t.value for t in Target)]),
+_TARGET = click.option("--target", default=AUTO_TARGET, show_default=True,
+                       type=click.Choice(target_choices()),
                        help="What the trees learn; auto: picked by inner validation.")
 
 
@@ -115,7 +122,7 @@ _TARGET = click.option("--target", default="auto", show_default=True,
 @_common
 @click.pass_context
 def group(ctx: click.Context, hardware, op, provenance, dtype, target, db, tracking_uri, seed,
-          n_configs, max_train_rows, no_promote, as_json) -> None:
+          n_configs, max_train_rows, no_promote, as_json, progress) -> None:
     """Train, report and promote latency predictors (``llmsim train --hardware H --op F``)."""
     if ctx.invoked_subcommand is not None:
         return
@@ -123,7 +130,7 @@ def group(ctx: click.Context, hardware, op, provenance, dtype, target, db, track
         raise click.UsageError("give --hardware and --op, or a sub-command (run, all, report, "
                                "promote)")
     _run(hardware, op, db, tracking_uri, seed, n_configs, max_train_rows, no_promote, as_json,
-         provenance, dtype, target)
+         provenance, dtype, target, progress)
 
 
 @group.command("run")
@@ -134,30 +141,37 @@ def group(ctx: click.Context, hardware, op, provenance, dtype, target, db, track
 @_TARGET
 @_common
 def run_cmd(hardware, op, provenance, dtype, target, db, tracking_uri, seed, n_configs,
-            max_train_rows, no_promote, as_json) -> None:
+            max_train_rows, no_promote, as_json, progress) -> None:
     """Train one (hardware, family) predictor, log it to MLflow and try to promote it."""
     _run(hardware, op, db, tracking_uri, seed, n_configs, max_train_rows, no_promote, as_json,
-         provenance, dtype, target)
+         provenance, dtype, target, progress)
 
 
 @group.command("all")
-@click.option("--min-rows", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--min-rows", type=click.IntRange(min=1), default=MIN_ROWS,
+              show_default=True, help="Distinct shapes a group needs to be trained.")
 @_common
 def all_cmd(min_rows, db, tracking_uri, seed, n_configs, max_train_rows, no_promote,
-            as_json) -> None:
+            as_json, progress) -> None:
     """Train every (hardware, family) in the store with at least --min-rows shapes."""
+    from predictors.fit import FIT_UNIT
     from predictors.pipeline import train_and_log, trainable_groups
 
     results = []
-    for hardware, family, rows in trainable_groups(db, min_rows=min_rows):
-        if not as_json:
-            click.echo(f"training {hardware}/{family} ({rows} shapes)")
-        outcome = train_and_log(hardware, family, db=db,
-                                config=_config(seed, n_configs, max_train_rows),
-                                tracking_uri=tracking_uri, auto_promote=not no_promote)
-        results.append(_outcome_dict(outcome))
-        if not as_json:
-            _print_outcome(outcome)
+    groups = trainable_groups(db, min_rows=min_rows)
+    with bar("train all", unit="models", total=len(groups), enabled=progress and not as_json):
+        for hardware, family, rows in groups:
+            if not as_json:
+                click.echo(f"training {hardware}/{family} ({rows} shapes)")
+            with bar(f"{hardware}/{family}", unit=FIT_UNIT, enabled=progress and not as_json):
+                outcome = train_and_log(hardware, family, db=db,
+                                        config=train_config(seed=seed, n_configs=n_configs,
+                                                            max_train_rows=max_train_rows),
+                                        tracking_uri=tracking_uri, auto_promote=not no_promote)
+            advance(1, unit="models", label=f"{hardware}/{family}")
+            results.append(_outcome_dict(outcome))
+            if not as_json:
+                _print_outcome(outcome)
     if as_json:
         print_json(results)
 

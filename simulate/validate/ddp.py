@@ -158,8 +158,8 @@ def run_ddp_check(config: DdpConfig) -> DdpCheck:
     from profiler.runner import run_sweep  # noqa: PLC0415
     from simulate.engines import EngineChain  # noqa: PLC0415
     from simulate.frontend.aten_map import Category  # noqa: PLC0415
+    from simulate.frontend.price import price_traced  # noqa: PLC0415
     from simulate.validate.loop import needed_sweep, validation_db_path  # noqa: PLC0415
-    from simulate.validate.traced import price_traced  # noqa: PLC0415
 
     if config.store_path is None:
         config = replace(config, store_path=validation_db_path(1))

@@ -37,6 +37,7 @@ from simulate.engines import EngineChain
 from simulate.frontend.aten_map import Category
 from simulate.frontend.graph import TracedGraph
 from simulate.frontend.hf import MODES
+from simulate.frontend.price import price_traced
 from simulate.validate.measure import measure_model
 from simulate.validate.models import (
     VALIDATION_MODELS,
@@ -46,7 +47,6 @@ from simulate.validate.models import (
     validation_model,
 )
 from simulate.validate.report import UnknownRow, ValidationReport, ValidationRow
-from simulate.validate.traced import price_traced
 from simulate.validate.training import train_families
 
 __all__ = ["FAST_BUDGET", "LoopConfig", "needed_ops", "needed_sweep",

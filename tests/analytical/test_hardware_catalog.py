@@ -245,3 +245,12 @@ def test_cli_show_unknown_name_exits_2_with_one_line(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "no-such-gpu" in lines[0] and "h100-sxm" in lines[0]
     assert "Traceback" not in result.stderr
+
+
+def test_every_entry_writes_back_to_the_same_spec():
+    """`hardware_to_dict` is `hardware_from_dict`'s inverse (calibration starts from it)."""
+    from analytical.hardware import hardware_to_dict
+
+    for name in hardware_names():
+        hw = get_hardware(name)
+        assert hardware_from_dict(hardware_to_dict(hw), source=name) == hw, name

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """The size limits of STYLE.md (functions under ~60 lines, modules under ~400), measured by
-`scripts/code_size.py`; enforced on the packages already brought under them."""
+`scripts/code_size.py`; enforced on all four packages."""
 
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ code_size = importlib.util.module_from_spec(_SPEC)
 sys.modules["code_size"] = code_size  # dataclasses look their module up there
 _SPEC.loader.exec_module(code_size)
 
-# Packages that meet the limits today; the others join as they are split (issue 20).
-ENFORCED = ("simulate", "profiler")
+ENFORCED = code_size.PACKAGES  # analytical, profiler, predictors, simulate
+# Functions still over the limit while another change splits them (issue 20), each allowed
+# at most the length it has today, so it cannot grow; drop the entry once it is split.
+KNOWN_LONG_FUNCTIONS = {("analytical/memory.py", "training_memory"): 63}
 
 
 def test_measure_counts_nested_and_method_lines(tmp_path: Path) -> None:
@@ -41,7 +43,8 @@ def test_measure_counts_nested_and_method_lines(tmp_path: Path) -> None:
 def test_package_within_limits(package: str) -> None:
     functions, modules = code_size.measure()
     long = [f"{f.path}:{f.line} {f.name} ({f.lines})" for f in functions
-            if f.path.startswith(f"{package}/") and f.lines > 60]
+            if f.path.startswith(f"{package}/")
+            and f.lines > KNOWN_LONG_FUNCTIONS.get((f.path, f.name), 60)]
     big = [f"{m.path} ({m.lines})" for m in modules
            if m.path.startswith(f"{package}/") and m.lines > 400
            and m.path not in code_size.ALLOWED_MODULES]

@@ -337,6 +337,7 @@ def _hardware() -> Iterator[Case]:
             "interconnect.intra_node.bandwidth_gb_per_s": [NAN, -1],
             "interconnect.inter_node.latency_us": [NAN, -3],
             "efficiency.gemm": [NAN, "x", -0.5], "node.gpus_per_node": [NAN, "x"],
+            "memory.type": [3], "node.network": [[1]], "notes": [{"a": 1}],
             "vendor_extra": [1]}
     for path, values in muts.items():
         for value in values:

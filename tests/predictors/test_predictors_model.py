@@ -139,16 +139,16 @@ def test_schema_names_mismatch_and_missing_files(tmp_path):
 
 def test_gated_model_extrapolates_with_the_ratio_booster(gemm_frame, fast_config, tmp_path):
     from analytical.ops import GemmSpec
-    from predictors.model import Target
-    from predictors.train import HyperParams, _fit
+    from predictors.fit import fit_model
+    from predictors.model import HyperParams, Target
 
     hw = get_hardware("h100-sxm")
     data = training_data(gemm_frame, hardware="h100-sxm", family="gemm")
     x = feature_matrix("gemm", data.ops, hw)
     rows = np.arange(len(data))
     params = HyperParams(max_rounds=150)
-    fits = {t: _fit(x, data.latency_s, "gemm", "h100-sxm", rows, None, t, params, fast_config,
-                    rounds=(150, 150) if t == Target.GATED else (150,))
+    fits = {t: fit_model(x, data.latency_s, "gemm", "h100-sxm", rows, None, t, params,
+                         fast_config, rounds=(150, 150) if t == Target.GATED else (150,))
             for t in (Target.LOG_LATENCY, Target.LOG_ROOFLINE_RATIO, Target.GATED)}
     gated = fits[Target.GATED]
     assert gated.gate_log2_size == max(math.log2(op.flops) for op in data.ops)
@@ -188,7 +188,8 @@ def test_search_folds_hold_out_whole_interior_shapes():
     from dataclasses import replace
 
     from analytical.ops import CollectiveKind, CollectiveSpec
-    from predictors.train import TrainConfig, _search_folds
+    from predictors.search_folds import search_folds
+    from predictors.train import TrainConfig
 
     # 20 message sizes x 10 group sizes; the 18 interior sizes are the candidates (ninths of 2)
     ops = [CollectiveSpec(kind=CollectiveKind.ALL_REDUCE, size_bytes=2 ** (10 + s),
@@ -196,7 +197,7 @@ def test_search_folds_hold_out_whole_interior_shapes():
            for s in range(20) for g in range(2, 12)]
     large, rest = np.arange(190, 200), np.arange(190)  # the top size's rows are "large"
     config = TrainConfig(seed=5, search_valid_rows=50)
-    folds = _search_folds(ops, large, rest, config)
+    folds = search_folds(ops, large, rest, config)
     assert len(folds) == 3  # each ninth holds 2 sizes x 10 rows: three make the 50 asked for
     held = [np.setdiff1d(valid, large) for _, valid in folds]
     sizes = [{ops[i].size_bytes for i in h} for h in held]
@@ -207,10 +208,10 @@ def test_search_folds_hold_out_whole_interior_shapes():
         assert np.isin(large, valid).all() and not np.isin(large, train).any()
         assert np.array_equal(np.sort(np.concatenate([train, h])), rest)  # a partition of rest
         assert not {ops[i].size_bytes for i in train} & s  # a held size is wholly unseen
-    single = _search_folds(ops, large, rest, replace(config, search_valid_rows=0))
+    single = search_folds(ops, large, rest, replace(config, search_valid_rows=0))
     assert len(single) == 1
     assert all(np.array_equal(a, b) for a, b in zip(single[0], folds[0], strict=True))
-    assert len(_search_folds(ops, large, rest, replace(config, search_valid_rows=10**6))) == 9
+    assert len(search_folds(ops, large, rest, replace(config, search_valid_rows=10**6))) == 9
 
 
 def test_model_records_its_training_domain_and_names_what_is_outside(trained, tmp_path):
@@ -241,14 +242,15 @@ def test_model_records_its_training_domain_and_names_what_is_outside(trained, tm
 
 def test_attention_search_folds_also_hold_out_kv_lengths():
     from analytical.ops import AttentionSpec
-    from predictors.train import TrainConfig, _search_folds, _unseen_in_fold
+    from predictors.search_folds import search_folds, unseen_in_fold
+    from predictors.train import TrainConfig
 
     configs = [(h, kv, 128) for h in (8, 16, 32, 64) for kv in (1, 8)]
     lengths = [2 ** i for i in range(7, 18)]  # 11 lengths, 9 interior
     ops = [AttentionSpec(batch=1, q_len=1, kv_len=t, heads=h, kv_heads=kv, head_dim=d)
            for h, kv, d in configs for t in lengths]
     rest, large = np.arange(len(ops)), np.array([], dtype=int)
-    folds = _search_folds(ops, large, rest, TrainConfig(seed=0, search_valid_rows=1))
+    folds = search_folds(ops, large, rest, TrainConfig(seed=0, search_valid_rows=1))
     train, valid = folds[0]
     head = {(ops[i].heads, ops[i].kv_heads) for i in train}
     held_heads = {(ops[i].heads, ops[i].kv_heads) for i in valid} - head
@@ -261,7 +263,7 @@ def test_attention_search_folds_also_hold_out_kv_lengths():
                 if (op.heads, op.kv_heads) == config or op.kv_len == length}
     assert set(valid.tolist()) == expected
     # the search scores each axis on the rows unseen along it (`_unseen_in_fold`)
-    unseen_length = _unseen_in_fold(ops, folds[:1], lambda op: (op.kv_len,))
+    unseen_length = unseen_in_fold(ops, folds[:1], lambda op: (op.kv_len,))
     assert unseen_length.tolist() == [ops[i].kv_len == length for i in valid]
 
 
@@ -297,8 +299,8 @@ def test_monotone_log_latency_trees_never_fall_with_work():
 
 
 def test_search_scores_log_latency_trees_free_and_monotone(trained, tmp_path):
+    from predictors.fit import booster_constraints
     from predictors.model import HyperParams, Target
-    from predictors.train import _constraints
 
     data, result = trained
     rows = [r for r in result.search if r["target"] in ("log_latency", "log_roofline_ratio")]
@@ -315,4 +317,4 @@ def test_search_scores_log_latency_trees_free_and_monotone(trained, tmp_path):
     folder = result.model.save(tmp_path / "m")
     assert LatencyModel.load(folder).params.monotone == result.params.monotone
     with pytest.raises(LlmsimError, match="monotone constraints are for log-latency boosters"):
-        _constraints("gemm", Target.LOG_ROOFLINE_RATIO, HyperParams(monotone=True))
+        booster_constraints("gemm", Target.LOG_ROOFLINE_RATIO, HyperParams(monotone=True))

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from analytical.errors import SpecError
 from simulate.cli.torch_cmd import command
-from simulate.validate.torch_model import TorchTarget, load_callable
+from simulate.frontend.torch_model import TorchTarget, load_callable
 
 _MODULE = """
 import torch

@@ -16,6 +16,7 @@ from analytical.roofline import roofline_time
 from simulate.engines import EngineChain
 from simulate.frontend.aten_map import Category
 from simulate.frontend.graph import TracedGraph, TracedOp, TracePhase
+from simulate.frontend.price import overlap_timeline, price_traced
 from simulate.validate.loop import (
     FAST_BUDGET,
     LoopConfig,
@@ -25,7 +26,6 @@ from simulate.validate.loop import (
 )
 from simulate.validate.models import trace_validation_model, validation_model
 from simulate.validate.report import ValidationReport, ValidationRow
-from simulate.validate.traced import overlap_timeline, price_traced
 
 
 @pytest.fixture(autouse=True)

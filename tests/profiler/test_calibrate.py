@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`analytical.calibrate` on this CPU with a tiny budget: the result is a valid catalog entry."""
+"""`profiler.calibrate` on this CPU with a tiny budget: the result is a valid catalog entry."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from analytical import calibrate as cal
+from analytical.calibrate import write_hardware_file
 from analytical.errors import SpecError
 from analytical.hardware import get_hardware, hardware_from_dict, load_hardware_file
+from profiler import calibrate as cal
 
-LLMSIM = Path(sys.executable).parent / "llmsim"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -44,7 +45,7 @@ def test_cpu_calibration_is_a_valid_entry(cpu_result):
 
 
 def test_write_and_reload(cpu_result, tmp_path):
-    path = cal.write_hardware_file(cpu_result, tmp_path / "sub" / "tiny-cpu.yaml")
+    path = write_hardware_file(cpu_result, tmp_path / "sub" / "tiny-cpu.yaml")
     assert path.read_text().startswith("# Written by `llmsim hardware calibrate`")
     assert load_hardware_file(path) == hardware_from_dict(cpu_result)
 
@@ -52,7 +53,7 @@ def test_write_and_reload(cpu_result, tmp_path):
 def test_write_rejects_invalid_data(cpu_result, tmp_path):
     bad = {**cpu_result, "efficiency": {**cpu_result["efficiency"], "gemm": 2.0}}
     with pytest.raises(SpecError) as info:
-        cal.write_hardware_file(bad, tmp_path / "bad.yaml")
+        write_hardware_file(bad, tmp_path / "bad.yaml")
     assert info.value.field == "efficiency.gemm"
     assert not (tmp_path / "bad.yaml").exists()
 
@@ -76,19 +77,30 @@ def test_bad_arguments(device, budget_s, field):
     assert info.value.field == field
 
 
-def test_median_runs_warmup_and_repeats():
+def test_median_goes_through_the_profiler_timer(monkeypatch):
+    """One timer for the project: calibration times with `profiler.timers`, within its reps."""
+    seen = []
+
+    def fake_time_cpu(run, budget, *, flush_bytes=None, prepare=None):
+        seen.append((budget.min_reps, budget.max_reps, flush_bytes))
+        return real(run, budget, flush_bytes=0)
+
+    real = cal.time_cpu
+    monkeypatch.setattr(cal, "time_cpu", fake_time_cpu)
     calls = []
-    seconds = cal._median_s(lambda: calls.append(1), lambda: None, budget_s=0.0)
-    assert seconds >= 0
-    assert len(calls) == 2 + cal._MIN_REPS  # warm-up, estimate, then the minimum repeats
+    assert cal.median_s(lambda: calls.append(1), "cpu", 0.0) >= 0
+    assert seen == [(cal.MIN_REPS, cal.MAX_REPS, 0)]
+    assert len(calls) >= 2 + cal.MIN_REPS  # first call, a warm-up, then the minimum repeats
 
 
 def test_cli_calibrate_writes_a_loadable_file(tmp_path):
     out = tmp_path / "mine.yaml"
-    env = {"LLMSIM_HOME": str(tmp_path / "home"), "PATH": str(LLMSIM.parent)}
-    result = subprocess.run([str(LLMSIM), "hardware", "calibrate", "--device", "cpu",
-                             "--name", "mine", "--budget-s", "0.5", "--out", str(out), "--json"],
-                            capture_output=True, text=True, env=env, timeout=120)
+    env = {"LLMSIM_HOME": str(tmp_path / "home"), "PATH": str(Path(sys.executable).parent),
+           "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-m", "simulate.cli.main", "hardware", "calibrate",
+                             "--device", "cpu", "--name", "mine", "--budget-s", "0.5",
+                             "--out", str(out), "--json"],
+                            capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert load_hardware_file(out).name == "mine"
     assert '"written"' in result.stdout

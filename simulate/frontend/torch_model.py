@@ -23,8 +23,8 @@ from simulate.engines import EngineChain
 from simulate.frontend.graph import TracedGraph
 from simulate.frontend.hf import MODES, trace_hf
 from simulate.frontend.passes import data_parallel, fsdp
+from simulate.frontend.price import TracedPrediction, price_traced
 from simulate.frontend.trace import trace_module
-from simulate.validate.traced import TracedPrediction, price_traced
 
 __all__ = ["TorchTarget", "load_callable", "predict_torch", "trace_target"]
 
