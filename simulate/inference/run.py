@@ -92,6 +92,8 @@ def resolve_serving(serving: ServingSpec, hw: HardwareSpec, *, tp: int, pp: int)
         changes["max_batched_tokens"] = preset.max_batched_tokens
     if "step_overhead_ms" not in given:
         changes["step_overhead_s"] = preset.step_overhead_s
+    if "step_overhead_per_seq_us" not in given:
+        changes["step_overhead_per_seq_s"] = preset.step_overhead_per_seq_s
     return replace(serving, **changes)
 
 
@@ -184,6 +186,7 @@ def make_tenant(name: str, plan: InstancePlan, workload: Workload, serving: Serv
                     cost=cost, kv_blocks=plan.kv_blocks,
                     kv_bytes_per_token=plan.kv_bytes_per_token * plan.shard.tp,
                     step_overhead_s=serving.step_overhead_s,
+                    step_overhead_per_seq_s=serving.step_overhead_per_seq_s,
                     swap_bw_bytes_per_s=hw.pcie.bandwidth_bytes_per_s * plan.shard.tp,
                     speculation=speculation)
     return tenant, cost

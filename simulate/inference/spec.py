@@ -160,6 +160,7 @@ class ServingSpec:
     preemption: str
     step_overhead_s: float
     gpu_memory_utilization: float
+    step_overhead_per_seq_s: float = 0.0  # host time per request scheduled in a step
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
     prefill_pool: PoolSpec | None = None
@@ -173,6 +174,7 @@ class ServingSpec:
 def parse_serving(block: Any, path: str = "serving") -> ServingSpec:
     b = check_keys(block, path, {"scheduler", "arrival", "max_num_seqs", "max_batched_tokens",
                                  "chunk_size", "block_size", "preemption", "step_overhead_ms",
+                                 "step_overhead_per_seq_us",
                                  "gpu_memory_utilization", "slo", "disaggregated", "engine",
                                  "engine_version"}, {"arrival"})
     scheduler = b.get("scheduler", "continuous")
@@ -183,6 +185,7 @@ def parse_serving(block: Any, path: str = "serving") -> ServingSpec:
                          {"process", "qps", "cv", "num_requests", "seed", "concurrency", "trace",
                           "warmup_requests"})
     overhead = float_field(b, "step_overhead_ms", path, default=0.0, maximum=3.6e6)
+    per_seq = float_field(b, "step_overhead_per_seq_us", path, default=0.0, maximum=3.6e9)
     budget_key = "chunk_size" if "chunk_size" in b else "max_batched_tokens"
     slo = check_keys(b.get("slo", {}), f"{path}.slo", {"ttft_s", "tpot_s"})
     pools: dict[str, PoolSpec] = {}
@@ -202,6 +205,7 @@ def parse_serving(block: Any, path: str = "serving") -> ServingSpec:
         block_size=pos_int(b, "block_size", path, 16),
         preemption=_preemption(b.get("preemption", "recompute"), path),
         step_overhead_s=float(overhead) / 1e3,
+        step_overhead_per_seq_s=float(per_seq) / 1e6,
         gpu_memory_utilization=fraction(b, "gpu_memory_utilization", path, 0.9, allow_zero=False),
         slo_ttft_s=optional_float(slo, "ttft_s", f"{path}.slo", exclusive_min=True),
         slo_tpot_s=optional_float(slo, "tpot_s", f"{path}.slo", exclusive_min=True),

@@ -51,6 +51,7 @@ class EnginePreset:
     prefix_caching: bool
     cuda_graph_max_bs: int
     step_overhead_s: float
+    step_overhead_per_seq_s: float  # host time per request scheduled in a step
 
 
 @functools.cache
@@ -113,7 +114,8 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
         max_num_seqs=max_seqs, block_size=int(pick("block_size")),
         gpu_memory_utilization=util, memory_rule=MemoryRule(pick("memory_rule")),
         prefix_caching=bool(pick("prefix_caching")), cuda_graph_max_bs=graph_bs,
-        step_overhead_s=float(pick("step_overhead_ms")) / 1e3)
+        step_overhead_s=float(pick("step_overhead_ms")) / 1e3,
+        step_overhead_per_seq_s=float(pick("step_overhead_per_seq_us")) / 1e6)
 
 
 def kv_cache_bytes(rule: MemoryRule | str, *, capacity: float, utilization: float,

@@ -59,6 +59,7 @@ class Tenant:
     kv_blocks: int
     kv_bytes_per_token: float
     step_overhead_s: float = 0.0  # scheduler / CPU time per step (calibratable)
+    step_overhead_per_seq_s: float = 0.0  # plus this per request in the step (calibratable)
     swap_bw_bytes_per_s: float = 0.0  # host link for swap preemption
     speculation: Speculation | None = None
     # filled while running
@@ -203,7 +204,8 @@ def _step_time(tenant: Tenant, batch: Batch) -> float:
     spec = tenant.speculation
     q = spec.k + 1 if spec else 1
     shape = step_shape(batch, decode_q=q)
-    dt = tenant.cost.step_time(shape) + tenant.step_overhead_s
+    dt = (tenant.cost.step_time(shape) + tenant.step_overhead_s
+          + tenant.step_overhead_per_seq_s * (len(batch.decode) + len(batch.prefill)))
     if spec and batch.decode:
         draft_shape = step_shape(Batch(decode=batch.decode), decode_q=1)
         dt += spec.k * spec.draft_cost.step_time(draft_shape)

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -302,12 +303,48 @@ def test_loso_fits_the_step_overhead_on_the_other_sources_only() -> None:
         return {"fits": True, "tpot_s": {"mean": (5.0 + extra) / 1e3}}
 
     scored = score_serving_loso(rows, predict=fake)
-    assert scored["fitted_step_overhead_ms"]["a"]["vllm"] == pytest.approx(4.0)  # from b only
-    assert scored["fitted_step_overhead_ms"]["b"]["vllm"] == pytest.approx(2.0)  # from a only
+    fitted = scored["fitted_host_overhead"]
+    assert fitted["a"]["vllm"]["step_ms"] == pytest.approx(4.0)  # from b only
+    assert fitted["b"]["vllm"]["step_ms"] == pytest.approx(2.0)  # from a only
+    assert fitted["a"]["vllm"]["per_seq_us"] == pytest.approx(0.0, abs=1e-9)
     by_source = scored["loso"]["by_source"]
     assert by_source["a"]["tpot_ms"]["mean_signed_pct"] == pytest.approx((9 - 7) / 7 * 100)
     assert by_source["b"]["tpot_ms"]["mean_signed_pct"] == pytest.approx((7 - 9) / 9 * 100)
     assert scored["base"]["overall"]["tpot_ms"]["mean_signed_pct"] < 0
+
+
+def test_loso_host_overhead_recovers_a_per_request_slope() -> None:
+    """Residuals growing with the batch give the per-request part; an engine whose other rows
+    sit at one batch size borrows the slope of all rows."""
+    from simulate.validate.published_serving import fit_host_overhead
+
+    def row(src, engine, c, itl):
+        return ServingRow(id=f"{src}{engine}{c}", source=src, url="u", section="t",
+                          model="llama-2-7b", gpu="h100-sxm", num_gpus=1, engine=engine,
+                          mode="closed", input_len=128, output_len=16, concurrency=c,
+                          measured={"itl_ms": itl}, stats={"itl_ms": "median"})
+
+    pairs = [(row("a", "vllm", c, 5.0 + 2.0 + 0.01 * c), {"predicted": {"itl_ms": 5.0}})
+             for c in (1, 16, 256)]
+    pairs.append((row("b", "sglang", 8, 5.0 + 1.0 + 0.01 * 8), {"predicted": {"itl_ms": 5.0}}))
+    fit = fit_host_overhead(pairs)
+    assert fit["vllm"].step_ms == pytest.approx(2.0)
+    assert fit["vllm"].per_seq_us == pytest.approx(10.0)
+    assert fit["sglang"].per_seq_us == pytest.approx(fit[""].per_seq_us)
+    assert fit["sglang"].at(8) == pytest.approx(1.08, abs=0.05)
+    # wrong-statistic ITL (p95) says nothing about a median decode step
+    p95 = dataclasses.replace(row("c", "vllm", 64, 30.0), stats={"itl_ms": "p95"})
+    assert fit_host_overhead([(p95, {"predicted": {"itl_ms": 5.0}})]) == {}
+
+
+def test_per_request_step_overhead_slows_big_batches_more() -> None:
+    base = _closed("llama-2-7b", "vllm", concurrency=32, n=64)
+    slow = json.loads(json.dumps(base))
+    slow["serving"]["step_overhead_per_seq_us"] = 50.0
+    a = run(base, use_store=False, use_predictors=False).data
+    b = run(slow, use_store=False, use_predictors=False).data
+    # 32 decodes per step at 50 us each: about 1.6 ms more per step
+    assert 1.2e-3 < b["tpot_s"]["mean"] - a["tpot_s"]["mean"] < 2.0e-3
 
 
 def test_warmup_requests_run_but_are_not_measured() -> None:
