@@ -30,7 +30,13 @@ from simulate.inference.layer_ops import (
 )
 from simulate.inference.spec import InferenceSpec, ServingSpec
 from simulate.inference.step_cost import EstimateFn, MeteredCost, StepCostTables, build_tables
-from simulate.serving.engine_presets import EnginePreset, MemoryRule, engine_preset, kv_cache_bytes
+from simulate.serving.engine_presets import (
+    EnginePreset,
+    MemoryRule,
+    cuda_graph_sizes,
+    engine_preset,
+    kv_cache_bytes,
+)
 from simulate.serving.loop import Speculation, Tenant
 from simulate.serving.schedulers import SchedulerConfig
 from simulate.serving.workload import Workload
@@ -187,6 +193,7 @@ def make_tenant(name: str, plan: InstancePlan, workload: Workload, serving: Serv
                     kv_bytes_per_token=plan.kv_bytes_per_token * plan.shard.tp,
                     step_overhead_s=serving.step_overhead_s,
                     step_overhead_per_seq_s=serving.step_overhead_per_seq_s,
+                    graph_sizes=cuda_graph_sizes(preset) if preset else (),
                     swap_bw_bytes_per_s=hw.pcie.bandwidth_bytes_per_s * plan.shard.tp,
                     speculation=speculation)
     return tenant, cost

@@ -394,3 +394,21 @@ def test_validate_published_serving_cli_scores_a_source(capsys):
     report = json.loads(out)
     assert report["loso"]["by_source"]["vllm-ci"]["rows"] == 3
     assert report["base"]["overall"]["e2e_ms"]["n"] == 3
+
+
+def test_vllm_pads_a_step_to_the_next_cuda_graph_size() -> None:
+    """vLLM pads a step's tokens to the next captured size up to the largest (gpu_model_runner
+    execute_model, pad_for_cudagraph); TensorRT-LLM does not pad (enable_padding = False)."""
+    from simulate.serving.engine_presets import cuda_graph_sizes
+    from simulate.serving.loop import _padded
+
+    sizes = cuda_graph_sizes(_preset("vllm", "h100-sxm"))
+    assert sizes[:4] == (1, 2, 4, 8) and sizes[-2:] == (496, 512) and 264 not in sizes
+    shape = StepShape(tokens=33, logits=33, prefill_pairs=0.0, prefill_chunks=0,
+                      decode_seqs=33, decode_kv=33 * 100, decode_q=1)
+    assert _padded(shape, sizes).dense_tokens == 40
+    assert _padded(shape, sizes).tokens == 33  # attention and logits see the real requests
+    big = StepShape(tokens=600, logits=1, prefill_pairs=0.0, prefill_chunks=1, decode_seqs=0,
+                    decode_kv=0, decode_q=1)
+    assert _padded(big, sizes).dense_tokens == 600  # eager above the largest graph
+    assert cuda_graph_sizes(_preset("trtllm", "h100-sxm")) == ()
