@@ -190,39 +190,42 @@ def step_residual(row: ServingRow, result: Mapping[str, Any]) -> tuple[int, floa
     return None
 
 
-def _fit_line(points: Sequence[tuple[int, float]], per_seq_us: float | None) -> HostOverhead:
-    """Least squares ``residual = step + per_seq * n`` where the batch sizes span at least 4x,
-    else the given per-request slope (0 if None) and the median of what is left; never
-    negative."""
+def _slope_us(points: Sequence[tuple[int, float]]) -> float | None:
+    """Per-request slope (us) of one source's residuals against its batch sizes, where they span
+    at least 4x (a source varying its concurrency under one setup); never negative."""
     n = np.array([p[0] for p in points], dtype=float)
+    if n.size < 2 or n.max() < 4 * n.min():
+        return None
     r = np.array([p[1] for p in points], dtype=float)
-    if per_seq_us is None and n.max() >= 4 * n.min():
-        slope = float(np.polyfit(n, r, 1)[0])
-        per_seq_us = max(slope, 0.0) * 1e3
-    per_seq_us = per_seq_us or 0.0
-    return HostOverhead(step_ms=max(float(np.median(r - per_seq_us * n / 1e3)), 0.0),
-                        per_seq_us=per_seq_us)
+    return max(float(np.polyfit(n, r, 1)[0]), 0.0) * 1e3
+
+
+def _fit_engine(by_source: Mapping[str, list[tuple[int, float]]],
+                fallback_us: float) -> HostOverhead:
+    """Slope: median of the engine's within-source slopes (else `fallback_us`); step: median of
+    what is left of every residual; never negative. Slopes are never taken across sources:
+    two sources at different batch sizes differ in model, GPU and tool as well."""
+    slopes = [s for s in (_slope_us(p) for p in by_source.values()) if s is not None]
+    per_seq = float(np.median(slopes)) if slopes else fallback_us
+    rest = [r - per_seq * n / 1e3 for pts in by_source.values() for n, r in pts]
+    return HostOverhead(step_ms=max(float(np.median(rest)), 0.0), per_seq_us=per_seq)
 
 
 def fit_host_overhead(pairs: Sequence[tuple[ServingRow, Mapping[str, Any]]]
                       ) -> dict[str, HostOverhead]:
     """Host overhead per engine from its rows' step residuals, and under "" from all rows; an
-    engine whose rows do not span batch sizes takes the all-rows per-request slope."""
-    points: dict[str, list[tuple[int, float]]] = {"": []}
+    engine none of whose sources spans batch sizes takes the median slope of all sources."""
+    points: dict[str, dict[str, list[tuple[int, float]]]] = {}
     for row, result in pairs:
         p = step_residual(row, result)
         if p is not None:
-            points.setdefault(row.engine, []).append(p)
-            points[""].append(p)
-    if not points[""]:
+            points.setdefault(row.engine, {}).setdefault(row.source, []).append(p)
+            points.setdefault("", {}).setdefault(row.source, []).append(p)
+    if not points:
         return {}
-    pooled = _fit_line(points[""], None)
-    out = {"": pooled}
-    for engine, pts in points.items():
-        if engine:
-            n = [p[0] for p in pts]
-            out[engine] = _fit_line(pts, None if max(n) >= 4 * min(n) else pooled.per_seq_us)
-    return out
+    slopes = [s for s in (_slope_us(p) for p in points[""].values()) if s is not None]
+    pooled_us = float(np.median(slopes)) if slopes else 0.0
+    return {engine: _fit_engine(by_source, pooled_us) for engine, by_source in points.items()}
 
 
 def score_serving_loso(rows: Sequence[ServingRow] | None = None, *,

@@ -337,6 +337,25 @@ def test_loso_host_overhead_recovers_a_per_request_slope() -> None:
     assert fit_host_overhead([(p95, {"predicted": {"itl_ms": 5.0}})]) == {}
 
 
+def test_host_overhead_slope_is_never_taken_across_sources() -> None:
+    """Two sources each at one batch size (1 and 8) differ in model, GPU and tool: the gap
+    between their residuals is no per-request cost, so the slope stays 0."""
+    from simulate.validate.published_serving import fit_host_overhead
+
+    def row(src, c, tpot):
+        return ServingRow(id=f"{src}{c}", source=src, url="u", section="t", model="llama-2-7b",
+                          gpu="h100-sxm", num_gpus=1, engine="vllm", mode="closed",
+                          input_len=128, output_len=16, concurrency=c,
+                          measured={"tpot_ms": tpot})
+
+    pairs = [(row("a", 1, 6.0), {"predicted": {"tpot_ms": 5.0}}),
+             (row("b", 8, 9.0), {"predicted": {"tpot_ms": 5.0}}),
+             (row("b", 8, 9.0), {"predicted": {"tpot_ms": 5.0}})]
+    fit = fit_host_overhead(pairs)
+    assert fit["vllm"].per_seq_us == 0.0 and fit[""].per_seq_us == 0.0
+    assert fit["vllm"].step_ms == pytest.approx(4.0)  # median of 1, 4, 4
+
+
 def test_per_request_step_overhead_slows_big_batches_more() -> None:
     base = _closed("llama-2-7b", "vllm", concurrency=32, n=64)
     slow = json.loads(json.dumps(base))
