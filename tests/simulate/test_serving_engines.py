@@ -356,6 +356,33 @@ def test_host_overhead_slope_is_never_taken_across_sources() -> None:
     assert fit["vllm"].step_ms == pytest.approx(4.0)  # median of 1, 4, 4
 
 
+def test_loso_fits_host_time_only_on_rows_with_measured_gpu_time() -> None:
+    """A roofline-only row's residual is the roofline's error, not host time: when other rows
+    have measured GPU time, it is left out of the fit; in a roofline-only run all rows count."""
+    from simulate.validate.published_serving import score_serving_loso
+
+    extra = {"a": 1.0, "b": 5.0, "c": 1.0}  # measured minus GPU time per step (ms)
+    rows = [ServingRow(id=f"{src}{c}", source=src, url="u", section="t", model="llama-2-7b",
+                       gpu="h100-sxm", num_gpus=1, engine="vllm", mode="closed", input_len=128,
+                       output_len=16, concurrency=c, measured={"tpot_ms": 5.0 + extra[src]})
+            for src in extra for c in (1, 4)]
+
+    def fake(roofline_b: bool):
+        def predict(doc):
+            src = doc["name"][0]
+            host = doc["serving"].get("step_overhead_ms", 0.0)
+            share = {"roofline": 1.0} if roofline_b and src == "b" else {"store": 1.0}
+            return {"fits": True, "tpot_s": {"mean": (5.0 + host) / 1e3},
+                    "engine_coverage": share}
+        return predict
+
+    mixed = score_serving_loso(rows, predict=fake(True))["fitted_host_overhead"]
+    assert mixed["c"]["vllm"]["step_ms"] == pytest.approx(1.0)  # from a; b left out
+    assert "vllm" not in mixed["b"] or mixed["b"]["vllm"]["step_ms"] == pytest.approx(1.0)
+    everything = score_serving_loso(rows, predict=fake(False))["fitted_host_overhead"]
+    assert everything["c"]["vllm"]["step_ms"] == pytest.approx(3.0)  # median of 1, 1, 5, 5
+
+
 def test_per_request_step_overhead_slows_big_batches_more() -> None:
     base = _closed("llama-2-7b", "vllm", concurrency=32, n=64)
     slow = json.loads(json.dumps(base))
