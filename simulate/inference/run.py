@@ -33,7 +33,13 @@ from simulate.inference.spec import InferenceSpec, ServingSpec
 from simulate.inference.step_cost import MeteredCost, StepCostTables, build_tables
 from simulate.serving.arrival import ArrivalProcess, ArrivalSpec, max_length
 from simulate.serving.choices import Preemption, Scheduler
-from simulate.serving.engine_presets import EnginePreset, MemoryRule, engine_preset, kv_cache_bytes
+from simulate.serving.engine_presets import (
+    EnginePreset,
+    MemoryRule,
+    cuda_graph_sizes,
+    engine_preset,
+    kv_cache_bytes,
+)
 from simulate.serving.loop import Speculation, Tenant
 from simulate.serving.schedulers import SchedulerConfig
 from simulate.serving.workload import Workload
@@ -95,6 +101,8 @@ def resolve_serving(serving: ServingSpec, hw: HardwareSpec, *, tp: int, pp: int)
         changes["max_batched_tokens"] = preset.max_batched_tokens
     if "step_overhead_ms" not in given:
         changes["step_overhead_s"] = preset.step_overhead_s
+    if "step_overhead_per_seq_us" not in given:
+        changes["step_overhead_per_seq_s"] = preset.step_overhead_per_seq_s
     return replace(serving, **changes)
 
 
@@ -182,6 +190,8 @@ def make_tenant(name: str, plan: InstancePlan, workload: Workload, serving: Serv
                     cost=cost, kv_blocks=plan.kv_blocks,
                     kv_bytes_per_token=plan.kv_bytes_per_token * plan.shard.tp,
                     step_overhead_s=serving.step_overhead_s,
+                    step_overhead_per_seq_s=serving.step_overhead_per_seq_s,
+                    graph_sizes=cuda_graph_sizes(preset) if preset else (),
                     swap_bw_bytes_per_s=hw.pcie.bandwidth_bytes_per_s * plan.shard.tp,
                     speculation=speculation)
     return tenant, cost

@@ -123,8 +123,8 @@ class StepCostTables:
         return prefill, decode, hops
 
     def step_time(self, shape: StepShape) -> float:
-        return (self.dense.get("dense", shape.tokens)[0] + self.dense.get("lm", shape.logits)[0]
-                + sum(self.attention_parts(shape)))
+        return (self.dense.get("dense", shape.dense_tokens)[0]
+                + self.dense.get("lm", shape.logits)[0] + sum(self.attention_parts(shape)))
 
 
 class MeteredCost:
@@ -139,15 +139,15 @@ class MeteredCost:
 
     def step_time(self, shape: StepShape) -> float:
         tables = self.tables
-        self.dense_counts[shape.tokens] = self.dense_counts.get(shape.tokens, 0) + 1
+        self.dense_counts[shape.dense_tokens] = self.dense_counts.get(shape.dense_tokens, 0) + 1
         self.lm_counts[shape.logits] = self.lm_counts.get(shape.logits, 0) + 1
         prefill, decode, hops = tables.attention_parts(shape)
         acc = self.attention_s
         acc["prefill"] += prefill
         acc["decode"] += decode
         acc["pp"] += hops
-        return (tables.dense.get("dense", shape.tokens)[0] + tables.dense.get("lm", shape.logits)[0]
-                + prefill + decode + hops)
+        return (tables.dense.get("dense", shape.dense_tokens)[0]
+                + tables.dense.get("lm", shape.logits)[0] + prefill + decode + hops)
 
     def engine_seconds(self) -> dict[str, float]:
         out: dict[str, float] = {}

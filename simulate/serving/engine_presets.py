@@ -51,7 +51,9 @@ class EnginePreset:
     memory_rule: MemoryRule
     prefix_caching: bool
     cuda_graph_max_bs: int
+    cuda_graph_padding: bool  # a step's token count is padded to the next captured size
     step_overhead_s: float
+    step_overhead_per_seq_s: float  # host time per request scheduled in a step
 
 
 @functools.cache
@@ -115,7 +117,20 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
         max_num_seqs=max_seqs, block_size=int(pick("block_size")),
         gpu_memory_utilization=util, memory_rule=MemoryRule(pick("memory_rule")),
         prefix_caching=bool(pick("prefix_caching")), cuda_graph_max_bs=graph_bs,
-        step_overhead_s=float(pick("step_overhead_ms")) / 1e3)
+        cuda_graph_padding=bool(pick("cuda_graph_padding")),
+        step_overhead_s=float(pick("step_overhead_ms")) / 1e3,
+        step_overhead_per_seq_s=float(pick("step_overhead_per_seq_us")) / 1e6)
+
+
+def cuda_graph_sizes(preset: EnginePreset) -> tuple[int, ...]:
+    """Token counts a padding engine captured CUDA graphs for (empty: no padding). vLLM:
+    [1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16) (vllm/config/vllm.py
+    VllmConfig._set_cudagraph_sizes, the sizes cited in datasets/engines/vllm.yaml)."""
+    if not preset.cuda_graph_padding:
+        return ()
+    top = preset.cuda_graph_max_bs
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, top + 1, 16)]
+    return tuple(s for s in sizes if s <= top)
 
 
 def kv_cache_bytes(rule: MemoryRule | str, *, capacity: float, utilization: float,

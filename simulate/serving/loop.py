@@ -10,8 +10,9 @@ ties broken by request id.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -59,6 +60,8 @@ class Tenant:
     kv_blocks: int
     kv_bytes_per_token: float
     step_overhead_s: float = 0.0  # scheduler / CPU time per step (calibratable)
+    step_overhead_per_seq_s: float = 0.0  # plus this per request in the step (calibratable)
+    graph_sizes: tuple[int, ...] = ()  # CUDA-graph token counts a step is padded up to
     swap_bw_bytes_per_s: float = 0.0  # host link for swap preemption
     speculation: Speculation | None = None
     # filled while running
@@ -202,14 +205,23 @@ def _next_arrival(tenants: Seq[Tenant], pending: list[list[Request]], cursor: li
 def _step_time(tenant: Tenant, batch: Batch) -> float:
     spec = tenant.speculation
     q = spec.k + 1 if spec else 1
-    shape = step_shape(batch, decode_q=q)
-    dt = tenant.cost.step_time(shape) + tenant.step_overhead_s
+    shape = _padded(step_shape(batch, decode_q=q), tenant.graph_sizes)
+    dt = (tenant.cost.step_time(shape) + tenant.step_overhead_s
+          + tenant.step_overhead_per_seq_s * (len(batch.decode) + len(batch.prefill)))
     if spec and batch.decode:
         draft_shape = step_shape(Batch(decode=batch.decode), decode_q=1)
         dt += spec.k * spec.draft_cost.step_time(draft_shape)
     if batch.swap_bytes and tenant.swap_bw_bytes_per_s:
         dt += batch.swap_bytes / tenant.swap_bw_bytes_per_s
     return dt
+
+
+def _padded(shape: StepShape, sizes: tuple[int, ...]) -> StepShape:
+    """The step as the GPU runs it: its token count padded to the next captured CUDA-graph size
+    (the dense layers compute the padding rows; steps above the largest size run unpadded)."""
+    if not sizes or shape.tokens > sizes[-1]:
+        return shape
+    return replace(shape, graph_tokens=sizes[bisect.bisect_left(sizes, shape.tokens)])
 
 
 def _apply(tenant: Tenant, batch: Batch, t: float, rng: np.random.Generator) -> int:

@@ -78,6 +78,11 @@ class StepShape:
     decode_seqs: int
     decode_kv: int  # KV tokens read by decode attention, summed over sequences
     decode_q: int  # query tokens per decode sequence (1, or k+1 when verifying drafts)
+    graph_tokens: int = 0  # tokens the dense layers run, CUDA-graph padding included (0: tokens)
+
+    @property
+    def dense_tokens(self) -> int:
+        return self.graph_tokens or self.tokens
 
 
 def step_shape(batch: Batch, decode_q: int = 1) -> StepShape:

@@ -8,14 +8,16 @@ TPOT, ITL, E2E latency and output throughput. The report gives n and MAPE per so
 overall, the signed error by concurrency band (a trend there means queueing is modelled wrong),
 and the false out-of-memory verdicts (a published run exists, so "does not fit" is wrong).
 `score_serving` calibrates nothing on the corpus. `score_serving_loso` adds the one calibrated
-quantity, a per-step host overhead per engine (scheduling, sampling, detokenisation and launch
-time that the engines do not publish as a function of batch size), fitted as the median
-measured-minus-predicted decode step of the *other* sources and applied to the held-out one.
+quantity, the host overhead of a step per engine (scheduling, input preparation, sampling and
+output handling, which the engines do not publish): a fixed part plus a part per request in the
+step, fitted by least squares on the measured-minus-predicted decode steps of the *other*
+sources against their batch sizes and applied to the held-out one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,15 +59,16 @@ def predicted_value(data: Mapping[str, Any], measure: str, stat: str = "") -> fl
 
 
 def score_row(row: ServingRow, predict: Predict, *, engine_presets: bool = True,
-              max_prompts: int | None = None, step_overhead_ms: float | None = None
-              ) -> dict[str, Any]:
+              max_prompts: int | None = None, step_overhead_ms: float | None = None,
+              step_overhead_per_seq_us: float | None = None) -> dict[str, Any]:
     """One row: predicted and measured values and signed relative errors ((pred - meas) / meas)."""
     out: dict[str, Any] = {"id": row.id, "source": row.source, "engine": row.engine,
                            "mode": row.mode, "concurrency": row.concurrency,
                            "measured": dict(row.measured)}
     try:
         data = predict(row_scenario(row, engine_presets=engine_presets, max_prompts=max_prompts,
-                                    step_overhead_ms=step_overhead_ms))
+                                    step_overhead_ms=step_overhead_ms,
+                                    step_overhead_per_seq_us=step_overhead_per_seq_us))
     except LlmsimError as exc:  # a row llmsim cannot take (unknown model/GPU...): reported
         return {**out, "fits": None, "failure": f"{type(exc).__name__}: {exc}"}
     out["fits"] = bool(data.get("fits", True))
@@ -73,6 +76,9 @@ def score_row(row: ServingRow, predict: Predict, *, engine_presets: bool = True,
         return {**out, "reason": str(data.get("reason", ""))}
     pred = {m: predicted_value(data, m, row.stats.get(m, "")) for m in row.measured}
     out["predicted"] = pred
+    coverage = data.get("engine_coverage")
+    if isinstance(coverage, Mapping) and coverage:  # GPU time not from the roofline
+        out["measured_share"] = 1.0 - float(coverage.get("roofline", 0.0))
     errors: dict[str, float] = {}
     for m, v in row.measured.items():
         p = pred.get(m)
@@ -153,59 +159,120 @@ def score_serving(rows: Sequence[ServingRow] | None = None, *, engine_presets: b
     }
 
 
-def step_residual_ms(row: ServingRow, result: Mapping[str, Any]) -> float | None:
-    """Measured minus predicted time of one decode step, from a row predicted without host
-    overhead: TPOT (else ITL) at concurrency <= 16, where queueing barely enters, or E2E over
-    the output tokens of a one-batch latency row. None where the row says nothing about it."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostOverhead:
+    """Host (CPU) time of one engine step: a fixed part plus a part per request in the step
+    (see `step_overhead_per_seq_us` in datasets/engines/*.yaml for the engine code behind it)."""
+
+    step_ms: float
+    per_seq_us: float
+
+    def at(self, requests: float) -> float:
+        """Milliseconds per step with `requests` requests scheduled."""
+        return self.step_ms + self.per_seq_us * requests / 1e3
+
+
+def step_residual(row: ServingRow, result: Mapping[str, Any]) -> tuple[int, float] | None:
+    """(requests per step, measured minus predicted ms of one step) from a row predicted without
+    host overhead: the median ITL (a decode step) at any concurrency, else TPOT at concurrency
+    <= 16, where queueing barely enters, or E2E over the output tokens of a one-batch latency
+    row. None where the row says nothing about it."""
     pred = result.get("predicted") or {}
     meas = row.measured
     if row.mode == "latency" and "e2e_ms" in meas and pred.get("e2e_ms") is not None:
-        return (meas["e2e_ms"] - pred["e2e_ms"]) / max(row.output_len, 1)
-    if row.mode == "closed" and row.concurrency <= 16:
+        return max(row.batch_size, 1), (meas["e2e_ms"] - pred["e2e_ms"]) / max(row.output_len, 1)
+    if row.mode != "closed":
+        return None
+    if "itl_ms" in meas and pred.get("itl_ms") is not None and row.stats.get("itl_ms") in (
+            "median", "p50"):
+        return row.concurrency, meas["itl_ms"] - pred["itl_ms"]
+    if row.concurrency <= 16:
         for m in ("tpot_ms", "itl_ms"):
             if m in meas and pred.get(m) is not None:
-                return meas[m] - pred[m]
+                return row.concurrency, meas[m] - pred[m]
     return None
 
 
-def fit_step_overhead(pairs: Sequence[tuple[ServingRow, Mapping[str, Any]]]) -> dict[str, float]:
-    """Per-step overhead (ms) per engine as the median residual of its rows, and under "" the
-    median of all rows (for an engine without any); never negative."""
-    residuals: dict[str, list[float]] = {"": []}
+def _slope_us(points: Sequence[tuple[int, float]]) -> float | None:
+    """Per-request slope (us) of one source's residuals against its batch sizes, where they span
+    at least 4x (a source varying its concurrency under one setup); never negative."""
+    n = np.array([p[0] for p in points], dtype=float)
+    if n.size < 2 or n.max() < 4 * n.min():
+        return None
+    r = np.array([p[1] for p in points], dtype=float)
+    return max(float(np.polyfit(n, r, 1)[0]), 0.0) * 1e3
+
+
+def _fit_engine(by_source: Mapping[str, list[tuple[int, float]]],
+                fallback_us: float) -> HostOverhead:
+    """Slope: median of the engine's within-source slopes (else `fallback_us`); step: median of
+    what is left of every residual; never negative. Slopes are never taken across sources:
+    two sources at different batch sizes differ in model, GPU and tool as well."""
+    slopes = [s for s in (_slope_us(p) for p in by_source.values()) if s is not None]
+    per_seq = float(np.median(slopes)) if slopes else fallback_us
+    rest = [r - per_seq * n / 1e3 for pts in by_source.values() for n, r in pts]
+    return HostOverhead(step_ms=max(float(np.median(rest)), 0.0), per_seq_us=per_seq)
+
+
+def fit_host_overhead(pairs: Sequence[tuple[ServingRow, Mapping[str, Any]]]
+                      ) -> dict[str, HostOverhead]:
+    """Host overhead per engine from its rows' step residuals, and under "" from all rows; an
+    engine none of whose sources spans batch sizes takes the median slope of all sources."""
+    points: dict[str, dict[str, list[tuple[int, float]]]] = {}
     for row, result in pairs:
-        r = step_residual_ms(row, result)
-        if r is not None:
-            residuals.setdefault(row.engine, []).append(r)
-            residuals[""].append(r)
-    return {engine: max(float(np.median(v)), 0.0) for engine, v in residuals.items() if v}
+        p = step_residual(row, result)
+        if p is not None:
+            points.setdefault(row.engine, {}).setdefault(row.source, []).append(p)
+            points.setdefault("", {}).setdefault(row.source, []).append(p)
+    if not points:
+        return {}
+    slopes = [s for s in (_slope_us(p) for p in points[""].values()) if s is not None]
+    pooled_us = float(np.median(slopes)) if slopes else 0.0
+    return {engine: _fit_engine(by_source, pooled_us) for engine, by_source in points.items()}
+
+
+def _host_time_rows(rows: Sequence[ServingRow], by_id: Mapping[str, Mapping[str, Any]]
+                    ) -> list[ServingRow]:
+    """Rows whose residual measures host time. Where some rows' GPU time is mostly measured (store
+    or learned engines answer at least half of it), only those: a roofline-dominated row's
+    residual is mostly the roofline's own error (vllm-ci on H200, which the store lacks, would
+    hand ~3 ms of it to every vLLM row). In a roofline-only run every row is used, and the fit
+    then also absorbs what the roofline misses."""
+    measured = [r for r in rows if by_id[r.id].get("measured_share", 0.0) >= 0.5]
+    return measured or list(rows)
 
 
 def score_serving_loso(rows: Sequence[ServingRow] | None = None, *,
                        predict: Predict | None = None, max_prompts: int | None = None,
                        base: Mapping[str, Any] | None = None, **options: Any) -> dict[str, Any]:
-    """`score_serving` with engine presets, then again with a per-step overhead per engine
-    fitted on every source but the one scored (leave-one-source-out). `base`: a finished
-    `score_serving(rows, max_prompts=...)` report to reuse (same rows and settings). Returns
-    {"base", "loso", "fitted_step_overhead_ms"} (base without its "rows")."""
+    """`score_serving` with engine presets, then again with a host overhead per engine (per
+    step and per request in the step) fitted on every source but the one scored
+    (leave-one-source-out). `base`: a finished `score_serving(rows, max_prompts=...)` report to
+    reuse (same rows and settings). Returns {"base", "loso", "fitted_host_overhead"} (base
+    without its "rows"; fitted: source -> engine -> {step_ms, per_seq_us})."""
     rows = load_corpus() if rows is None else list(rows)
     predict = predict or simulate_json(**options)
     if base is None:
         base = score_serving(rows, predict=predict, max_prompts=max_prompts)
     by_id = {r["id"]: r for r in base["rows"]}
+    usable = _host_time_rows(rows, by_id)
     results, fitted = [], {}
     for source in sorted({r.source for r in rows}):
-        fit = fit_step_overhead([(r, by_id[r.id]) for r in rows if r.source != source])
-        fitted[source] = fit
+        fit = fit_host_overhead([(r, by_id[r.id]) for r in usable if r.source != source])
+        fitted[source] = {e: {"step_ms": h.step_ms, "per_seq_us": h.per_seq_us}
+                          for e, h in fit.items()}
         for row in (r for r in rows if r.source == source):
-            ms = fit.get(row.engine, fit.get("", 0.0))
-            results.append(score_row(row, predict, max_prompts=max_prompts, step_overhead_ms=ms))
+            host = fit.get(row.engine, fit.get("", HostOverhead(step_ms=0.0, per_seq_us=0.0)))
+            results.append(score_row(row, predict, max_prompts=max_prompts,
+                                     step_overhead_ms=host.step_ms,
+                                     step_overhead_per_seq_us=host.per_seq_us))
     sources = sorted({r["source"] for r in results})
     loso = {"overall": summarize(results),
             "by_source": {s: summarize([r for r in results if r["source"] == s])
                           for s in sources},
             "by_band": by_band(results), "rows": results}
     return {"base": {k: v for k, v in base.items() if k != "rows"}, "loso": loso,
-            "fitted_step_overhead_ms": fitted}
+            "fitted_host_overhead": fitted}
 
 
 def _compact(report: Mapping[str, Any]) -> dict[str, Any]:
@@ -228,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.loso:
         report = score_serving_loso(max_prompts=args.max_prompts, use_store=args.use_store)
         shown = {"base": report["base"], "loso": _compact(report["loso"]),
-                 "fitted_step_overhead_ms": report["fitted_step_overhead_ms"]}
+                 "fitted_host_overhead": report["fitted_host_overhead"]}
     else:
         report = score_serving(engine_presets=not args.no_presets, max_prompts=args.max_prompts,
                                use_store=args.use_store)

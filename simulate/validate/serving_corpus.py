@@ -141,7 +141,8 @@ def _kv_dtype(row: ServingRow, precision: str) -> str:
 
 
 def row_scenario(row: ServingRow, *, engine_presets: bool = True, max_prompts: int | None = None,
-                 step_overhead_ms: float | None = None) -> dict[str, Any]:
+                 step_overhead_ms: float | None = None,
+                 step_overhead_per_seq_us: float | None = None) -> dict[str, Any]:
     """The llmsim scenario of one row (the same document `llmsim simulate` takes). A latency
     row (`vllm bench latency`: one batch handed to the engine at once) is a burst of
     `batch_size` requests through the engine's scheduler."""
@@ -177,5 +178,7 @@ def row_scenario(row: ServingRow, *, engine_presets: bool = True, max_prompts: i
         serving["gpu_memory_utilization"] = row.gpu_memory_utilization
     if step_overhead_ms is not None:
         serving["step_overhead_ms"] = step_overhead_ms
+    if step_overhead_per_seq_us is not None:
+        serving["step_overhead_per_seq_us"] = step_overhead_per_seq_us
     doc["serving"] = serving
     return doc

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -302,12 +303,94 @@ def test_loso_fits_the_step_overhead_on_the_other_sources_only() -> None:
         return {"fits": True, "tpot_s": {"mean": (5.0 + extra) / 1e3}}
 
     scored = score_serving_loso(rows, predict=fake)
-    assert scored["fitted_step_overhead_ms"]["a"]["vllm"] == pytest.approx(4.0)  # from b only
-    assert scored["fitted_step_overhead_ms"]["b"]["vllm"] == pytest.approx(2.0)  # from a only
+    fitted = scored["fitted_host_overhead"]
+    assert fitted["a"]["vllm"]["step_ms"] == pytest.approx(4.0)  # from b only
+    assert fitted["b"]["vllm"]["step_ms"] == pytest.approx(2.0)  # from a only
+    assert fitted["a"]["vllm"]["per_seq_us"] == pytest.approx(0.0, abs=1e-9)
     by_source = scored["loso"]["by_source"]
     assert by_source["a"]["tpot_ms"]["mean_signed_pct"] == pytest.approx((9 - 7) / 7 * 100)
     assert by_source["b"]["tpot_ms"]["mean_signed_pct"] == pytest.approx((7 - 9) / 9 * 100)
     assert scored["base"]["overall"]["tpot_ms"]["mean_signed_pct"] < 0
+
+
+def test_loso_host_overhead_recovers_a_per_request_slope() -> None:
+    """Residuals growing with the batch give the per-request part; an engine whose other rows
+    sit at one batch size borrows the slope of all rows."""
+    from simulate.validate.published_serving import fit_host_overhead
+
+    def row(src, engine, c, itl):
+        return ServingRow(id=f"{src}{engine}{c}", source=src, url="u", section="t",
+                          model="llama-2-7b", gpu="h100-sxm", num_gpus=1, engine=engine,
+                          mode="closed", input_len=128, output_len=16, concurrency=c,
+                          measured={"itl_ms": itl}, stats={"itl_ms": "median"})
+
+    pairs = [(row("a", "vllm", c, 5.0 + 2.0 + 0.01 * c), {"predicted": {"itl_ms": 5.0}})
+             for c in (1, 16, 256)]
+    pairs.append((row("b", "sglang", 8, 5.0 + 1.0 + 0.01 * 8), {"predicted": {"itl_ms": 5.0}}))
+    fit = fit_host_overhead(pairs)
+    assert fit["vllm"].step_ms == pytest.approx(2.0)
+    assert fit["vllm"].per_seq_us == pytest.approx(10.0)
+    assert fit["sglang"].per_seq_us == pytest.approx(fit[""].per_seq_us)
+    assert fit["sglang"].at(8) == pytest.approx(1.08, abs=0.05)
+    # wrong-statistic ITL (p95) says nothing about a median decode step
+    p95 = dataclasses.replace(row("c", "vllm", 64, 30.0), stats={"itl_ms": "p95"})
+    assert fit_host_overhead([(p95, {"predicted": {"itl_ms": 5.0}})]) == {}
+
+
+def test_host_overhead_slope_is_never_taken_across_sources() -> None:
+    """Two sources each at one batch size (1 and 8) differ in model, GPU and tool: the gap
+    between their residuals is no per-request cost, so the slope stays 0."""
+    from simulate.validate.published_serving import fit_host_overhead
+
+    def row(src, c, tpot):
+        return ServingRow(id=f"{src}{c}", source=src, url="u", section="t", model="llama-2-7b",
+                          gpu="h100-sxm", num_gpus=1, engine="vllm", mode="closed",
+                          input_len=128, output_len=16, concurrency=c,
+                          measured={"tpot_ms": tpot})
+
+    pairs = [(row("a", 1, 6.0), {"predicted": {"tpot_ms": 5.0}}),
+             (row("b", 8, 9.0), {"predicted": {"tpot_ms": 5.0}}),
+             (row("b", 8, 9.0), {"predicted": {"tpot_ms": 5.0}})]
+    fit = fit_host_overhead(pairs)
+    assert fit["vllm"].per_seq_us == 0.0 and fit[""].per_seq_us == 0.0
+    assert fit["vllm"].step_ms == pytest.approx(4.0)  # median of 1, 4, 4
+
+
+def test_loso_fits_host_time_only_on_rows_with_measured_gpu_time() -> None:
+    """A roofline-only row's residual is the roofline's error, not host time: when other rows
+    have measured GPU time, it is left out of the fit; in a roofline-only run all rows count."""
+    from simulate.validate.published_serving import score_serving_loso
+
+    extra = {"a": 1.0, "b": 5.0, "c": 1.0}  # measured minus GPU time per step (ms)
+    rows = [ServingRow(id=f"{src}{c}", source=src, url="u", section="t", model="llama-2-7b",
+                       gpu="h100-sxm", num_gpus=1, engine="vllm", mode="closed", input_len=128,
+                       output_len=16, concurrency=c, measured={"tpot_ms": 5.0 + extra[src]})
+            for src in extra for c in (1, 4)]
+
+    def fake(roofline_b: bool):
+        def predict(doc):
+            src = doc["name"][0]
+            host = doc["serving"].get("step_overhead_ms", 0.0)
+            share = {"roofline": 1.0} if roofline_b and src == "b" else {"store": 1.0}
+            return {"fits": True, "tpot_s": {"mean": (5.0 + host) / 1e3},
+                    "engine_coverage": share}
+        return predict
+
+    mixed = score_serving_loso(rows, predict=fake(True))["fitted_host_overhead"]
+    assert mixed["c"]["vllm"]["step_ms"] == pytest.approx(1.0)  # from a; b left out
+    assert "vllm" not in mixed["b"] or mixed["b"]["vllm"]["step_ms"] == pytest.approx(1.0)
+    everything = score_serving_loso(rows, predict=fake(False))["fitted_host_overhead"]
+    assert everything["c"]["vllm"]["step_ms"] == pytest.approx(3.0)  # median of 1, 1, 5, 5
+
+
+def test_per_request_step_overhead_slows_big_batches_more() -> None:
+    base = _closed("llama-2-7b", "vllm", concurrency=32, n=64)
+    slow = json.loads(json.dumps(base))
+    slow["serving"]["step_overhead_per_seq_us"] = 50.0
+    a = run(base, use_store=False, use_predictors=False).data
+    b = run(slow, use_store=False, use_predictors=False).data
+    # 32 decodes per step at 50 us each: about 1.6 ms more per step
+    assert 1.2e-3 < b["tpot_s"]["mean"] - a["tpot_s"]["mean"] < 2.0e-3
 
 
 def test_warmup_requests_run_but_are_not_measured() -> None:
@@ -357,3 +440,21 @@ def test_validate_published_serving_cli_scores_a_source(capsys):
     report = json.loads(out)
     assert report["loso"]["by_source"]["vllm-ci"]["rows"] == 3
     assert report["base"]["overall"]["e2e_ms"]["n"] == 3
+
+
+def test_vllm_pads_a_step_to_the_next_cuda_graph_size() -> None:
+    """vLLM pads a step's tokens to the next captured size up to the largest (gpu_model_runner
+    execute_model, pad_for_cudagraph); TensorRT-LLM does not pad (enable_padding = False)."""
+    from simulate.serving.engine_presets import cuda_graph_sizes
+    from simulate.serving.loop import _padded
+
+    sizes = cuda_graph_sizes(_preset("vllm", "h100-sxm"))
+    assert sizes[:4] == (1, 2, 4, 8) and sizes[-2:] == (496, 512) and 264 not in sizes
+    shape = StepShape(tokens=33, logits=33, prefill_pairs=0.0, prefill_chunks=0,
+                      decode_seqs=33, decode_kv=33 * 100, decode_q=1)
+    assert _padded(shape, sizes).dense_tokens == 40
+    assert _padded(shape, sizes).tokens == 33  # attention and logits see the real requests
+    big = StepShape(tokens=600, logits=1, prefill_pairs=0.0, prefill_chunks=1, decode_seqs=0,
+                    decode_kv=0, decode_q=1)
+    assert _padded(big, sizes).dense_tokens == 600  # eager above the largest graph
+    assert cuda_graph_sizes(_preset("trtllm", "h100-sxm")) == ()
