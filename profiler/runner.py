@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -23,6 +22,8 @@ from analytical.errors import SpecError
 from profiler.benchmarks import measure_point
 from profiler.fingerprint import Fingerprint, current_fingerprint
 from profiler.measurement import Measurement, point_key
+from profiler.progress import advance
+from profiler.progress import bar as progress_bar
 from profiler.store import Store
 from profiler.sweep import Sweep, SweepPoint, select_shard
 from profiler.timers import gpu_clocks_mhz
@@ -64,28 +65,6 @@ def resolve_device(device: str) -> str:
     raise SpecError("device", f"expected cpu, cuda, cuda:<index> or auto, got {device!r}")
 
 
-@contextmanager
-def _progress(enabled: bool, total: int, title: str) -> Iterator[object]:
-    if not enabled:
-        yield None
-        return
-    from rich.console import Console  # noqa: PLC0415
-    from rich.progress import (  # noqa: PLC0415
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
-    with Progress(*columns, console=Console(stderr=True)) as bar:
-        task = bar.add_task(title, total=total)
-        yield lambda label: bar.update(task, advance=1, description=f"{title} {label}")
-
-
 def run_sweep(sweep: Sweep, store_path: str | Path | None, *, device: str | None = None,
               shard: tuple[int, int] | None = None, progress: bool = True,
               fingerprint: Fingerprint | None = None, command: str = "",
@@ -120,14 +99,13 @@ def run_sweep(sweep: Sweep, store_path: str | Path | None, *, device: str | None
         todo = [(p, k) for p, k in zip(points, keys, strict=True) if k not in done]
         run_id = store.start_run(command=command or f"profile run {sweep.source or sweep.name}",
                                  sweep=sweep.name, fingerprint=fingerprint)
-        with _progress(progress, len(todo), sweep.name) as advance:
+        with progress_bar(sweep.name, unit="points", total=len(todo), enabled=progress):
             for point, _key in todo:
                 measurement = _measure(point, device, fingerprint, run_id)
                 inserted += store.insert([measurement])
                 measured += 1
                 statuses[str(measurement.status)] += 1
-                if advance is not None:
-                    advance(point.op.key)
+                advance(1, unit="points", label=point.op.key)
     return RunSummary(run_id=run_id, sweep=sweep.name, device=device,
                       hardware=fingerprint.hardware, points=len(points),
                       skipped=len(points) - len(todo), measured=measured, inserted=inserted,

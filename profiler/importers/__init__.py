@@ -16,6 +16,7 @@ from analytical.errors import UnknownNameError
 from profiler.importers import aiconfigurator, vidur
 from profiler.importers.common import chunked
 from profiler.measurement import Measurement
+from profiler.progress import advance
 from profiler.store import Store
 
 __all__ = ["IMPORTERS", "default_data_dir", "import_published"]
@@ -55,5 +56,6 @@ def import_published(store: Store, *, source: str = "all", data_dir: str | Path 
         for batch in chunked(IMPORTERS[name](data_dir), chunk_rows):
             seen += len(batch)
             inserted += store.insert(batch)
+            advance(len(batch), unit="rows", label=name)
         result[name] = (inserted, seen - inserted)
     return result

@@ -16,9 +16,10 @@ import pandas as pd
 
 from profiler.importers import import_published
 from profiler.importers.curate import write_curated
+from profiler.progress import bar
 from profiler.store import Store, open_for_reading
 from profiler.store_parquet import export_parquet, import_parquet
-from simulate.cli.output import InputPath, OutputPath, print_json, print_table
+from simulate.cli.output import PROGRESS, InputPath, OutputPath, print_json, print_table
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _DB = click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -128,9 +129,10 @@ def compare(first: Path, second: Path, across_backends: bool, as_json: bool) -> 
 @click.argument("shards", nargs=-1, required=True,
                 type=InputPath(exists=True))
 @_DB
-def merge(shards: tuple[Path, ...], db: Path | None) -> None:
+@PROGRESS
+def merge(shards: tuple[Path, ...], db: Path | None, progress: bool) -> None:
     """Fold worker shards into the store (idempotent)."""
-    with Store(db) as store:
+    with Store(db) as store, bar("merge", unit="files", enabled=progress):
         inserted, skipped = store.merge(shards)
     click.echo(f"merged {len(shards)} shard(s): {inserted} rows inserted, {skipped} already stored")
 
@@ -153,10 +155,11 @@ def export(directory: Path, where: str, db: Path | None) -> None:
                 type=click.Path(exists=True, file_okay=False, path_type=Path))
 @_SOURCE
 @_DB
-def import_published_cmd(source: str, data_dir: Path, db: Path | None) -> None:
+@PROGRESS
+def import_published_cmd(source: str, data_dir: Path, db: Path | None, progress: bool) -> None:
     """Load the published AIConfigurator / Vidur measurements from PATH, the folder holding
     aiconfigurator/ and vidur/ (imported only once)."""
-    with Store(db) as store:
+    with Store(db) as store, bar("import-published", unit="rows", enabled=progress):
         result = import_published(store, source=source, data_dir=data_dir)
     for name, (inserted, skipped) in result.items():
         click.echo(f"{name}: {inserted} rows inserted, {skipped} already stored")
@@ -165,9 +168,10 @@ def import_published_cmd(source: str, data_dir: Path, db: Path | None) -> None:
 @group.command("import-parquet")
 @click.argument("path", type=InputPath(exists=True))
 @_DB
-def import_parquet_cmd(path: Path, db: Path | None) -> None:
+@PROGRESS
+def import_parquet_cmd(path: Path, db: Path | None, progress: bool) -> None:
     """Load Parquet written by `db export` or `db curate` (a file or a folder)."""
-    with Store(db) as store:
+    with Store(db) as store, bar("import-parquet", unit="files", enabled=progress):
         inserted, skipped = import_parquet(store, path)
     click.echo(f"{path}: {inserted} rows inserted, {skipped} already stored")
 

@@ -276,3 +276,8 @@ class InputPath(click.ParamType):
         if self.exists and not path.exists():
             self.fail(f"no such file or folder: {show_path(path)}", param, ctx)
         return path
+
+
+PROGRESS = click.option(
+    "--progress/--no-progress", default=True, show_default=True,
+    help="Progress bar with ETA on stderr (on a terminal, once the work has run 2 s).")
