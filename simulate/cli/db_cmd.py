@@ -73,7 +73,12 @@ def info(db: Path | None, as_json: bool) -> None:
         return
     click.echo(f"DuckDB library {storage['duckdb_library']}; storage format "
                f"{storage['storage_version']} (the oldest DuckDB that opens this file)")
-    print_table(_records(counts), title=f"{storage['db']}: {rows} rows")
+    # ok rows without a status column, so the longest provenance fits 100 columns unfolded
+    ok = counts["status"] == "ok"
+    print_table(_records(counts[ok]), ["provenance", "hardware", "family", "rows"],
+                title=f"{storage['db']}: {rows:,} rows, {int(counts[ok]['rows'].sum()):,} ok")
+    if (~ok).any():
+        print_table(_records(counts[~ok]), title="rows not ok")
     print_table(_records(fingerprints), ["fingerprint_id", "hardware", "device_name",
                                          "device_count", "torch", "cuda", "nccl", "host", "rows"],
                 title="fingerprints")

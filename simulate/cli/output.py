@@ -73,6 +73,8 @@ def format_value(value: Any) -> str:
         if value == 0 or not math.isfinite(value):
             return "0" if value == 0 else str(value)
         magnitude = abs(value)
+        if magnitude >= 1000 and value.is_integer():  # a count held in a float
+            return format_value(int(value))
         if magnitude >= 10_000:
             return f"{value:,.0f}"
         if magnitude >= 1000:
@@ -99,7 +101,7 @@ def format_percent(fraction: float, *, signed: bool = False) -> str:
     return f"{100 * fraction:{'+' if signed else ''}.1f}%"
 
 
-_PERCENT_NAMES = re.compile(r"(^|[._ ])(mfu|utilisation|utilization|fraction|coverage)"
+_PERCENT_NAMES = re.compile(r"(^|[._ ])(mfu|utilisation|utilization|fraction|coverage|attainment)"
                             r"|fraction$|^engine_coverage\.|busy", re.IGNORECASE)
 
 
@@ -119,7 +121,17 @@ def format_field(name: str, value: Any) -> str:
         return format_seconds(value)
     if lowered.endswith("_gib"):
         return f"{format_value(float(value))} GiB"
+    if re.search(r"(^|_)bytes($|_per_)", lowered):
+        return format_bytes(float(value))
     return format_value(value)
+
+
+def format_bytes(value: float) -> str:
+    """Bytes in the binary unit that keeps 1-1023 before it: 524288 -> '512 KiB'."""
+    for power, unit in ((4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
+        if abs(value) >= 1024 ** power:
+            return f"{format_value(value / 1024 ** power)} {unit}"
+    return f"{format_value(value)} B"
 
 
 def _cells(rows: list[Mapping[str, Any]], columns: Sequence[str]) -> list[list[str]]:
@@ -130,6 +142,12 @@ def _cells(rows: list[Mapping[str, Any]], columns: Sequence[str]) -> list[list[s
         name = str(row.get("field", "")) if keyed else ""
         out.append([format_field(name if keyed and col == "value" else col, row.get(col))
                     for col in columns])
+    for i, col in enumerate(columns):  # one style per column: 9890 beside 71,038 reads wrong
+        if not keyed and any("," in r[i] for r in out):
+            for r, row in zip(out, rows, strict=True):
+                value = row.get(col)
+                if r[i].isdigit() and _is_number(value) and abs(value) >= 1000:
+                    r[i] = f"{int(value):,}"
     return out
 
 
