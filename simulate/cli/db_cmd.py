@@ -26,9 +26,9 @@ _DB = click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path)
                    help="Store file (default: $LLMSIM_DB or $LLMSIM_HOME/llmsim.duckdb).")
 _SOURCE = click.option("--source", type=click.Choice(["aiconfigurator", "vidur", "all"]),
                        default="all", show_default=True, help="Published set(s).")
-_DATA_DIR = click.option("--data-dir", type=InputPath(exists=True),
-                         default=None, help="Folder holding aiconfigurator/ and vidur/ "
-                         "(default: ../shared/data next to the checkout).")
+_DATA_DIR = click.option("--data-dir", type=InputPath(exists=True), required=True,
+                         help="Folder holding aiconfigurator/ and vidur/ (their LICENSE files "
+                         "are copied beside the Parquet).")
 
 
 def _plain(value: Any) -> Any:
@@ -188,7 +188,7 @@ def import_parquet_cmd(path: Path, db: Path | None, progress: bool) -> None:
               help="Folder for <source>/<hardware>/<family>.parquet.")
 @_DATA_DIR
 @_DB
-def curate(source: str, out: Path, data_dir: Path | None, db: Path | None) -> None:
+def curate(source: str, out: Path, data_dir: Path, db: Path | None) -> None:
     """Write the curated subset of imported sets as Parquet (run import-published first)."""
     with _reading(db) as store:
         files = write_curated(store, out, source=source, data_dir=data_dir)
