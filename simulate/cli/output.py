@@ -121,6 +121,8 @@ def format_field(name: str, value: Any) -> str:
         return format_seconds(value)
     if lowered.endswith("_gib"):
         return f"{format_value(float(value))} GiB"
+    if lowered.endswith(("_pct", " %")):  # already in percent
+        return f"{format_value(value)}%"
     if re.search(r"(^|_)bytes($|_per_)", lowered):
         return format_bytes(float(value))
     return format_value(value)
@@ -193,7 +195,13 @@ def print_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[str] | None
         label = title
         if len(groups) > 1:
             label = f"{title or 'table'} ({part + 1}/{len(groups)})"
-        table = Table(title=label, show_lines=False)
+        natural = 1 + sum(_PAD + max([len(columns[i]), *(len(r[i]) for r in cells)])
+                          for i in indexes)
+        if part and label and len(label) > natural:  # a continuation: keep its title short
+            label = f"{title[:max(natural - len(label) + len(title) - 3, 8)]}... " \
+                    f"({part + 1}/{len(groups)})"
+        # a first table narrower than its title grows to it rather than fold the title
+        table = Table(title=label, show_lines=False, min_width=min(len(label or "") + 4, width))
         for i in indexes:
             table.add_column(columns[i], overflow="fold", no_wrap=not texts[i],
                              justify="right" if numeric[i] else "left")

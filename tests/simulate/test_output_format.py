@@ -34,6 +34,7 @@ def test_numbers_units_and_percentages() -> None:
     assert format_field("kv_cache.blocks", 120720.0) == "120,720"
     assert format_field("memory.kv_bytes_per_token_per_gpu", 524288) == "512 KiB"
     assert format_field("weight_bytes", 3 * 2**30) == "3 GiB"
+    assert format_field("median_pct", 0.64) == "0.64%"  # already a percentage
 
 
 def test_wide_table_is_split_not_wrapped(capsys) -> None:
