@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from simulate.cli.output import InputPath, print_json, print_table
+from profiler.progress import bar
+from simulate.cli.output import PROGRESS, InputPath, print_json, print_table
 from simulate.suite import run_suite
 
 
@@ -27,15 +28,17 @@ def _fmt(value) -> str:
               help="Measurement store (default: $LLMSIM_DB or ~/.llmsim/llmsim.duckdb).")
 @click.option("--no-store", is_flag=True, help="Do not use measured latencies.")
 @click.option("--no-predictors", is_flag=True, help="Do not use learned predictors.")
+@PROGRESS
 def command(as_json: bool, directory: Path | None, db_path: Path | None, no_store: bool,
-            no_predictors: bool) -> None:
+            no_predictors: bool, progress: bool) -> None:
     """Run every scenario of the survey suite (T1-T4, I1-I5): metric, predicted value, engines
     and supported / partial / unsupported."""
     from simulate.engines import checked_store
 
-    rows = run_suite(directory=directory,
-                     engines={**checked_store(db_path, not no_store),
-                              "use_predictors": not no_predictors})
+    with bar("suite", unit="scenarios", enabled=progress and not as_json):
+        rows = run_suite(directory=directory,
+                         engines={**checked_store(db_path, not no_store),
+                                  "use_predictors": not no_predictors})
     if as_json:
         print_json(rows)
         return
