@@ -116,9 +116,11 @@ def format_field(name: str, value: Any) -> str:
     lowered = name.lower().strip()
     if _PERCENT_NAMES.search(lowered) and "roofline_s" not in lowered and -2 <= value <= 2:
         return format_percent(float(value))
-    if re.search(r"(_s|\(s\)|seconds)$", lowered) and "per_s" not in lowered and \
-            isinstance(value, float):
+    if (re.search(r"(_s|\(s\)|seconds)$", lowered) and "per_s" not in lowered
+            or lowered.startswith("breakdown.")) and isinstance(value, float):
         return format_seconds(value)
+    if re.search(r"(^|[._])flops($|_per_(iteration|token|step))", lowered) and abs(value) >= 1e6:
+        return format_si(float(value), "FLOP")
     if lowered.endswith("_gib"):
         return f"{format_value(float(value))} GiB"
     if lowered.endswith(("_pct", " %")):  # already in percent
@@ -126,6 +128,14 @@ def format_field(name: str, value: Any) -> str:
     if re.search(r"(^|_)bytes($|_per_)", lowered):
         return format_bytes(float(value))
     return format_value(value)
+
+
+def format_si(value: float, unit: str) -> str:
+    """A count with an SI prefix instead of 18 digits: 2.024e17 FLOP -> '202.4 PFLOP'."""
+    for power, prefix in ((18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k")):
+        if abs(value) >= 10 ** power:
+            return f"{format_value(value / 10 ** power)} {prefix}{unit}"
+    return f"{format_value(value)} {unit}"
 
 
 def format_bytes(value: float) -> str:
