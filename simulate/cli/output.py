@@ -114,7 +114,8 @@ def format_field(name: str, value: Any) -> str:
     if not math.isfinite(value):
         return str(value)
     lowered = name.lower().strip()
-    if _PERCENT_NAMES.search(lowered) and "roofline_s" not in lowered and -2 <= value <= 2:
+    if _PERCENT_NAMES.search(lowered) and "roofline_s" not in lowered and -2 <= value <= 2 \
+            and not re.match(r"n[ _]", lowered):  # 'n MFU' is a count
         return format_percent(float(value))
     if (re.search(r"(_s|\(s\)|seconds)$", lowered) and "per_s" not in lowered
             or lowered.startswith("breakdown.")) and isinstance(value, float):

@@ -38,6 +38,7 @@ def test_numbers_units_and_percentages() -> None:
     assert format_field("model_flops_per_iteration", 202_371_712_161_939_456) == "202.4 PFLOP"
     assert format_field("tflops_per_gpu", 588.9) == "588.9"  # TFLOP/s, not a count
     assert format_field("breakdown.compute", 41.34) == "41.34 s"
+    assert format_field("n MFU", 0) == "0" and format_field("n_mfu", 2) == "2"  # counts
 
 
 def test_wide_table_is_split_not_wrapped(capsys) -> None:
