@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from analytical.attention_span import AttentionKind
 from analytical.dtypes import DType
 from analytical.errors import SpecError
 from analytical.layer_spec import (
@@ -61,6 +62,7 @@ class Ctx:
     prec: Precision
     lora: LoraSpec | None
     flash: bool
+    attention: AttentionKind = AttentionKind.FULL
 
     @property
     def tokens(self) -> int:
@@ -159,12 +161,16 @@ def _lora(c: Ctx, targets: tuple[str, ...]) -> list[Node]:
 # ---- attention ---------------------------------------------------------------------------------
 
 def attention_core(model: ModelSpec, sh: Sharding, batch: TokenBatch, phase: LayerPhase,
-                   dtype: DType, *, flash: bool = True, dropout: bool = False) -> list[Node]:
+                   dtype: DType, *, flash: bool = True, dropout: bool = False,
+                   attention: AttentionKind = AttentionKind.FULL) -> list[Node]:
     """Scores and values of one layer, fused (flash) or Megatron-LM's unfused core.
 
     With CP each rank holds 2 chunks of s/(2cp) (load-balanced causal split): the local block is
     causal and each of the cp-1 remote blocks is s_local/2 x s_local non-causal, so the score
     pairs add up to (s^2/2)/cp (Megatron-Core context parallelism, ring attention).
+    A sliding-window or chunked layer (``attention``) computes only the pairs its mask keeps
+    (`windowed_blocks`); the unfused core and CP price it as full attention (they compute
+    every score and mask afterwards, or split the sequence without regard to the window).
     """
     heads, kv_heads = heads_per_rank(model, sh.tp)
     qk_dim, v_dim = model.qk_head_dim, model.value_head_dim
@@ -172,8 +178,14 @@ def attention_core(model: ModelSpec, sh: Sharding, batch: TokenBatch, phase: Lay
     if not flash:
         return _unfused_core(batch.seqs * heads, q, kv, qk_dim, v_dim, dtype, dropout)
     att: dict[str, Any] = dict(
-        batch=batch.seqs, heads=heads, kv_heads=kv_heads, head_dim=qk_dim, dtype=dtype,
+        heads=heads, kv_heads=kv_heads, head_dim=qk_dim, dtype=dtype,
         phase=Phase.DECODE if phase == LayerPhase.DECODE else Phase.PREFILL)
+    span = model.attention_span(attention)
+    if sh.cp == 1 and span and kv > span:
+        return [Node(name="attention", op=AttentionSpec(batch=batch.seqs * n, q_len=bq,
+                                                        kv_len=bkv, causal=causal, **att),
+                     core=True) for n, bq, bkv, causal in windowed_blocks(attention, q, kv, span)]
+    att["batch"] = batch.seqs
     nodes = [Node(name="attention", op=AttentionSpec(q_len=q, kv_len=kv, causal=True, **att),
                   core=True)]
     if sh.cp == 1:
@@ -188,6 +200,38 @@ def attention_core(model: ModelSpec, sh: Sharding, batch: TokenBatch, phase: Lay
         nodes.append(coll("cp_all_gather_kv", CollectiveKind.ALL_GATHER, kv_bytes * sh.cp, sh.cp,
                           sh.cp_rpn, Stream.CP, dtype))
     return nodes
+
+
+def windowed_blocks(kind: AttentionKind, q: int, kv: int,
+                    span: int) -> list[tuple[int, int, int, bool]]:
+    """The attention of ``q`` queries (the last ``q`` of ``kv`` positions) under a sliding
+    window or chunk mask of ``span``, as (count, q_len, kv_len, causal) blocks whose score pairs
+    add up exactly to the mask's: query p (1-based) sees min(p, W) keys when sliding (Mistral 7B,
+    Jiang et al. 2023 sec. 2) and the keys of its own C-block up to itself when chunked (Llama 4,
+    transformers ``attention_chunk_size``). FlashAttention skips the tiles the mask removes
+    (``window_size``), so the kernel is these blocks, not the full square."""
+    first = kv - q + 1  # position of the first query
+    if kind is AttentionKind.SLIDING:
+        blocks: list[tuple[int, int, int, bool]] = []
+        head = max(0, span - first + 1)  # queries at p <= W see p keys: a causal W block
+        if head:
+            blocks.append((1, head, span, True))
+        rest = q - head  # each sees exactly W keys
+        full, tail = divmod(rest, span)
+        if full:
+            blocks.append((full, span, span, span == 1))
+        if tail:
+            blocks.append((1, tail, span, tail == 1))  # q_len 1: a decode step
+        return blocks
+    out: dict[tuple[int, int, bool], int] = {}
+    p = first
+    while p <= kv:  # one causal block per chunk the queries touch
+        start = (p - 1) // span * span + 1
+        end = min(kv, start + span - 1)
+        key = (end - p + 1, end - start + 1, True)
+        out[key] = out.get(key, 0) + 1
+        p = end + 1
+    return [(n, bq, bkv, causal) for (bq, bkv, causal), n in out.items()]
 
 
 def _unfused_core(rows: int, q: int, kv: int, qk_dim: int, v_dim: int, dtype: DType,
@@ -240,7 +284,7 @@ def _attention(c: Ctx) -> list[Node]:
     if m.position == "rope":
         nodes.append(mem("rotary", MemoryOpKind.ROTARY, t, rotary_cols, act))
     nodes += attention_core(m, c.sh, c.batch, c.phase, c.prec.attn, flash=c.flash,
-                            dropout=c.dropout)
+                            dropout=c.dropout, attention=c.attention)
     nodes += gemm("out_proj", t, m.hidden, heads * m.value_head_dim, c.prec.gemm)
     nodes += _lora(c, ("o",))
     return nodes + _tp_exit(c, "attn") + _residual(c, "attn")
@@ -264,8 +308,10 @@ def dense_mlp(c: Ctx, width: int, tag: str, *, lora: bool) -> list[Node]:
 
 def layer_ops(model: ModelSpec, sharding: Sharding, batch: TokenBatch, phase: LayerPhase, *,
               moe: bool = False, precision: Precision | None = None, lora: LoraSpec | None = None,
-              flash: bool = True) -> tuple[Node, ...]:
-    """Forward nodes of one layer (attention block, then dense-MLP or MoE block) on one rank."""
+              flash: bool = True, attention: AttentionKind = AttentionKind.FULL
+              ) -> tuple[Node, ...]:
+    """Forward nodes of one layer (attention block, then dense-MLP or MoE block) on one rank;
+    ``attention``: the layer's kind (`ModelSpec.layer_kinds`), whose window sets the core."""
     from analytical.layer_moe import moe_block  # noqa: PLC0415 - it imports this module
 
     if moe and not model.is_moe:
@@ -274,7 +320,7 @@ def layer_ops(model: ModelSpec, sharding: Sharding, batch: TokenBatch, phase: La
         raise SpecError("parallel.cp", f"q_len={batch.q_len} is not divisible by cp="
                         f"{sharding.cp}")
     c = Ctx(model=model, sh=sharding, batch=batch, phase=phase, prec=precision or Precision(),
-            lora=lora, flash=flash)
+            lora=lora, flash=flash, attention=attention)
     nodes = _attention(c)
     nodes.append(mem("mlp_norm", norm_kind(model), c.rows, model.hidden, c.prec.act))
     if moe:

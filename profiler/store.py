@@ -23,6 +23,7 @@ from analytical.errors import SpecError
 from analytical.paths import default_db_path
 from profiler.fingerprint import FINGERPRINT_FIELDS, Fingerprint
 from profiler.measurement import Measurement, Status, StoreError, point_key, shard_path
+from profiler.progress import advance, expect
 from profiler.store_file import (
     check_magic,
     connect,
@@ -167,6 +168,8 @@ class Store(StoreQueries):
         rerun completes it; a shard that cannot be read is named (not this store).
         """
         inserted = skipped = 0
+        shard_paths = list(shard_paths)
+        expect(len(shard_paths), unit="files")
         for index, shard in enumerate(shard_paths):
             shard = Path(shard).expanduser()
             if shard.resolve() == self.path.resolve():
@@ -193,6 +196,7 @@ class Store(StoreQueries):
                     self._con.execute(f"DETACH {alias}")
             inserted += got
             skipped += total - got
+            advance(1, unit="files", label=shard.name)
             crash_point("merge.between_shards")
         self.fill_roofline()  # shard rows stored before the catalog knew their hardware
         return inserted, skipped

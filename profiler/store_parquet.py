@@ -16,6 +16,7 @@ from pathlib import Path
 import duckdb
 
 from profiler.measurement import StoreError
+from profiler.progress import advance, expect
 from profiler.store import Store
 from profiler.store_file import crash_point
 from profiler.store_schema import FAMILIES, FINGERPRINT_COLUMNS, family_columns
@@ -79,7 +80,9 @@ def import_parquet(store: Store, path: str | Path) -> tuple[int, int]:
     """
     con = store.connection
     inserted = skipped = 0
-    for file in parquet_files(path):
+    files = list(parquet_files(path))
+    expect(len(files), unit="files")
+    for file in files:
         family = file.stem
         if family not in FAMILIES:
             raise StoreError(f"{file}: file name must be <family>.parquet, family one of "
@@ -109,6 +112,7 @@ def import_parquet(store: Store, path: str | Path) -> tuple[int, int]:
             raise StoreError(f"{file}: cannot load: {exc}") from None
         inserted += counts[0]
         skipped += counts[1] - counts[0]
+        advance(1, unit="files", label=f"{file.parent.name}/{file.name}")
         crash_point("import.between_files")
     crash_point("import.before_fill")
     store.fill_roofline()  # also repairs rows an interrupted import left without it

@@ -120,11 +120,14 @@ def model_ops(model: ModelSpec, *, tp: int, seq_len: int, micro_batch: int, phas
     """Every operator (collectives included) the simulator asks for one step of ``model``."""
     batch = TokenBatch(seqs=micro_batch, q_len=1 if phase == LayerPhase.DECODE else seq_len,
                        kv_len=seq_len)
-    kinds = [moe for moe, n in ((False, model.dense_layers), (True, model.moe_layers)) if n]
+    # one layer of each kind: dense or MoE, full or windowed attention
+    kinds = sorted({(i in model.moe_layer_indices, model.layer_kinds[i])
+                    for i in range(model.layers)})
     if phase == LayerPhase.TRAIN:
         sh = Sharding(tp=tp, cp=cp, ep=ep, sp=sp)
         tokens = batch.tokens // cp
-        nodes = [n for moe in kinds for n in layer_ops(model, sh, batch, phase, moe=moe)]
+        nodes = [n for moe, att in kinds
+                 for n in layer_ops(model, sh, batch, phase, moe=moe, attention=att)]
         nodes += [final_norm_op(model, sh, tokens), *lm_head_ops(model, sh, tokens, phase)]
         nodes += backward_nodes(nodes) + tuple(embedding_ops(model, sh, tokens))
         nodes += backward_nodes(embedding_ops(model, sh, tokens)[:1])
@@ -132,7 +135,8 @@ def model_ops(model: ModelSpec, *, tp: int, seq_len: int, micro_batch: int, phas
         if tp % ep:
             raise SpecError("ep", f"ep={ep} must divide tp={tp} (experts on the TP ranks)")
         sh = Sharding(tp=tp, ep=ep, etp=tp // ep)
-        nodes = [n for moe in kinds for n in layer_ops(model, sh, batch, phase, moe=moe)]
+        nodes = [n for moe, att in kinds
+                 for n in layer_ops(model, sh, batch, phase, moe=moe, attention=att)]
         nodes += [*embedding_ops(model, sh, batch.tokens), final_norm_op(model, sh, batch.tokens),
                   *lm_head_ops(model, sh, micro_batch, phase)]
     return [n.op for n in nodes]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from analytical.attention_span import AttentionKind
 from analytical.layer_backward import backward_nodes, recompute_nodes
 from analytical.layer_edges import embedding_ops, final_norm_op, lm_head_ops
 from analytical.layer_spec import (
@@ -63,7 +64,8 @@ class TrainStep:
 
 
 def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
-                layer_params_per_rank: float = 0.0) -> Block:
+                layer_params_per_rank: float = 0.0,
+                attention: AttentionKind = AttentionKind.FULL) -> Block:
     """One transformer layer, forward and backward (with recompute in front of backward).
 
     ZeRO-3/FSDP gathers the layer's parameters before forward and again before backward and
@@ -71,7 +73,8 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
     """
     sh = step.sharding
     fwd = list(layer_ops(model, sh, step.batch, LayerPhase.TRAIN, moe=moe,
-                         precision=step.precision, lora=step.lora, flash=step.flash))
+                         precision=step.precision, lora=step.lora, flash=step.flash,
+                         attention=attention))
     bwd = list(backward_nodes(fwd, frozen_base=step.lora is not None))
     cast_f, cast_b = fp8_cast_nodes(fwd, step.framework)
     fwd, bwd = [*fwd, *cast_f], [*bwd, *cast_b]
@@ -86,7 +89,8 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
         bwd = [ag, *bwd, rs]
     per_op = step.framework == Framework.TORCHTITAN
     bwd = [*recompute_nodes(fwd, step.recompute, per_op=per_op), *bwd]
-    name = "moe_layer" if moe else "dense_layer"
+    name = ("moe_layer" if moe else "dense_layer") + (
+        "" if attention is AttentionKind.FULL else f".{attention.value}")
     return Block(name=f"{name}+lora" if step.lora else name, fwd=tuple(fwd), bwd=tuple(bwd))
 
 

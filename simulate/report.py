@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from analytical.ops import OpSpec, op_to_dict
+from simulate.cli.output import format_seconds
 from simulate.training import GIB, TrainingResult
 
 MFU_NOTE = ("mfu = model FLOPs (ModelSpec.flops_per_token, no recompute) / (iteration time * "
@@ -57,9 +58,9 @@ def summary_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     """(field, value) rows of a training result dict for the human table."""
     rows: list[dict[str, Any]] = [
         {"field": "model", "value": data["model"]},
-        {"field": "hardware", "value": f"{data['num_gpus']} x {data['hardware']}"},
-        {"field": "memory per GPU (GiB)",
-         "value": f"{data['memory_per_gpu_gib']:.1f} of {data['memory']['capacity_gib']:.1f}"},
+        {"field": "hardware", "value": f"{data['num_gpus']:,} x {data['hardware']}"},
+        {"field": "memory per GPU",
+         "value": f"{data['memory_per_gpu_gib']:.1f} of {data['memory']['capacity_gib']:.1f} GiB"},
     ]
     if not data["fits"]:
         return rows
@@ -73,8 +74,8 @@ def summary_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     ]
     total = data["iteration_time_s"]
     for key, value in data["breakdown"].items():
-        rows.append({"field": f"  {key.replace('_', ' ')} (s)",
-                     "value": f"{value:.4g} ({100 * value / total:.1f}%)"})
+        rows.append({"field": f"  {key.replace('_', ' ')}",
+                     "value": f"{format_seconds(value)} ({100 * value / total:.1f}%)"})
     coverage = ", ".join(f"{k} {100 * v:.1f}%" for k, v in data["engine_coverage"].items())
     rows.append({"field": "engine coverage", "value": coverage})
     return rows

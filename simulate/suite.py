@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from analytical.errors import LlmsimError
+from profiler.progress import advance, expect
 
 __all__ = ["SUITE", "SuiteEntry", "suite_dir", "run_suite"]
 
@@ -101,6 +102,7 @@ def run_suite(*, directory: Path | None = None, engines: Mapping[str, Any] | Non
     directory = directory or suite_dir()
     engine_kw = dict(engines or {})
     rows = []
+    expect(len(SUITE), unit="scenarios")
     for sid, entry in SUITE.items():
         path = directory / f"{entry.file}.yaml"
         row: dict[str, Any] = {"id": sid, "category": entry.category, "metric": entry.metric,
@@ -117,4 +119,5 @@ def run_suite(*, directory: Path | None = None, engines: Mapping[str, Any] | Non
             row.update({"value": None, "engines": [], "status": "unsupported",
                         "note": str(exc)})
         rows.append(row)
+        advance(1, unit="scenarios", label=sid)
     return rows

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from analytical.attention_span import AttentionKind
 from analytical.dtypes import DType
 from analytical.hardware import GIB, HardwareSpec, get_hardware
 from analytical.layer_spec import CpAlgorithm, LoraSpec, Precision, Sharding, Stream, ranks_per_node
@@ -200,16 +201,20 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
         records=records if record else (), **base)
 
 
+def _layer_key(model, index: int) -> tuple[bool, AttentionKind]:
+    """What makes layers differ in cost: routed experts or not, and the attention kind."""
+    return is_moe_layer(model, index), model.layer_kinds[index]
+
+
 def _blocks(model, par: ParallelConfig, step: TrainStep) -> dict[Any, Block]:
-    """The distinct blocks of a rank: dense and/or MoE layer (keyed False/True), embedding, head.
-    Per-layer parameters on this rank size the ZeRO-3/FSDP gathers."""
+    """The distinct blocks of a rank: one per layer kind (`_layer_key`: dense or MoE, full or
+    windowed attention), embedding, head. Per-layer parameters on this rank size the
+    ZeRO-3/FSDP gathers."""
     one = stage_params(model, tp=par.tp, pp=1, vpp=1, ep=par.ep, stage=0, etp=par.etp)
-    n_moe = sum(one.layer_is_moe)
     blocks: dict[Any, Block] = {}
-    for moe in ({False, True} if model.is_moe else {False}):
-        if moe and n_moe == 0 or not moe and n_moe == model.layers:
-            continue
-        blocks[moe] = layer_block(model, step, moe=moe, layer_params_per_rank=one.largest_layer)
+    for key in sorted({_layer_key(model, i) for i in range(model.layers)}):
+        blocks[key] = layer_block(model, step, moe=key[0], attention=key[1],
+                                  layer_params_per_rank=one.largest_layer)
     blocks["embedding"] = embedding_block(model, step)
     blocks["head"] = head_block(model, step)
     return blocks
@@ -223,7 +228,7 @@ def _chunk_blocks(model, par: ParallelConfig) -> list[list[Any]]:
     out = []
     for v in range(n_virtual):
         keys: list[Any] = ["embedding"] if v == 0 else []
-        keys += [is_moe_layer(model, i)
+        keys += [_layer_key(model, i)
                  for i in range(v * per_chunk, min((v + 1) * per_chunk, model.layers))]
         out.append(keys + (["head"] if v == n_virtual - 1 else []))
     return out

@@ -16,21 +16,16 @@ from analytical.errors import UnknownNameError
 from profiler.importers import aiconfigurator, vidur
 from profiler.importers.common import chunked
 from profiler.measurement import Measurement
+from profiler.progress import advance
 from profiler.store import Store
 
-__all__ = ["IMPORTERS", "default_data_dir", "import_published"]
+__all__ = ["IMPORTERS", "import_published"]
 
 IMPORTERS: dict[str, Callable[..., Iterator[Measurement]]] = {
     "aiconfigurator": aiconfigurator.measurements,
     "vidur": vidur.measurements,
 }
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def default_data_dir() -> Path:
-    """``../shared/data`` next to the repository checkout (where the published sets live)."""
-    return _REPO_ROOT.parent / "shared" / "data"
 
 
 def sources(source: str) -> list[str]:
@@ -42,18 +37,20 @@ def sources(source: str) -> list[str]:
     return [source]
 
 
-def import_published(store: Store, *, source: str = "all", data_dir: str | Path | None = None,
+def import_published(store: Store, *, data_dir: str | Path, source: str = "all",
                      chunk_rows: int = 50_000) -> dict[str, tuple[int, int]]:
     """Load published sets into ``store``; returns {source: (inserted, already stored)}.
 
-    Each chunk of ``chunk_rows`` measurements is one transaction.
+    ``data_dir`` holds ``aiconfigurator/`` and ``vidur/`` (checkouts of those projects' data);
+    each chunk of ``chunk_rows`` measurements is one transaction.
     """
-    data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
+    data_dir = Path(data_dir)
     result: dict[str, tuple[int, int]] = {}
     for name in sources(source):
         inserted = seen = 0
         for batch in chunked(IMPORTERS[name](data_dir), chunk_rows):
             seen += len(batch)
             inserted += store.insert(batch)
+            advance(len(batch), unit="rows", label=name)
         result[name] = (inserted, seen - inserted)
     return result

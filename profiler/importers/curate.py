@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from profiler.importers import aiconfigurator, default_data_dir, sources, vidur
+from profiler.importers import aiconfigurator, sources, vidur
 from profiler.store import Store
 from profiler.store_parquet import export_parquet
 
@@ -31,15 +31,15 @@ _LICENSES = {"aiconfigurator": Path("aiconfigurator") / "LICENSE",
              "vidur": Path("vidur") / "LICENSE"}
 
 
-def write_curated(store: Store, out_dir: str | Path, *, source: str = "all",
-                  data_dir: str | Path | None = None) -> list[Path]:
+def write_curated(store: Store, out_dir: str | Path, *, data_dir: str | Path,
+                  source: str = "all") -> list[Path]:
     """Export the curated rows of ``source`` from ``store``; returns the files written.
 
     Old Parquet files of the source are replaced; the LICENSE is copied from ``data_dir``
     when it is there.
     """
     out_dir = Path(out_dir)
-    data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
+    data_dir = Path(data_dir)
     written: list[Path] = []
     for name in sources(source):
         target = out_dir / name

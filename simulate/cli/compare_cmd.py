@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from simulate.cli.output import format_field, format_percent, print_json, print_table
+from profiler.progress import bar
+from simulate.cli.output import PROGRESS, format_field, format_percent, print_json, print_table
 
 _SCENARIO = click.Path(exists=True, dir_okay=False, path_type=Path)
 
@@ -23,15 +24,18 @@ _SCENARIO = click.Path(exists=True, dir_okay=False, path_type=Path)
 @click.option("--no-predictors", is_flag=True, help="Do not use learned predictors.")
 @click.option("--all", "show_all", is_flag=True, help="Also list fields that are equal.")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as a JSON list.")
+@PROGRESS
 def command(first: Path, second: Path, overrides: tuple[str, ...], db_path: Path | None,
-            no_store: bool, no_predictors: bool, show_all: bool, as_json: bool) -> None:
+            no_store: bool, no_predictors: bool, show_all: bool, as_json: bool,
+            progress: bool) -> None:
     """Predict scenarios FIRST and SECOND and print every field of both with the
     difference (b - a) and the relative change."""
     from simulate.api import run  # noqa: PLC0415 - heavy import, only when run
     from simulate.compare import compare_rows  # noqa: PLC0415
 
-    results = [run(path, overrides=overrides, store_path=db_path, use_store=not no_store,
-                   use_predictors=not no_predictors).data for path in (first, second)]
+    with bar("compare", unit="requests", enabled=progress and not as_json):  # serving runs
+        results = [run(path, overrides=overrides, store_path=db_path, use_store=not no_store,
+                       use_predictors=not no_predictors).data for path in (first, second)]
     rows = compare_rows(*results)
     if as_json:
         print_json(rows)

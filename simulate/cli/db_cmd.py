@@ -16,18 +16,19 @@ import pandas as pd
 
 from profiler.importers import import_published
 from profiler.importers.curate import write_curated
+from profiler.progress import bar
 from profiler.store import Store, open_for_reading
 from profiler.store_parquet import export_parquet, import_parquet
-from simulate.cli.output import InputPath, OutputPath, print_json, print_table
+from simulate.cli.output import PROGRESS, InputPath, OutputPath, print_json, print_table
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _DB = click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=None,
                    help="Store file (default: $LLMSIM_DB or $LLMSIM_HOME/llmsim.duckdb).")
 _SOURCE = click.option("--source", type=click.Choice(["aiconfigurator", "vidur", "all"]),
                        default="all", show_default=True, help="Published set(s).")
-_DATA_DIR = click.option("--data-dir", type=InputPath(exists=True),
-                         default=None, help="Folder holding aiconfigurator/ and vidur/ "
-                         "(default: ../shared/data next to the checkout).")
+_DATA_DIR = click.option("--data-dir", type=InputPath(exists=True), required=True,
+                         help="Folder holding aiconfigurator/ and vidur/ (their LICENSE files "
+                         "are copied beside the Parquet).")
 
 
 def _plain(value: Any) -> Any:
@@ -72,7 +73,12 @@ def info(db: Path | None, as_json: bool) -> None:
         return
     click.echo(f"DuckDB library {storage['duckdb_library']}; storage format "
                f"{storage['storage_version']} (the oldest DuckDB that opens this file)")
-    print_table(_records(counts), title=f"{storage['db']}: {rows} rows")
+    # ok rows without a status column, so the longest provenance fits 100 columns unfolded
+    ok = counts["status"] == "ok"
+    print_table(_records(counts[ok]), ["provenance", "hardware", "family", "rows"],
+                title=f"{storage['db']}: {rows:,} rows, {int(counts[ok]['rows'].sum()):,} ok")
+    if (~ok).any():
+        print_table(_records(counts[~ok]), title="rows not ok")
     print_table(_records(fingerprints), ["fingerprint_id", "hardware", "device_name",
                                          "device_count", "torch", "cuda", "nccl", "host", "rows"],
                 title="fingerprints")
@@ -128,9 +134,10 @@ def compare(first: Path, second: Path, across_backends: bool, as_json: bool) -> 
 @click.argument("shards", nargs=-1, required=True,
                 type=InputPath(exists=True))
 @_DB
-def merge(shards: tuple[Path, ...], db: Path | None) -> None:
+@PROGRESS
+def merge(shards: tuple[Path, ...], db: Path | None, progress: bool) -> None:
     """Fold worker shards into the store (idempotent)."""
-    with Store(db) as store:
+    with Store(db) as store, bar("merge", unit="files", enabled=progress):
         inserted, skipped = store.merge(shards)
     click.echo(f"merged {len(shards)} shard(s): {inserted} rows inserted, {skipped} already stored")
 
@@ -153,10 +160,11 @@ def export(directory: Path, where: str, db: Path | None) -> None:
                 type=click.Path(exists=True, file_okay=False, path_type=Path))
 @_SOURCE
 @_DB
-def import_published_cmd(source: str, data_dir: Path, db: Path | None) -> None:
+@PROGRESS
+def import_published_cmd(source: str, data_dir: Path, db: Path | None, progress: bool) -> None:
     """Load the published AIConfigurator / Vidur measurements from PATH, the folder holding
     aiconfigurator/ and vidur/ (imported only once)."""
-    with Store(db) as store:
+    with Store(db) as store, bar("import-published", unit="rows", enabled=progress):
         result = import_published(store, source=source, data_dir=data_dir)
     for name, (inserted, skipped) in result.items():
         click.echo(f"{name}: {inserted} rows inserted, {skipped} already stored")
@@ -165,9 +173,10 @@ def import_published_cmd(source: str, data_dir: Path, db: Path | None) -> None:
 @group.command("import-parquet")
 @click.argument("path", type=InputPath(exists=True))
 @_DB
-def import_parquet_cmd(path: Path, db: Path | None) -> None:
+@PROGRESS
+def import_parquet_cmd(path: Path, db: Path | None, progress: bool) -> None:
     """Load Parquet written by `db export` or `db curate` (a file or a folder)."""
-    with Store(db) as store:
+    with Store(db) as store, bar("import-parquet", unit="files", enabled=progress):
         inserted, skipped = import_parquet(store, path)
     click.echo(f"{path}: {inserted} rows inserted, {skipped} already stored")
 
@@ -179,7 +188,7 @@ def import_parquet_cmd(path: Path, db: Path | None) -> None:
               help="Folder for <source>/<hardware>/<family>.parquet.")
 @_DATA_DIR
 @_DB
-def curate(source: str, out: Path, data_dir: Path | None, db: Path | None) -> None:
+def curate(source: str, out: Path, data_dir: Path, db: Path | None) -> None:
     """Write the curated subset of imported sets as Parquet (run import-published first)."""
     with _reading(db) as store:
         files = write_curated(store, out, source=source, data_dir=data_dir)

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from analytical.ops import OP_FAMILIES
-from simulate.cli.output import print_json, print_table
+from simulate.cli.output import PROGRESS, print_json, print_table
 
 _FAMILY = click.Choice(list(OP_FAMILIES))
 
@@ -31,9 +31,10 @@ _FAMILY = click.Choice(list(OP_FAMILIES))
 @click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Store file (default: $LLMSIM_DB or $LLMSIM_HOME/llmsim.duckdb).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@PROGRESS
 def import_cmd(files: tuple[Path, ...], family: str | None, hardware: str | None,
                source: str | None, backend: str | None, db: Path | None,
-               as_json: bool) -> None:
+               as_json: bool, progress: bool) -> None:
     """Import measurements from CSV, Parquet or JSON files.
 
     Each row needs the operator's shape columns and dtype, one latency column
@@ -42,14 +43,16 @@ def import_cmd(files: tuple[Path, ...], family: str | None, hardware: str | None
     before anything is stored; importing it twice stores nothing twice.
     """
     from profiler.import_table import import_table  # noqa: PLC0415
+    from profiler.progress import advance, bar  # noqa: PLC0415
     from profiler.store import Store  # noqa: PLC0415
     from profiler.store_docs import comment_store  # noqa: PLC0415
 
     results = []
-    with Store(db) as store:
+    with Store(db) as store, bar("import", unit="files", total=len(files), enabled=progress and not as_json):
         for path in files:
             results.append(import_table(store, path, family=family, hardware=hardware,
                                         source=source, backend=backend))
+            advance(1, unit="files", label=path.name)
         comment_store(store.connection)
     if as_json:
         print_json([{"file": str(r.path), "family": r.family, "rows": r.rows,

@@ -73,6 +73,8 @@ def format_value(value: Any) -> str:
         if value == 0 or not math.isfinite(value):
             return "0" if value == 0 else str(value)
         magnitude = abs(value)
+        if magnitude >= 1000 and value.is_integer():  # a count held in a float
+            return format_value(int(value))
         if magnitude >= 10_000:
             return f"{value:,.0f}"
         if magnitude >= 1000:
@@ -99,7 +101,7 @@ def format_percent(fraction: float, *, signed: bool = False) -> str:
     return f"{100 * fraction:{'+' if signed else ''}.1f}%"
 
 
-_PERCENT_NAMES = re.compile(r"(^|[._ ])(mfu|utilisation|utilization|fraction|coverage)"
+_PERCENT_NAMES = re.compile(r"(^|[._ ])(mfu|utilisation|utilization|fraction|coverage|attainment)"
                             r"|fraction$|^engine_coverage\.|busy", re.IGNORECASE)
 
 
@@ -112,14 +114,37 @@ def format_field(name: str, value: Any) -> str:
     if not math.isfinite(value):
         return str(value)
     lowered = name.lower().strip()
-    if _PERCENT_NAMES.search(lowered) and "roofline_s" not in lowered and -2 <= value <= 2:
+    if _PERCENT_NAMES.search(lowered) and "roofline_s" not in lowered and -2 <= value <= 2 \
+            and not re.match(r"n[ _]", lowered):  # 'n MFU' is a count
         return format_percent(float(value))
-    if re.search(r"(_s|\(s\)|seconds)$", lowered) and "per_s" not in lowered and \
-            isinstance(value, float):
+    if (re.search(r"(_s|\(s\)|seconds)$", lowered) and "per_s" not in lowered
+            or lowered.startswith("breakdown.")) and isinstance(value, float):
         return format_seconds(value)
+    if re.search(r"(^|[._])flops($|_per_(iteration|token|step))", lowered) and abs(value) >= 1e6:
+        return format_si(float(value), "FLOP")
     if lowered.endswith("_gib"):
         return f"{format_value(float(value))} GiB"
+    if lowered.endswith(("_pct", " %")):  # already in percent
+        return f"{format_value(value)}%"
+    if re.search(r"(^|_)bytes($|_per_)", lowered):
+        return format_bytes(float(value))
     return format_value(value)
+
+
+def format_si(value: float, unit: str) -> str:
+    """A count with an SI prefix instead of 18 digits: 2.024e17 FLOP -> '202.4 PFLOP'."""
+    for power, prefix in ((18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k")):
+        if abs(value) >= 10 ** power:
+            return f"{format_value(value / 10 ** power)} {prefix}{unit}"
+    return f"{format_value(value)} {unit}"
+
+
+def format_bytes(value: float) -> str:
+    """Bytes in the binary unit that keeps 1-1023 before it: 524288 -> '512 KiB'."""
+    for power, unit in ((4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
+        if abs(value) >= 1024 ** power:
+            return f"{format_value(value / 1024 ** power)} {unit}"
+    return f"{format_value(value)} B"
 
 
 def _cells(rows: list[Mapping[str, Any]], columns: Sequence[str]) -> list[list[str]]:
@@ -130,6 +155,12 @@ def _cells(rows: list[Mapping[str, Any]], columns: Sequence[str]) -> list[list[s
         name = str(row.get("field", "")) if keyed else ""
         out.append([format_field(name if keyed and col == "value" else col, row.get(col))
                     for col in columns])
+    for i, col in enumerate(columns):  # one style per column: 9890 beside 71,038 reads wrong
+        if not keyed and any("," in r[i] for r in out):
+            for r, row in zip(out, rows, strict=True):
+                value = row.get(col)
+                if r[i].isdigit() and _is_number(value) and abs(value) >= 1000:
+                    r[i] = f"{int(value):,}"
     return out
 
 
@@ -175,7 +206,13 @@ def print_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[str] | None
         label = title
         if len(groups) > 1:
             label = f"{title or 'table'} ({part + 1}/{len(groups)})"
-        table = Table(title=label, show_lines=False)
+        natural = 1 + sum(_PAD + max([len(columns[i]), *(len(r[i]) for r in cells)])
+                          for i in indexes)
+        if part and label and len(label) > natural:  # a continuation: keep its title short
+            label = f"{title[:max(natural - len(label) + len(title) - 3, 8)]}... " \
+                    f"({part + 1}/{len(groups)})"
+        # a first table narrower than its title grows to it rather than fold the title
+        table = Table(title=label, show_lines=False, min_width=min(len(label or "") + 4, width))
         for i in indexes:
             table.add_column(columns[i], overflow="fold", no_wrap=not texts[i],
                              justify="right" if numeric[i] else "left")

@@ -10,8 +10,16 @@ import click
 import yaml
 
 from analytical.inputs import output_errors, write_text
+from profiler.progress import bar
 from simulate.api import SimulationOutput, run
-from simulate.cli.output import PLOT_SUFFIXES, InputPath, OutputPath, print_json, print_table
+from simulate.cli.output import (
+    PLOT_SUFFIXES,
+    PROGRESS,
+    InputPath,
+    OutputPath,
+    print_json,
+    print_table,
+)
 from simulate.cli.quick_opts import quick_options
 from simulate.inference.outputs import inference_rows, plot_latency_cdfs
 from simulate.report import plot_breakdown, summary_rows
@@ -35,11 +43,12 @@ from simulate.report import plot_breakdown, summary_rows
 @click.option("--tracking-uri", help="MLflow tracking URI for the predictors.")
 @click.option("--no-store", is_flag=True, help="Do not use measured latencies.")
 @click.option("--no-predictors", is_flag=True, help="Do not use learned predictors.")
+@PROGRESS
 @quick_options
 def command(scenario: Path, as_json: bool, trace_file: Path | None, plot_file: Path | None,
             missing_file: Path | None, overrides: tuple[str, ...], db_path: Path | None,
             tracking_uri: str | None, no_store: bool, no_predictors: bool,
-            fmt: str | None = None) -> None:
+            fmt: str | None = None, progress: bool = True) -> None:
     """Predict SCENARIO (YAML/JSON): iteration time, MFU and memory, or serving latencies.
 
     Without a file: llmsim simulate --model llama-3-8b --gpu h100-sxm --gpus 8 [--train]
@@ -48,9 +57,10 @@ def command(scenario: Path, as_json: bool, trace_file: Path | None, plot_file: P
     A training layout that does not fit in memory prints its memory breakdown and
     ``fits: false`` (exit 0) and no latency.
     """
-    out = run(scenario, overrides=overrides, store_path=db_path, tracking_uri=tracking_uri,
-              use_store=not no_store, use_predictors=not no_predictors,
-              trace=trace_file is not None or fmt is not None)
+    with bar("simulate", unit="requests", enabled=progress):  # serving runs count requests
+        out = run(scenario, overrides=overrides, store_path=db_path, tracking_uri=tracking_uri,
+                  use_store=not no_store, use_predictors=not no_predictors,
+                  trace=trace_file is not None or fmt is not None)
     data = out.data
     if fmt == "vllm-bench":
         _print_vllm_bench(out)

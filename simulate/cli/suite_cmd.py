@@ -7,16 +7,14 @@ from pathlib import Path
 
 import click
 
-from simulate.cli.output import InputPath, print_json, print_table
+from profiler.progress import bar
+from simulate.cli.output import PROGRESS, InputPath, format_field, print_json, print_table
 from simulate.suite import run_suite
 
 
-def _fmt(value) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+def _fmt(metric: str, value) -> str:
+    """The value in the unit its metric names: '(s)' -> ms/us, utilisation -> %."""
+    return "-" if value is None else format_field(metric, value)
 
 
 @click.command(name="suite")
@@ -27,21 +25,24 @@ def _fmt(value) -> str:
               help="Measurement store (default: $LLMSIM_DB or ~/.llmsim/llmsim.duckdb).")
 @click.option("--no-store", is_flag=True, help="Do not use measured latencies.")
 @click.option("--no-predictors", is_flag=True, help="Do not use learned predictors.")
+@PROGRESS
 def command(as_json: bool, directory: Path | None, db_path: Path | None, no_store: bool,
-            no_predictors: bool) -> None:
+            no_predictors: bool, progress: bool) -> None:
     """Run every scenario of the survey suite (T1-T4, I1-I5): metric, predicted value, engines
     and supported / partial / unsupported."""
     from simulate.engines import checked_store
 
-    rows = run_suite(directory=directory,
-                     engines={**checked_store(db_path, not no_store),
-                              "use_predictors": not no_predictors})
+    with bar("suite", unit="scenarios", enabled=progress and not as_json):
+        rows = run_suite(directory=directory,
+                         engines={**checked_store(db_path, not no_store),
+                                  "use_predictors": not no_predictors})
     if as_json:
         print_json(rows)
         return
-    print_table([{**r, "value": _fmt(r["value"]), "engines": ",".join(r["engines"])}
-                 for r in rows], ["id", "category", "metric", "value", "engines", "status",
-                                  "note"], title="llmsim benchmark suite")
+    columns = ["id", "category", "metric", "value", "engines", "status"]
+    columns += ["note"] if any(r["note"] for r in rows) else []  # empty: keep one table
+    print_table([{**r, "value": _fmt(r["metric"], r["value"]), "engines": ",".join(r["engines"])}
+                 for r in rows], columns, title="llmsim benchmark suite")
     counts = {s: sum(r["status"] == s for r in rows) for s in ("supported", "partial",
                                                                "unsupported")}
     click.echo(", ".join(f"{v} {k}" for k, v in counts.items()))

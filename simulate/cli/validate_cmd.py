@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from simulate.cli.output import print_json, print_mapping, print_table
+from profiler.progress import advance, bar
+from simulate.cli.output import PROGRESS, print_json, print_mapping, print_table
 
 _DB = click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
                    help="Store (default: $LLMSIM_HOME/validate/cpu-t<threads>.duckdb).")
@@ -19,8 +20,16 @@ def group() -> None:
     """Validate the predictions against real runs: on this CPU, or published GPU runs."""
 
 
+# short headers so the summary is two tables of 100 columns (numbers right-aligned, in %)
+_SHORT = {"n_tps": "n tps", "n_derived": "derived", "tps_mape_pct": "tps MAPE %",
+          "tps_median_pct": "tps median %", "n_mfu": "n MFU", "mfu_mape_pct": "MFU MAPE %",
+          "false_oom": "false OOM", "errors": "not run", "n_mem": "n mem",
+          "mem_mape_pct": "mem MAPE %", "mem_median_pct": "mem median %"}
+
+
 def _status(label: str) -> None:
     click.echo(f"[validate] {label}", err=True)
+    advance(1, unit="stages", label=label)
 
 
 @group.command("cpu")
@@ -41,9 +50,10 @@ def _status(label: str) -> None:
 @click.option("--fast", is_flag=True,
               help="Tiny profiling budget and a small predictor search (smoke tests).")
 @_JSON
+@PROGRESS
 def cpu_cmd(models: str | None, modes: str, db: Path | None, tracking_uri: str | None,
             repeats: int, warmup: int, threads: int, skip_profile: bool, skip_train: bool,
-            fast: bool, as_json: bool) -> None:
+            fast: bool, as_json: bool, progress: bool) -> None:
     """Trace, profile, train, predict and time >= 5 real architectures on this CPU."""
     from profiler.timers import Budget
     from simulate.validate.loop import FAST_BUDGET, LoopConfig, run_validation
@@ -63,8 +73,11 @@ def cpu_cmd(models: str | None, modes: str, db: Path | None, tracking_uri: str |
                         store_path=db, tracking_uri=tracking_uri, threads=threads,
                         warmup=warmup, repeats=repeats,
                         budget=FAST_BUDGET if fast else Budget(), profile=not skip_profile,
-                        train=not skip_train, fast_train=fast, progress=not as_json)
-    report = run_validation(config, on_stage=_status)
+                        train=not skip_train, fast_train=fast, progress=progress and not as_json)
+    # stages: trace, profile, train, predict, measure (each counted as it starts)
+    with bar("validate cpu", unit="stages", total=3 + (not skip_profile) + (not skip_train),
+             enabled=progress and not as_json):
+        report = run_validation(config, on_stage=_status)
     if as_json:
         print_json(report_dict(report))
         return
@@ -135,10 +148,11 @@ def ddp_cmd(db: Path | None, width: int, depth: int, batch: int, repeats: int, w
               default=None, help="Write the summary table between the validate-published "
                                  "markers of this Markdown file.")
 @_JSON
+@PROGRESS
 def published_cmd(kind: str, max_prompts: int, corpus: Path | None, sources: str | None,
                   db_path: Path | None, tracking_uri: str | None, no_store: bool,
                   no_predictors: bool, rows_file: Path | None, readme: Path | None,
-                  as_json: bool) -> None:
+                  as_json: bool, progress: bool) -> None:
     """Predict published runs (the code path of simulate --json) and score them per source:
     training runs (tokens/s/GPU, MFU, memory, false OOM) or serving measurements (TTFT, TPOT,
     ITL, throughput, signed error by concurrency band, leave-one-source-out)."""
@@ -149,8 +163,9 @@ def published_cmd(kind: str, max_prompts: int, corpus: Path | None, sources: str
     from simulate.validate import published as pub
 
     if kind == "serving":
-        _published_serving(max_prompts, sources, db_path, tracking_uri, no_store, no_predictors,
-                           as_json)
+        with bar("validate published serving", unit="runs", enabled=progress and not as_json):
+            _published_serving(max_prompts, sources, db_path, tracking_uri, no_store,
+                               no_predictors, as_json)
         return
     if kind not in pub.SCORERS:
         raise UnknownNameError("--kind", kind, sorted(pub.SCORERS))
@@ -160,7 +175,8 @@ def published_cmd(kind: str, max_prompts: int, corpus: Path | None, sources: str
         rows = [r for r in rows if r.get("source") in wanted]
     runner = pub.simulate_runner(store_path=db_path, use_store=not no_store,
                                  use_predictors=not no_predictors, tracking_uri=tracking_uri)
-    outcomes = pub.SCORERS[kind](rows, runner)
+    with bar(f"validate published {kind}", unit="runs", enabled=progress and not as_json):
+        outcomes = pub.SCORERS[kind](rows, runner)
     summary = pub.summarize(outcomes)
     note = pub.calibration_note()
     if rows_file is not None:
@@ -180,9 +196,9 @@ def published_cmd(kind: str, max_prompts: int, corpus: Path | None, sources: str
                     "rows": [{**dataclasses.asdict(o), "tps_error": o.tps_error}
                              for o in outcomes]})
         return
-    print_table(pub.display_rows(summary),
-                title=f"validate published ({kind}); errors are % of measured, "
-                      "tps = tokens/s/GPU")
+    print_table([{_SHORT.get(c, c): r.get(c) for c in pub.SUMMARY_COLUMNS} for r in summary],
+                title=f"validate published ({kind}), errors in % of measured "
+                      "(tps: tokens/s/GPU; derived: from TFLOP/s)")
     click.echo(f"calibration: {note}")
     failed = [o for o in outcomes if o.fits is None]
     for o in failed[:10]:

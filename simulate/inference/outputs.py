@@ -68,7 +68,7 @@ def inference_rows(data: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for key, value in data.items():
         if isinstance(value, Mapping) and {"mean", "p50", "p90", "p99"} <= set(value):
-            text = " / ".join(f"{value[q] * 1e3:.2f}" for q in ("mean", "p50", "p90", "p99"))
+            text = " / ".join(f"{value[q] * 1e3:,.2f}" for q in ("mean", "p50", "p90", "p99"))
             rows.append({"field": f"{key.removesuffix('_s')} ms (mean/p50/p90/p99)",
                          "value": text})
         elif isinstance(value, Mapping) and key in ("memory", "kv_cache", "engine_coverage",

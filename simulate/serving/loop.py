@@ -18,6 +18,7 @@ from typing import Protocol
 import numpy as np
 
 from analytical.errors import InfeasibleError, SpecError
+from profiler.progress import advance, expect
 from simulate.serving.kv_cache import BlockPool
 from simulate.serving.schedulers import SCHEDULERS, SchedulerConfig, SchedulerState
 from simulate.serving.state import Batch, Sequence, StepShape, step_shape
@@ -107,6 +108,7 @@ def run_tenants(tenants: Seq[Tenant], *, record_steps: bool = False,
     in_system = [0] * len(tenants)
     rngs = [np.random.default_rng(t.speculation.seed if t.speculation else 0) for t in tenants]
     remaining = sum(len(t.workload.requests) for t in tenants)
+    expect(remaining, unit="requests")
     for _ in range(max_steps):
         if remaining == 0:
             return records
@@ -127,6 +129,8 @@ def run_tenants(tenants: Seq[Tenant], *, record_steps: bool = False,
             tenant.steps += 1
             finished = _apply(tenant, batch, t, rngs[ti])
             remaining -= finished
+            if finished:
+                advance(finished, unit="requests")
             in_system[ti] -= finished
             if tenant.workload.closed:
                 closed_next[ti] += finished

@@ -22,6 +22,7 @@ from analytical.dtypes import parse_dtype
 from analytical.errors import LlmsimError, SpecError
 from analytical.hardware import get_hardware
 from analytical.model import load_model
+from profiler.progress import advance, expect
 
 TRAINING_CORPUS = Path(__file__).resolve().parents[2] / "datasets/validation/training/published_runs.csv"
 README_START = "<!-- validate-published:start -->"
@@ -221,7 +222,12 @@ def score_row(row: Mapping[str, str], index: int, runner: Runner) -> RowOutcome:
 
 def score_training(rows: Sequence[Mapping[str, str]], runner: Runner) -> list[RowOutcome]:
     """Score every training row (nothing is calibrated from the corpus: see `calibration_note`)."""
-    return [score_row(row, i, runner) for i, row in enumerate(rows)]
+    expect(len(rows), unit="runs")
+    outcomes = []
+    for i, row in enumerate(rows):
+        outcomes.append(score_row(row, i, runner))
+        advance(1, unit="runs", label=outcomes[-1].name)
+    return outcomes
 
 
 def calibration_note() -> str:

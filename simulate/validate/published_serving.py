@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from analytical.errors import LlmsimError
+from profiler.progress import advance, expect
 from simulate.validate.serving_corpus import MEASURES, ServingRow, load_corpus, row_scenario
 
 BANDS = (("1-4", 1, 4), ("5-16", 5, 16), ("17-64", 17, 64), (">64", 65, 1 << 30))
@@ -146,8 +147,12 @@ def score_serving(rows: Sequence[ServingRow] | None = None, *, engine_presets: b
     rows = load_corpus() if rows is None else list(rows)
     predict = predict or simulate_json(use_store=use_store, use_predictors=use_predictors,
                                        store_path=store_path, tracking_uri=tracking_uri)
-    results = [score_row(r, predict, engine_presets=engine_presets, max_prompts=max_prompts)
-               for r in rows]
+    expect(len(rows), unit="runs")
+    results = []
+    for r in rows:
+        results.append(score_row(r, predict, engine_presets=engine_presets,
+                                 max_prompts=max_prompts))
+        advance(1, unit="runs", label=r.id)
     sources = sorted({r["source"] for r in results})
     return {
         "settings": {"engine_presets": engine_presets, "use_store": use_store,
@@ -257,6 +262,7 @@ def score_serving_loso(rows: Sequence[ServingRow] | None = None, *,
     by_id = {r["id"]: r for r in base["rows"]}
     usable = _host_time_rows(rows, by_id)
     results, fitted = [], {}
+    expect(len(rows), unit="runs")
     for source in sorted({r.source for r in rows}):
         fit = fit_host_overhead([(r, by_id[r.id]) for r in usable if r.source != source])
         fitted[source] = {e: {"step_ms": h.step_ms, "per_seq_us": h.per_seq_us}
@@ -266,6 +272,7 @@ def score_serving_loso(rows: Sequence[ServingRow] | None = None, *,
             results.append(score_row(row, predict, max_prompts=max_prompts,
                                      step_overhead_ms=host.step_ms,
                                      step_overhead_per_seq_us=host.per_seq_us))
+            advance(1, unit="runs", label=f"{row.id} (leave {source} out)")
     sources = sorted({r["source"] for r in results})
     loso = {"overall": summarize(results),
             "by_source": {s: summarize([r for r in results if r["source"] == s])

@@ -439,7 +439,7 @@ def _flags() -> Iterator[Case]:
         (("hardware", "calibrate", "--budget-s", "nan"), "budget-s"),
         (("hardware", "calibrate", "--out", "{d}/x.txt"), "suffix"),
         (("db", "export", "--parquet", "/etc/passwd"), "not a folder"),
-        (("db", "curate", "--out", "/proc/x"), "not writable"),
+        (("db", "curate", "--data-dir", "datasets", "--out", "/proc/x"), "not writable"),
         (("db", "import-parquet", "{d}/a\x00b.parquet"), "NUL"),
         (("db", "compare", "{d}/none", "{d}/none2"), "no such"),
         (("db", "merge", "{d}/none.duckdb"), "no such"),

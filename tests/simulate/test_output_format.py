@@ -29,6 +29,16 @@ def test_numbers_units_and_percentages() -> None:
     assert format_field("engine_coverage.store", 0.2041) == "20.4%"
     assert format_field("memory.weights_gib", 14.96) == "14.96 GiB"
     assert format_field("tp", 8) == "8" and format_field("fits", True) == "True"
+    assert format_field("slo_attainment", 1) == "100.0%"
+    assert format_field("kv_cache.blocks", 7545.0) == "7545"  # a count, not a measurement
+    assert format_field("kv_cache.blocks", 120720.0) == "120,720"
+    assert format_field("memory.kv_bytes_per_token_per_gpu", 524288) == "512 KiB"
+    assert format_field("weight_bytes", 3 * 2**30) == "3 GiB"
+    assert format_field("median_pct", 0.64) == "0.64%"  # already a percentage
+    assert format_field("model_flops_per_iteration", 202_371_712_161_939_456) == "202.4 PFLOP"
+    assert format_field("tflops_per_gpu", 588.9) == "588.9"  # TFLOP/s, not a count
+    assert format_field("breakdown.compute", 41.34) == "41.34 s"
+    assert format_field("n MFU", 0) == "0" and format_field("n_mfu", 2) == "2"  # counts
 
 
 def test_wide_table_is_split_not_wrapped(capsys) -> None:

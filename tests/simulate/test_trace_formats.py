@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Request traces as published: Azure, Mooncake, Vidur length files (real excerpts under
-datasets/traces/), BurstGPT and vLLM bench (same-format files), detected by header."""
+datasets/traces/), BurstGPT (3 real rows and a same-format file with a failure) and vLLM
+bench (a same-format file), detected by header."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ AZURE_CONV = TRACES / "azure-llm-2023-conv-head300.csv"
     ("azure-llm-2023-conv-head300.csv", TraceFormat.AZURE, 300),
     ("mooncake-fast25-conversation-head100.jsonl", TraceFormat.MOONCAKE, 100),
     ("vidur-arxiv-summarization-lengths-head200.csv", TraceFormat.LENGTHS, 200),
+    ("burstgpt-v1.1-head3.csv", TraceFormat.BURSTGPT, 3),
     ("burstgpt-format-example.csv", TraceFormat.BURSTGPT, 23),  # one failed request dropped
     ("vllm-bench-format-example.json", TraceFormat.VLLM_BENCH, 15),  # one error dropped
     ("poisson-qps2-n500-seed0.csv", TraceFormat.LLMSIM, 500),
@@ -44,6 +46,13 @@ def test_azure_rows_become_seconds_and_lengths() -> None:
     assert (reqs[0].input_len, reqs[0].output_len) == (374, 44)
     assert (reqs[1].input_len, reqs[1].output_len) == (396, 109)
     assert reqs[1].arrival_s == pytest.approx(4.314579, abs=1e-6)
+
+
+def test_burstgpt_rows_become_seconds_from_the_first_request() -> None:
+    # the release's first rows: 5,ChatGPT,472,18 / 45,ChatGPT,1087,230 / 118,GPT-4,417,276
+    reqs = trace_workload(TRACES / "burstgpt-v1.1-head3.csv", {}).requests
+    assert [r.arrival_s for r in reqs] == [0.0, 40.0, 113.0]
+    assert [(r.input_len, r.output_len) for r in reqs] == [(472, 18), (1087, 230), (417, 276)]
 
 
 def test_mooncake_timestamps_are_milliseconds() -> None:
