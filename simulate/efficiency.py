@@ -59,31 +59,48 @@ HOPPER_ATTENTION: dict[AttentionBackend, tuple[float, float]] = {
 }
 HOPPER = frozenset({"h100-sxm", "h100-pcie", "h100-hbm2e-96gb", "h200", "gh200", "h20"})
 
+# FlashAttention's Triton port (`training.attention: flash-triton`; llm-foundry's `attn_impl:
+# triton` runs flash_attn/flash_attn_triton.py copied from the flash-attention repository at
+# eff9fe6b, llmfoundry/models/layers/flash_attn_triton.py): "FlashAttention-2 is around 1.3-1.5x
+# faster than FlashAttention in Triton in the forward pass and around 2x faster in the backward
+# pass" (Dao 2023, arXiv 2307.08691, section 4.1). (forward, backward) time against
+# FlashAttention-2; the forward at the middle of the stated range.
+TRITON_SLOWDOWN = (1.4, 2.0)
+
 
 def attention_backend(framework: str) -> AttentionBackend:
     return FRAMEWORK_ATTENTION[Framework(framework)]
 
 
-def attention_fraction(hw: HardwareSpec, framework: str, *, backward: bool) -> float:
-    """Achieved fraction of peak of the framework's attention kernel on ``hw``."""
+def attention_fraction(hw: HardwareSpec, framework: str, *, backward: bool,
+                       kernel: str = "flash") -> float:
+    """Achieved fraction of peak of the attention kernel the framework (or, for
+    ``kernel="flash-triton"``, the Triton port) runs on ``hw``."""
+    if kernel == "flash-triton":
+        flash2 = (HOPPER_ATTENTION[AttentionBackend.FLASH2][int(backward)]
+                  if hw.name in HOPPER else hw.efficiency.attention)
+        return flash2 / TRITON_SLOWDOWN[int(backward)]
     if hw.name not in HOPPER:
         return hw.efficiency.attention
     return HOPPER_ATTENTION[attention_backend(framework)][int(backward)]
 
 
 def framework_estimates(ops: Sequence[OpSpec], estimates: Sequence[Estimate],
-                        hw: HardwareSpec, framework: str) -> list[Estimate]:
-    """``estimates`` of ``ops`` with roofline attention re-timed at the framework backend's
-    fraction of peak (compute term only; the memory term stays the roofline's)."""
+                        hw: HardwareSpec, framework: str, *, kernel: str = "flash"
+                        ) -> list[Estimate]:
+    """``estimates`` of ``ops`` with roofline attention re-timed at the fraction of peak of the
+    framework's backend (or of ``kernel``'s; compute term only, the memory term stays the
+    roofline's)."""
     out = []
     for op, e in zip(ops, estimates, strict=True):
         if e.engine == "roofline" and isinstance(op, AttentionSpec):
             base = hw.efficiency.attention
-            target = attention_fraction(hw, framework, backward=op.backward)
+            target = attention_fraction(hw, framework, backward=op.backward, kernel=kernel)
             if target != base:
                 r = roofline_estimate(op, hw)
                 latency = max(r.compute_s * base / target, r.memory_s)
-                e = replace(e, latency_s=latency, detail=f"{e.detail}; {attention_backend(framework)}")
+                name = kernel if kernel == "flash-triton" else attention_backend(framework)
+                e = replace(e, latency_s=latency, detail=f"{e.detail}; {name}")
         out.append(e)
     return out
 

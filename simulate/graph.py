@@ -48,9 +48,14 @@ class TrainStep:
     seq_len: int
     precision: Precision = Precision()
     recompute: Recompute = Recompute.NONE
-    flash: bool = True  # False: unfused core (batched GEMMs + softmax over [s, s])
+    attention: str = "flash"  # a `scenario.ATTENTION_KERNELS` name
     lora: LoraSpec | None = None  # frozen base weights, trainable adapters
     framework: Framework = Framework.MEGATRON  # kernels and recompute policy it runs
+
+    @property
+    def flash(self) -> bool:
+        """Fused attention; False: unfused core (batched GEMMs + softmax over [s, s])."""
+        return self.attention != "unfused"
 
     @property
     def batch(self) -> TokenBatch:

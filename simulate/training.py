@@ -79,7 +79,7 @@ def spec_memory(model, t: TrainingSpec) -> TrainingMemory:
                            recompute=t.recompute, schedule=t.schedule,
                            num_microbatches=t.num_microbatches,
                            dropout=model.norm == "layernorm",
-                           flash_attention=t.attention == "flash",
+                           flash_attention=t.attention != "unfused",
                            framework=t.framework, fp8=t.precision == DType.FP8,
                            grad_dtype_bytes=framework_grad_bytes(t.framework),
                            lora_params=(lora_trainable_params(model, t.lora_rank, t.lora_targets)
@@ -110,7 +110,7 @@ def _train_step(t: TrainingSpec, gpn: int) -> TrainStep:
     lora = LoraSpec(rank=t.lora_rank, targets=t.lora_targets) if t.lora_rank else None
     return TrainStep(sharding=sh, micro_batch=t.micro_batch, seq_len=t.seq_len,
                      precision=precision, recompute=t.recompute,
-                     flash=t.attention == "flash", lora=lora, framework=t.framework)
+                     attention=t.attention, lora=lora, framework=t.framework)
 
 
 def _collective(kind: CollectiveKind, size: float, group: int, rpn: int) -> CollectiveSpec:
@@ -160,7 +160,8 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
     p2p = _collective(CollectiveKind.SEND_RECV, act_bytes, 2, 2 if pp_stride * 2 <= gpn else 1)
     ops.append(p2p)
     est = dict(zip((o.key for o in ops),
-                   framework_estimates(ops, chain.estimate_many(ops), hw, t.framework),
+                   framework_estimates(ops, chain.estimate_many(ops), hw, t.framework,
+                                       kernel=t.attention),
                    strict=True))
     costs: dict[Any, BlockCost] = {k: block_cost(b, est, tp_overlap=t.overlap.tp_comm,
                                                  slowdown=slowdown) for k, b in blocks.items()}
