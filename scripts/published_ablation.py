@@ -80,9 +80,11 @@ EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
     ("fp8 cast passes per framework", [(graph, "fp8_cast_nodes", lambda fwd, fw: ([], []))]),
     ("TP communication overlap where the source states it", [(pub, "_bool", _no_tp_overlap)]),
     ("FSDP reduce-scatter in fp32 (torchtitan, Composer)",
-     [(graph, "fsdp_reduce_dtype", lambda fw, act: act)]),
+     [(graph, "grad_reduce_dtype", lambda fw, act: act)]),
     ("llm-foundry sweeps' Triton flash attention (source's attn_impl)",
      [(pub, "_get", _no_triton)]),
+    ("DP gradient reduction in fp32 (Megatron bf16, Composer, torchtitan)",
+     [(training, "grad_reduce_dtype", lambda fw, act: act)]),
 ]
 
 

@@ -31,7 +31,7 @@ from analytical.roofline import roofline_estimate
 from simulate.engines import Estimate
 
 __all__ = ["AttentionBackend", "attention_backend", "attention_fraction", "fp8_cast_nodes",
-           "framework_estimates", "fsdp_reduce_dtype"]
+           "framework_estimates", "grad_reduce_dtype"]
 
 
 class AttentionBackend(StrEnum):
@@ -147,12 +147,21 @@ def fp8_cast_nodes(fwd: Sequence[Node], framework: str) -> tuple[list[Node], lis
     return out_f, out_b
 
 
-# FSDP gradient reduce-scatter precision: torchtitan's `training.mixed_precision_reduce` defaults
-# to float32 (config_manager.py; FSDP2 MixedPrecisionPolicy(reduce_dtype=float32)), Composer's
-# FSDP `mixed_precision: DEFAULT` reduces in float32 (Composer docs, "FSDP: mixed precision").
-FSDP_REDUCE_FP32 = frozenset({Framework.TORCHTITAN, Framework.COMPOSER})
+# Gradient reduction precision (FSDP reduce-scatter and data-parallel bucket reduction):
+# torchtitan's `training.mixed_precision_reduce` defaults to float32 (config_manager.py; FSDP2
+# MixedPrecisionPolicy(reduce_dtype=float32)), Composer's FSDP `mixed_precision: DEFAULT` reduces
+# in float32 (Composer docs, "FSDP: mixed precision"). Megatron-LM turns
+# accumulate_allreduce_grads_in_fp32 on for bf16 ("bfloat16 requires gradient accumulation and
+# all-reduce to be done in fp32", megatron/training/arguments.py at 8a78edd2, 2024-07) and
+# passes it as the DDP's grad_reduce_in_fp32 (training.py); fp16 runs reduce in fp16. Llama 3
+# states the same for its FSDP ("reduce-scatter gradients in FP32", arXiv 2407.21783, 3.3.2).
+GRAD_REDUCE_FP32 = frozenset({Framework.TORCHTITAN, Framework.COMPOSER})
+GRAD_REDUCE_FP32_BF16 = frozenset({Framework.MEGATRON})
 
 
-def fsdp_reduce_dtype(framework: str, act: DType) -> DType:
-    """The dtype gradients travel in through the FSDP reduce-scatter."""
-    return DType.FP32 if Framework(framework) in FSDP_REDUCE_FP32 else act
+def grad_reduce_dtype(framework: str, act: DType) -> DType:
+    """The dtype gradients travel in through the FSDP reduce-scatter or the DP reduction."""
+    fw = Framework(framework)
+    if fw in GRAD_REDUCE_FP32 or (fw in GRAD_REDUCE_FP32_BF16 and act == DType.BF16):
+        return DType.FP32
+    return act

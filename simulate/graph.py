@@ -25,7 +25,7 @@ from analytical.memory import Framework
 from analytical.model_spec import ModelSpec
 from analytical.ops import CollectiveKind
 from analytical.parallel import Recompute
-from simulate.efficiency import fp8_cast_nodes, fsdp_reduce_dtype
+from simulate.efficiency import fp8_cast_nodes, grad_reduce_dtype
 
 __all__ = ["Block", "Node", "TrainStep", "embedding_block", "head_block", "layer_block"]
 
@@ -84,7 +84,7 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
         size = layer_params_per_rank * step.precision.act.bytes
         ag = coll("fsdp_all_gather", CollectiveKind.ALL_GATHER, size, sh.fsdp_group,
                   sh.fsdp_rpn, "fsdp", step.precision.act)
-        grad = fsdp_reduce_dtype(step.framework, step.precision.act)
+        grad = grad_reduce_dtype(step.framework, step.precision.act)
         rs = coll("fsdp_reduce_scatter", CollectiveKind.REDUCE_SCATTER,
                   layer_params_per_rank * grad.bytes, sh.fsdp_group, sh.fsdp_rpn, "fsdp", grad)
         fwd = [ag, *fwd]

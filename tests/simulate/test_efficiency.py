@@ -13,7 +13,7 @@ from simulate.efficiency import (
     attention_fraction,
     fp8_cast_nodes,
     framework_estimates,
-    fsdp_reduce_dtype,
+    grad_reduce_dtype,
 )
 from simulate.engines import EngineChain, Estimate
 from simulate.scenario import load_scenario
@@ -95,9 +95,14 @@ def test_fp8_casts_follow_the_framework():
 
 
 def test_fsdp_gradients_reduce_in_fp32_for_torchtitan_and_composer():
-    assert fsdp_reduce_dtype("torchtitan", DType.BF16) == DType.FP32
-    assert fsdp_reduce_dtype("composer", DType.BF16) == DType.FP32
-    assert fsdp_reduce_dtype("megatron", DType.BF16) == DType.BF16
+    assert grad_reduce_dtype("torchtitan", DType.BF16) == DType.FP32
+    assert grad_reduce_dtype("composer", DType.BF16) == DType.FP32
+
+
+def test_megatron_reduces_bf16_gradients_in_fp32_only():
+    assert grad_reduce_dtype("megatron", DType.BF16) == DType.FP32
+    assert grad_reduce_dtype("megatron", DType.FP16) == DType.FP16
+    assert grad_reduce_dtype("nemo", DType.BF16) == DType.BF16
 
 
 def test_triton_flash_attention_runs_at_the_fa2_papers_ratio():
