@@ -51,6 +51,14 @@ def _no_tp_overlap(row, key):
     return False if key == "tp_comm_overlap" else _bool(row, key)
 
 
+_get = pub._get
+
+
+def _no_triton(row, key):
+    value = _get(row, key)
+    return "" if key == "attention" and value == "flash-triton" else value
+
+
 # (label, patches that switch the effect OFF); applied cumulatively from the last one backwards.
 EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
     ("mfu vs training-precision peak", []),  # handled in the runner wrapper
@@ -66,13 +74,17 @@ EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
     ("source's attention-FLOPs convention for derived tokens/s",
      [(pub, "_measured_tps", _causal_tps)]),
     ("attention backend per framework (FA2 / cuDNN on Hopper)",
-     [(training, "framework_estimates", lambda ops, est, hw, fw: list(est))]),
+     [(training, "framework_estimates", lambda ops, est, hw, fw, **_: list(est))]),
     ("torchtitan per-op SAC recompute time",
      [(graph, "recompute_nodes", lambda fwd, rc, per_op=False: recompute_nodes(fwd, rc))]),
     ("fp8 cast passes per framework", [(graph, "fp8_cast_nodes", lambda fwd, fw: ([], []))]),
     ("TP communication overlap where the source states it", [(pub, "_bool", _no_tp_overlap)]),
     ("FSDP reduce-scatter in fp32 (torchtitan, Composer)",
-     [(graph, "fsdp_reduce_dtype", lambda fw, act: act)]),
+     [(graph, "grad_reduce_dtype", lambda fw, act: act)]),
+    ("llm-foundry sweeps' Triton flash attention (source's attn_impl)",
+     [(pub, "_get", _no_triton)]),
+    ("DP gradient reduction in fp32 (Megatron bf16, Composer, torchtitan)",
+     [(training, "grad_reduce_dtype", lambda fw, act: act)]),
 ]
 
 

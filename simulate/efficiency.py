@@ -31,7 +31,7 @@ from analytical.roofline import roofline_estimate
 from simulate.engines import Estimate
 
 __all__ = ["AttentionBackend", "attention_backend", "attention_fraction", "fp8_cast_nodes",
-           "framework_estimates", "fsdp_reduce_dtype"]
+           "framework_estimates", "grad_reduce_dtype"]
 
 
 class AttentionBackend(StrEnum):
@@ -59,31 +59,48 @@ HOPPER_ATTENTION: dict[AttentionBackend, tuple[float, float]] = {
 }
 HOPPER = frozenset({"h100-sxm", "h100-pcie", "h100-hbm2e-96gb", "h200", "gh200", "h20"})
 
+# FlashAttention's Triton port (`training.attention: flash-triton`; llm-foundry's `attn_impl:
+# triton` runs flash_attn/flash_attn_triton.py copied from the flash-attention repository at
+# eff9fe6b, llmfoundry/models/layers/flash_attn_triton.py): "FlashAttention-2 is around 1.3-1.5x
+# faster than FlashAttention in Triton in the forward pass and around 2x faster in the backward
+# pass" (Dao 2023, arXiv 2307.08691, section 4.1). (forward, backward) time against
+# FlashAttention-2; the forward at the middle of the stated range.
+TRITON_SLOWDOWN = (1.4, 2.0)
+
 
 def attention_backend(framework: str) -> AttentionBackend:
     return FRAMEWORK_ATTENTION[Framework(framework)]
 
 
-def attention_fraction(hw: HardwareSpec, framework: str, *, backward: bool) -> float:
-    """Achieved fraction of peak of the framework's attention kernel on ``hw``."""
+def attention_fraction(hw: HardwareSpec, framework: str, *, backward: bool,
+                       kernel: str = "flash") -> float:
+    """Achieved fraction of peak of the attention kernel the framework (or, for
+    ``kernel="flash-triton"``, the Triton port) runs on ``hw``."""
+    if kernel == "flash-triton":
+        flash2 = (HOPPER_ATTENTION[AttentionBackend.FLASH2][int(backward)]
+                  if hw.name in HOPPER else hw.efficiency.attention)
+        return flash2 / TRITON_SLOWDOWN[int(backward)]
     if hw.name not in HOPPER:
         return hw.efficiency.attention
     return HOPPER_ATTENTION[attention_backend(framework)][int(backward)]
 
 
 def framework_estimates(ops: Sequence[OpSpec], estimates: Sequence[Estimate],
-                        hw: HardwareSpec, framework: str) -> list[Estimate]:
-    """``estimates`` of ``ops`` with roofline attention re-timed at the framework backend's
-    fraction of peak (compute term only; the memory term stays the roofline's)."""
+                        hw: HardwareSpec, framework: str, *, kernel: str = "flash"
+                        ) -> list[Estimate]:
+    """``estimates`` of ``ops`` with roofline attention re-timed at the fraction of peak of the
+    framework's backend (or of ``kernel``'s; compute term only, the memory term stays the
+    roofline's)."""
     out = []
     for op, e in zip(ops, estimates, strict=True):
         if e.engine == "roofline" and isinstance(op, AttentionSpec):
             base = hw.efficiency.attention
-            target = attention_fraction(hw, framework, backward=op.backward)
+            target = attention_fraction(hw, framework, backward=op.backward, kernel=kernel)
             if target != base:
                 r = roofline_estimate(op, hw)
                 latency = max(r.compute_s * base / target, r.memory_s)
-                e = replace(e, latency_s=latency, detail=f"{e.detail}; {attention_backend(framework)}")
+                name = kernel if kernel == "flash-triton" else attention_backend(framework)
+                e = replace(e, latency_s=latency, detail=f"{e.detail}; {name}")
         out.append(e)
     return out
 
@@ -130,12 +147,21 @@ def fp8_cast_nodes(fwd: Sequence[Node], framework: str) -> tuple[list[Node], lis
     return out_f, out_b
 
 
-# FSDP gradient reduce-scatter precision: torchtitan's `training.mixed_precision_reduce` defaults
-# to float32 (config_manager.py; FSDP2 MixedPrecisionPolicy(reduce_dtype=float32)), Composer's
-# FSDP `mixed_precision: DEFAULT` reduces in float32 (Composer docs, "FSDP: mixed precision").
-FSDP_REDUCE_FP32 = frozenset({Framework.TORCHTITAN, Framework.COMPOSER})
+# Gradient reduction precision (FSDP reduce-scatter and data-parallel bucket reduction):
+# torchtitan's `training.mixed_precision_reduce` defaults to float32 (config_manager.py; FSDP2
+# MixedPrecisionPolicy(reduce_dtype=float32)), Composer's FSDP `mixed_precision: DEFAULT` reduces
+# in float32 (Composer docs, "FSDP: mixed precision"). Megatron-LM turns
+# accumulate_allreduce_grads_in_fp32 on for bf16 ("bfloat16 requires gradient accumulation and
+# all-reduce to be done in fp32", megatron/training/arguments.py at 8a78edd2, 2024-07) and
+# passes it as the DDP's grad_reduce_in_fp32 (training.py); fp16 runs reduce in fp16. Llama 3
+# states the same for its FSDP ("reduce-scatter gradients in FP32", arXiv 2407.21783, 3.3.2).
+GRAD_REDUCE_FP32 = frozenset({Framework.TORCHTITAN, Framework.COMPOSER})
+GRAD_REDUCE_FP32_BF16 = frozenset({Framework.MEGATRON})
 
 
-def fsdp_reduce_dtype(framework: str, act: DType) -> DType:
-    """The dtype gradients travel in through the FSDP reduce-scatter."""
-    return DType.FP32 if Framework(framework) in FSDP_REDUCE_FP32 else act
+def grad_reduce_dtype(framework: str, act: DType) -> DType:
+    """The dtype gradients travel in through the FSDP reduce-scatter or the DP reduction."""
+    fw = Framework(framework)
+    if fw in GRAD_REDUCE_FP32 or (fw in GRAD_REDUCE_FP32_BF16 and act == DType.BF16):
+        return DType.FP32
+    return act

@@ -26,7 +26,7 @@ from analytical.memory import Framework
 from analytical.model_spec import ModelSpec
 from analytical.ops import CollectiveKind
 from analytical.parallel import Recompute
-from simulate.efficiency import fp8_cast_nodes, fsdp_reduce_dtype
+from simulate.efficiency import fp8_cast_nodes, grad_reduce_dtype
 
 __all__ = ["Block", "Node", "TrainStep", "embedding_block", "head_block", "layer_block"]
 
@@ -49,9 +49,14 @@ class TrainStep:
     seq_len: int
     precision: Precision = Precision()
     recompute: Recompute = Recompute.NONE
-    flash: bool = True  # False: unfused core (batched GEMMs + softmax over [s, s])
+    attention: str = "flash"  # a `scenario.ATTENTION_KERNELS` name
     lora: LoraSpec | None = None  # frozen base weights, trainable adapters
     framework: Framework = Framework.MEGATRON  # kernels and recompute policy it runs
+
+    @property
+    def flash(self) -> bool:
+        """Fused attention; False: unfused core (batched GEMMs + softmax over [s, s])."""
+        return self.attention != "unfused"
 
     @property
     def batch(self) -> TokenBatch:
@@ -82,7 +87,7 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
         size = layer_params_per_rank * step.precision.act.bytes
         ag = coll("fsdp_all_gather", CollectiveKind.ALL_GATHER, size, sh.fsdp_group,
                   sh.fsdp_rpn, "fsdp", step.precision.act)
-        grad = fsdp_reduce_dtype(step.framework, step.precision.act)
+        grad = grad_reduce_dtype(step.framework, step.precision.act)
         rs = coll("fsdp_reduce_scatter", CollectiveKind.REDUCE_SCATTER,
                   layer_params_per_rank * grad.bytes, sh.fsdp_group, sh.fsdp_rpn, "fsdp", grad)
         fwd = [ag, *fwd]

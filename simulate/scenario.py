@@ -40,7 +40,9 @@ PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "fsdp
 OVERLAP_KEYS = {"tp_comm", "dp_grad", "param_gather", "compute_slowdown", "comm_sms"}
 TRAIN_PRECISIONS = (DType.BF16, DType.FP16, DType.FP8)
 CP_ALGORITHMS = ("ring", "all_gather")
-ATTENTION_KERNELS = ("flash", "unfused")  # unfused: Megatron-LM's 2021-22 core attention
+# unfused: Megatron-LM's 2021-22 core attention; flash-triton: FlashAttention's Triton port
+# (llm-foundry `attn_impl: triton`), the same fused operator at its own speed (`efficiency.py`)
+ATTENTION_KERNELS = ("flash", "unfused", "flash-triton")
 # The pipeline schedule is simulated event by event (pp * vpp * micro-batches events); Megatron
 # runs use tens to a few thousand micro-batches per iteration, so this bound only stops typos
 # (2^39 micro-batches would run for days) before any work starts.

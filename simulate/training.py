@@ -22,7 +22,7 @@ from analytical.ops import CollectiveKind, CollectiveSpec, MemoryBoundSpec, Memo
 from analytical.parallel import ParallelConfig
 from analytical.stage import StageParams, is_moe_layer, stage_params
 from simulate.costs import BlockCost, OpEvent, add_engine_time, block_cost, pass_timeline
-from simulate.efficiency import framework_estimates
+from simulate.efficiency import framework_estimates, grad_reduce_dtype
 from simulate.engines import ENGINE_ORDER, EngineChain
 from simulate.graph import Block, TrainStep, embedding_block, head_block, layer_block
 from simulate.layout import validate_layout
@@ -34,7 +34,6 @@ from simulate.trace import expand_ops
 
 __all__ = ["GIB", "TrainingResult", "run_training"]
 
-GRAD_COMM_BYTES = 2.0  # gradients reduced in bf16 (Megatron's default grad_reduce_in_fp32=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,7 +79,7 @@ def spec_memory(model, t: TrainingSpec) -> TrainingMemory:
                            recompute=t.recompute, schedule=t.schedule,
                            num_microbatches=t.num_microbatches,
                            dropout=model.norm == "layernorm",
-                           flash_attention=t.attention == "flash",
+                           flash_attention=t.attention != "unfused",
                            framework=t.framework, fp8=t.precision == DType.FP8,
                            grad_dtype_bytes=framework_grad_bytes(t.framework),
                            lora_params=(lora_trainable_params(model, t.lora_rank, t.lora_targets)
@@ -107,11 +106,21 @@ def _train_step(t: TrainingSpec, gpn: int) -> TrainStep:
                   fsdp_rpn=_rpn(fsdp_group, par.tp, gpn),
                   cp_algorithm=CpAlgorithm(t.cp_algorithm))
     precision = Precision(gemm=DType.FP8 if t.precision == DType.FP8 else t.precision,
-                          act=DType.FP16 if t.precision == DType.FP16 else DType.BF16)
+                          act=act_dtype(t))
     lora = LoraSpec(rank=t.lora_rank, targets=t.lora_targets) if t.lora_rank else None
     return TrainStep(sharding=sh, micro_batch=t.micro_batch, seq_len=t.seq_len,
                      precision=precision, recompute=t.recompute,
-                     flash=t.attention == "flash", lora=lora, framework=t.framework)
+                     attention=t.attention, lora=lora, framework=t.framework)
+
+
+def act_dtype(t: TrainingSpec) -> DType:
+    """Activation (and bf16/fp16 parameter copy) dtype: fp16 runs keep fp16, others bf16."""
+    return DType.FP16 if t.precision == DType.FP16 else DType.BF16
+
+
+def grad_bytes(t: TrainingSpec) -> float:
+    """Bytes per gradient in the data-parallel reduction (`efficiency.grad_reduce_dtype`)."""
+    return float(grad_reduce_dtype(t.framework, act_dtype(t)).bytes)
 
 
 def _collective(kind: CollectiveKind, size: float, group: int, rpn: int) -> CollectiveSpec:
@@ -161,7 +170,8 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
     p2p = _collective(CollectiveKind.SEND_RECV, act_bytes, 2, 2 if pp_stride * 2 <= gpn else 1)
     ops.append(p2p)
     est = dict(zip((o.key for o in ops),
-                   framework_estimates(ops, chain.estimate_many(ops), hw, t.framework),
+                   framework_estimates(ops, chain.estimate_many(ops), hw, t.framework,
+                                       kernel=t.attention),
                    strict=True))
     costs: dict[Any, BlockCost] = {k: block_cost(b, est, tp_overlap=t.overlap.tp_comm,
                                                  slowdown=slowdown) for k, b in blocks.items()}
@@ -298,7 +308,8 @@ def _after_pipeline(model, hw: HardwareSpec, t: TrainingSpec, chain: EngineChain
 
 
 def grad_bucket_queues(par: ParallelConfig, sp: StageParams, gpn: int, chain: EngineChain,
-                       bucket_bytes: float) -> tuple[CollectiveKind, list[tuple[int, Any, Any]]]:
+                       bucket_bytes: float, grad_bytes: float
+                       ) -> tuple[CollectiveKind, list[tuple[int, Any, Any]]]:
     """A stage's gradient queues with something to reduce (dense over dp*cp, then experts over
     the expert shard group; none under ZeRO-3/FSDP): the collective kind and, per queue,
     (buckets n, full-bucket estimate, last-bucket estimate). n-1 full buckets and one
@@ -316,7 +327,7 @@ def grad_bucket_queues(par: ParallelConfig, sp: StageParams, gpn: int, chain: En
     for params, group, rpn in syncs:
         if group == 1 or params <= 0:
             continue
-        total = params * GRAD_COMM_BYTES
+        total = params * grad_bytes
         n = max(1, math.ceil(total / bucket_bytes))
         full, last = chain.estimate_many([
             _collective(kind, min(bucket_bytes, total), group, rpn),
@@ -331,7 +342,8 @@ def _grad_sync(t: TrainingSpec, chain: EngineChain, sp, stage: int, *, start: fl
     """One stage's gradient buckets (dense over dp*cp, expert over the expert shard group)
     released evenly over ``start..end`` and sharing one link; the backward they overlap runs
     at 1/slowdown. Returns when the sync ends (>= the stretched compute end) and its record."""
-    kind, queues = grad_bucket_queues(t.parallel, sp, gpn, chain, t.dp_bucket_mb * 1e6)
+    kind, queues = grad_bucket_queues(t.parallel, sp, gpn, chain, t.dp_bucket_mb * 1e6,
+                                      grad_bytes(t))
     jobs, estimates = [], []
     for queue, (n, full, last) in enumerate(queues):
         estimates += [full] * (n - 1) + [last]

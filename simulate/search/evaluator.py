@@ -37,6 +37,7 @@ from simulate.training import (
     _rpn,
     _train_step,
     grad_bucket_queues,
+    grad_bytes,
     run_training,
     spec_memory,
 )
@@ -81,7 +82,8 @@ class LayoutEvaluator:
         ops = {n.op.key: n.op for b in blocks.values() for n in (*b.fwd, *b.bwd)}
         est = dict(zip(ops, framework_estimates(list(ops.values()),
                                                 self.chain.estimate_many(list(ops.values())),
-                                                self.hw, step.framework), strict=True))
+                                                self.hw, step.framework, kernel=step.attention),
+                       strict=True))
         costs = {k: block_cost(b, est, tp_overlap=tp_overlap, slowdown=slowdown)
                  for k, b in blocks.items()}
         self._blocks[key] = costs
@@ -171,21 +173,21 @@ class LayoutEvaluator:
         start = pipe.last_bwd_start_s[s] if t.overlap.dp_grad else end
         hide = fwd[s][0] if t.overlap.param_gather else 0.0
         key = (sp.dense, sp.expert, sp.total, end - start, hide, par.zero_stage, par.dp,
-               par.cp, par.tp, par.ep, gpn, t.dp_bucket_mb, slowdown)
+               par.cp, par.tp, par.ep, gpn, t.dp_bucket_mb, slowdown, grad_bytes(t))
         if key not in self._tails:
             self._tails[key] = self._tail_rel(par, sp, end - start, hide, gpn, slowdown,
-                                              t.dp_bucket_mb * 1e6)
+                                              t.dp_bucket_mb * 1e6, grad_bytes(t))
             self.stats["stage_tails"] += 1
         sync_rel, opt_s, gather_s, parts = self._tails[key]
         sync_end = start + sync_rel
         return sync_end + opt_s + gather_s, sync_end - end + gather_s, opt_s, parts
 
     def _tail_rel(self, par, sp: StageParams, window: float, hide: float, gpn: int,
-                  slowdown: float, bucket_bytes: float
+                  slowdown: float, bucket_bytes: float, grad_size: float
                   ) -> tuple[float, float, float, list[tuple[str, float]]]:
         chain, zero = self.chain, par.zero_stage
         shard, expert_shard = par.dp * par.cp, par.expert_shard_group
-        _, queues = grad_bucket_queues(par, sp, gpn, chain, bucket_bytes)
+        _, queues = grad_bucket_queues(par, sp, gpn, chain, bucket_bytes, grad_size)
         comm_s = sum((n - 1) * full.latency_s + last.latency_s for n, full, last in queues)
         parts = [p for n, full, last in queues
                  for p in ((full.engine, (n - 1) * full.latency_s), (last.engine, last.latency_s))]
