@@ -17,6 +17,7 @@ LoRA layouts are timed by `run_training` itself.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from analytical.dtypes import DType
@@ -28,7 +29,8 @@ from simulate.engines import ENGINE_ORDER, EngineChain
 from simulate.graph import TrainStep
 from simulate.overlap import default_compute_slowdown, share_link
 from simulate.scenario import ClusterSpec, Scenario, TrainingSpec
-from simulate.search.fast_pipeline import fast_pipeline
+from simulate.search.batch_pipeline import batch_pipeline
+from simulate.search.fast_pipeline import fast_pipeline, skips
 from simulate.training import (
     _blocks,
     _chunk_blocks,
@@ -91,16 +93,40 @@ class LayoutEvaluator:
             self._parts[(par.pp, par.vpp)] = _chunk_blocks(self.model, par)
         return self._parts[(par.pp, par.vpp)]
 
+    @staticmethod
+    def _pipe_key(t: TrainingSpec, fwd, bwd, p2p_s: float) -> tuple[Any, ...]:
+        par = t.parallel
+        return (t.schedule, par.pp, par.vpp, t.num_microbatches,
+                tuple(map(tuple, fwd)), tuple(map(tuple, bwd)), p2p_s)
+
     def _pipeline(self, t: TrainingSpec, fwd, bwd, p2p_s: float):
         par = t.parallel
-        key = (t.schedule, par.pp, par.vpp, t.num_microbatches,
-               tuple(map(tuple, fwd)), tuple(map(tuple, bwd)), p2p_s)
+        key = self._pipe_key(t, fwd, bwd, p2p_s)
         if key not in self._pipes:
             self._pipes[key] = fast_pipeline(schedule=t.schedule, pp=par.pp, vpp=par.vpp,
                                              num_microbatches=t.num_microbatches, fwd_s=fwd,
                                              bwd_s=bwd, p2p_s=p2p_s)
             self.stats["pipelines"] += 1
         return self._pipes[key]
+
+    def _batch_pipelines(self, keys: list[tuple[Any, ...]]) -> None:
+        """Compute the uncached pipelines among ``keys`` (see `_pipe_key`): each class with two
+        or more of them in one `batch_pipeline` call; single ones, and classes whose steady
+        state `fast_pipeline` skips (its result differs from the replay's in the last bits),
+        are left to `_pipeline`, so a layout's numbers do not depend on its chunk."""
+        classes: dict[tuple[Any, ...], dict[tuple[Any, ...], None]] = {}
+        for key in keys:
+            if key not in self._pipes:
+                classes.setdefault(key[:4], {})[key] = None
+        for (schedule, pp, vpp, m), members in classes.items():
+            if len(members) < 2 or skips(schedule, pp, vpp, m):
+                continue
+            todo = list(members)
+            results = batch_pipeline(schedule=schedule, pp=pp, vpp=vpp, num_microbatches=m,
+                                     fwd_s=[k[4] for k in todo], bwd_s=[k[5] for k in todo],
+                                     p2p_s=[k[6] for k in todo])
+            self._pipes.update(zip(todo, results, strict=True))
+            self.stats["pipelines"] += len(todo)
 
     def evaluate(self, scenario: Scenario, memory_bytes: float | None = None
                  ) -> dict[str, Any] | None:
@@ -147,10 +173,29 @@ class LayoutEvaluator:
         busy = max(sum(f) + sum(b) for f, b in zip(fwd, bwd, strict=True))
         return t.num_microbatches * busy * (1.0 - 1e-9)
 
+    def evaluate_many(self, cluster: ClusterSpec, specs: Sequence[TrainingSpec],
+                      memory: Sequence[float | None]) -> list[dict[str, Any] | None]:
+        """`evaluate`'s rows for many layouts without LoRA (``memory``: `memory_bytes` of
+        each, or None): stages first, then the pipelines of each (schedule, pp, vpp,
+        micro-batches) class in one batch, then each layout's tail."""
+        staged: dict[int, tuple[TrainingSpec, float, tuple[Any, ...]]] = {}
+        for i, (t, mem) in enumerate(zip(specs, memory, strict=True)):
+            mem = self.memory_bytes(t) if mem is None else mem
+            if mem <= self.hw.memory_bytes:
+                staged[i] = (t, mem, self._stages(cluster, t))
+        self._batch_pipelines([self._pipe_key(t, st[1], st[2], _p2p_s(t, st[3]))
+                               for t, _, st in staged.values()])
+        return [self._finish(cluster, *staged[i]) if i in staged else None
+                for i in range(len(specs))]
+
     def _time(self, cluster: ClusterSpec, t: TrainingSpec, mem: float) -> dict[str, Any]:
+        return self._finish(cluster, t, mem, self._stages(cluster, t))
+
+    def _finish(self, cluster: ClusterSpec, t: TrainingSpec, mem: float, stages
+                ) -> dict[str, Any]:
         par = t.parallel
-        costs, fwd, bwd, p2p_e, gpn, slowdown = self._stages(cluster, t)
-        p2p_s = p2p_e.latency_s if par.pp > 1 else 0.0
+        costs, fwd, bwd, p2p_e, gpn, slowdown = stages
+        p2p_s = _p2p_s(t, p2p_e)
         pipe = self._pipeline(t, fwd, bwd, p2p_s)
         tails = [self._tail(t, s, gpn, slowdown, pipe, fwd) for s in range(par.pp)]
         finish = [tail[0] for tail in tails]
@@ -243,6 +288,11 @@ class LayoutEvaluator:
                             "optimizer": opt_s},
             "engine_coverage": {e: engine_s.get(e, 0.0) / total_engine for e in ENGINE_ORDER},
         }
+
+
+def _p2p_s(t: TrainingSpec, p2p_e) -> float:
+    """The p2p latency the pipeline uses (none without pipeline stages)."""
+    return p2p_e.latency_s if t.parallel.pp > 1 else 0.0
 
 
 def _one_queue_end(first: float, last: float, n: int, a: float, a_last: float) -> float:

@@ -132,10 +132,18 @@ def evaluate_blocks(task: Mapping[str, Any]) -> list[dict[str, Any] | None]:
     n, price = task["num_gpus"], task["usd_per_gpu_hour"]
     capacity = ev.hw.memory_bytes / GIB
     out: list[dict[str, Any] | None] = []
-    for _, block, mem in task["blocks"]:
-        scenario = Scenario(name=task["name"], model=task["model"], cluster=cluster,
-                            training=parse_training(block), doc={"training": block})
-        metrics = ev.evaluate(scenario, memory_bytes=mem)
+    blocks = task["blocks"]
+    specs = [parse_training(block) for _, block, _ in blocks]
+    plain = [i for i, spec in enumerate(specs) if not spec.lora_rank]
+    batched = dict(zip(plain, ev.evaluate_many(cluster, [specs[i] for i in plain],
+                                               [blocks[i][2] for i in plain]), strict=True))
+    for i, (_, block, mem) in enumerate(blocks):
+        if i in batched:
+            metrics = batched[i]
+        else:  # LoRA: timed by run_training
+            metrics = ev.evaluate(Scenario(name=task["name"], model=task["model"],
+                                           cluster=cluster, training=specs[i],
+                                           doc={"training": block}), memory_bytes=mem)
         if metrics is None:
             out.append(None)
             continue

@@ -16,6 +16,7 @@ from simulate.engines import EngineChain
 from simulate.scenario import load_scenario
 from simulate.schedule import simulate_pipeline
 from simulate.search import fast_pipeline as fp
+from simulate.search.batch_pipeline import batch_pipeline
 from simulate.search.training_search import search_training
 from simulate.training import run_training
 
@@ -74,6 +75,32 @@ def test_fast_pipeline_equals_event_simulation(monkeypatch):
         for a, b in pairs:
             assert b == pytest.approx(a, rel=REL, abs=1e-12), case
     assert jumps and max(jumps) > 10  # the steady-state skip ran, over many periods
+
+
+def test_batch_pipeline_equals_event_simulation():
+    rng = random.Random(11)
+    for _ in range(40):
+        first = _random_case(rng)
+        cls = {k: first[k] for k in ("schedule", "pp", "vpp", "num_microbatches")}
+        cases = [first]
+        while len(cases) < 3:  # more layouts of the same class, other durations
+            case = _random_case(rng)
+            cases += [{**case, **cls, "fwd_s": _resize(case["fwd_s"], cls),
+                       "bwd_s": _resize(case["bwd_s"], cls)}]
+        got = batch_pipeline(**cls, fwd_s=[c["fwd_s"] for c in cases],
+                             bwd_s=[c["bwd_s"] for c in cases], p2p_s=[c["p2p_s"] for c in cases])
+        for case, res in zip(cases, got, strict=True):
+            want = simulate_pipeline(**case)
+            for field in ("span_s", "stage_end_s", "stage_busy_s", "last_bwd_start_s"):
+                assert getattr(res, field) == pytest.approx(getattr(want, field), rel=REL,
+                                                            abs=1e-12), (field, case)
+
+
+def _resize(rows: list[list[float]], cls: dict) -> list[list[float]]:
+    """``rows`` cut or repeated to pp x vpp."""
+    flat = [x for r in rows for x in r]
+    return [[flat[(s * cls["vpp"] + c) % len(flat)] for c in range(cls["vpp"])]
+            for s in range(cls["pp"])]
 
 
 def _check_rows_equal_simulate(doc: dict, res) -> None:
