@@ -26,7 +26,8 @@ from typing import Any
 
 from analytical.errors import LlmsimError
 from analytical.paths import llmsim_home
-from simulate.search.training_search import search_training, worker_evaluator
+from simulate.search.training_search import search_training
+from simulate.search.worker import worker_evaluator
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "datasets" / "scenarios" / "search" / "gpt3-175b-1024-a100.yaml"

@@ -7,34 +7,33 @@ take Pareto frontiers.
 The scenario is a normal training scenario whose ``training`` values may be lists, ranges or
 ``auto`` (see `simulate.search.space`); ``hardware.num_gpus``, ``hardware.gpu``,
 ``training.seq_len`` and ``training.global_batch`` may be lists too. Enumeration and the memory
-verdict run in this process; timing runs on an executor in chunks, each worker keeping one
-evaluator (and engine chain) per GPU type, so its caches serve every later chunk.
+verdict run in this process; timing runs on an executor in chunks (`simulate.search.worker`),
+each worker keeping one evaluator (and engine chain) per GPU type, so its caches serve every
+later chunk.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analytical.dtypes import DType
 from analytical.errors import SpecError, UnknownNameError
 from analytical.hardware import get_hardware
 from analytical.model import load_model
-from simulate.engines import EngineChain
-from simulate.scenario import ClusterSpec, Scenario, apply_overrides, parse_training, read_document
+from simulate.scenario import ClusterSpec, apply_overrides, read_document
 from simulate.search.answers import auto_space, baseline_scenario, frontiers
-from simulate.search.evaluator import GIB, LayoutEvaluator
+from simulate.search.evaluator import LayoutEvaluator
 from simulate.search.executors import DEFAULT_EXECUTOR, chunked, default_workers, get_executor
 from simulate.search.pareto import pareto_front
-from simulate.search.prune import optimistic, pruned_search
+from simulate.search.prune import pruned_search
 from simulate.search.space import candidate_blocks, check_block, expand_space
+from simulate.search.worker import bound_blocks, evaluate_blocks
 
-__all__ = ["TrainingSearchResult", "search_training", "evaluate_blocks", "worker_chain",
-           "OBJECTIVES"]
+__all__ = ["TrainingSearchResult", "search_training", "OBJECTIVES"]
 
 OUTER_TRAINING_AXES = ("seq_len", "global_batch")  # may be lists: searched outside the layout
 OVERLAP_AXES = ("tp_comm", "dp_grad", "param_gather")  # training.overlap.* may be lists too
@@ -44,8 +43,7 @@ OBJECTIVES: dict[str, tuple[str, str]] = {
     "mfu": ("mfu", "max"),
     "cost": ("usd_per_million_tokens", "min"),
 }
-_CHAINS: dict[tuple[Any, ...], EngineChain] = {}  # one chain per worker process and engine set
-_EVALUATORS: dict[tuple[Any, ...], LayoutEvaluator] = {}
+CHUNKS_PER_WORKER = 12  # chunks per worker: progress steps and load balance vs batch sizes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,76 +96,6 @@ def _gpu_counts(hw_block: Mapping[str, Any], source: str | None) -> list[int]:
         raise SpecError("hardware.num_gpus", f"an integer >= 1 or a list of them, got {raw!r}",
                         source=source)
     return sorted(set(values))
-
-
-def worker_chain(gpu: str, engines: Mapping[str, Any]) -> EngineChain:
-    """This process's engine chain for ``gpu`` (created once, then reused: its cache persists)."""
-    key = (gpu, *sorted(engines.items()))
-    if key not in _CHAINS:
-        _CHAINS[key] = EngineChain(get_hardware(gpu), **engines)
-    return _CHAINS[key]
-
-
-def worker_evaluator(model: str, gpu: str, gpus_per_node: int | None,
-                     engines: Mapping[str, Any]) -> LayoutEvaluator:
-    """This process's evaluator (its caches persist across the tasks the process runs)."""
-    key = (model, gpu, gpus_per_node, *sorted(engines.items()))
-    if key not in _EVALUATORS:
-        chain = worker_chain(gpu, engines)
-        _EVALUATORS[key] = LayoutEvaluator(load_model(model), chain.hardware, chain,
-                                           gpus_per_node)
-    return _EVALUATORS[key]
-
-
-def evaluate_blocks(task: Mapping[str, Any]) -> list[dict[str, Any] | None]:
-    """Time each training block of ``task`` (one chunk); None where the layout does not fit.
-
-    ``task`` holds plain data only (so any executor can ship it): name, model, gpu, num_gpus,
-    gpus_per_node, engines (EngineChain keyword arguments), usd_per_gpu_hour and blocks
-    ((enumeration index, training block, its memory in bytes or None) triples).
-    """
-    ev = worker_evaluator(task["model"], task["gpu"], task["gpus_per_node"], task["engines"])
-    cluster = ClusterSpec(gpu=task["gpu"], num_gpus=task["num_gpus"],
-                          gpus_per_node=task["gpus_per_node"])
-    n, price = task["num_gpus"], task["usd_per_gpu_hour"]
-    capacity = ev.hw.memory_bytes / GIB
-    out: list[dict[str, Any] | None] = []
-    blocks = task["blocks"]
-    specs = [parse_training(block) for _, block, _ in blocks]
-    plain = [i for i, spec in enumerate(specs) if not spec.lora_rank]
-    batched = dict(zip(plain, ev.evaluate_many(cluster, [specs[i] for i in plain],
-                                               [blocks[i][2] for i in plain]), strict=True))
-    for i, (_, block, mem) in enumerate(blocks):
-        if i in batched:
-            metrics = batched[i]
-        else:  # LoRA: timed by run_training
-            metrics = ev.evaluate(Scenario(name=task["name"], model=task["model"],
-                                           cluster=cluster, training=specs[i],
-                                           doc={"training": block}), memory_bytes=mem)
-        if metrics is None:
-            out.append(None)
-            continue
-        row = {"gpu": task["gpu"], "num_gpus": n, "layout": dict(block), **metrics,
-               "memory_headroom_gib": capacity - metrics["memory_per_gpu_gib"]}
-        if price is not None:
-            # $ per 1e6 tokens = GPUs * $/GPU-h / 3600 s/h / (tokens/s) * 1e6
-            row["usd_per_million_tokens"] = n * price / 3600.0 / row["tokens_per_s"] * 1e6
-        out.append(row)
-    return out
-
-
-def bound_blocks(task: Mapping[str, Any]) -> list[dict[str, float]]:
-    """The best objective values each block of ``task`` could reach (see `prune`)."""
-    ev = worker_evaluator(task["model"], task["gpu"], task["gpus_per_node"], task["engines"])
-    cluster = ClusterSpec(gpu=task["gpu"], num_gpus=task["num_gpus"],
-                          gpus_per_node=task["gpus_per_node"])
-    peak = ev.hw.peak_flops(DType.BF16)
-    out = []
-    for _, block, _ in task["blocks"]:
-        spec = parse_training(block)
-        out.append(optimistic(task, block, ev.lower_bound_s(cluster, spec),
-                              ev.model.flops_per_token(spec.seq_len, training=True), peak))
-    return out
 
 
 def evaluate_baseline(doc: Mapping[str, Any], model_ref: str, engines: Mapping[str, Any],
@@ -292,12 +220,23 @@ def _enumerate(doc, model, model_ref: str, name: str, engines, usd: float | None
 
 
 def _split(tasks: list[dict[str, Any]], workers: int) -> list[dict[str, Any]]:
-    """Each (GPU, count) task cut into chunks for the executor (enumeration order kept)."""
+    """Each (GPU, count) task cut into chunks for the executor, its layouts ordered by
+    pipeline class first (schedule, pp, vpp, micro-batch, dp: a chunk then holds many layouts
+    of few classes, which `LayoutEvaluator.evaluate_many` times together; rows keep their
+    enumeration index, so the ranking does not depend on this order)."""
     out = []
     for task in tasks:
-        for chunk in chunked(task["blocks"], workers):
+        blocks = sorted(task["blocks"], key=_class_key)
+        for chunk in chunked(blocks, workers, per_worker=CHUNKS_PER_WORKER):
             out.append({**task, "blocks": chunk})
     return out
+
+
+def _class_key(item: tuple[int, Mapping[str, Any], Any]) -> tuple[Any, ...]:
+    index, block, _ = item
+    par = block["parallel"]
+    return (str(block.get("schedule", "")), par.get("pp", 1), par.get("vpp", 1),
+            block.get("micro_batch", 1), par.get("dp", 1), index)
 
 
 def _collect(results: Sequence[list[dict[str, Any] | None]], tasks) -> list[dict[str, Any]]:
@@ -314,7 +253,9 @@ def search_training(scenario: str | Path | Mapping[str, Any], *, overrides: Sequ
                     objective: str = "tokens_per_s", usd_per_gpu_hour: float | None = None,
                     executor: str = DEFAULT_EXECUTOR, workers: int | None = None,
                     engines: Mapping[str, Any] | None = None, prune_top: int | None = None,
-                    auto: bool = False) -> TrainingSearchResult:
+                    auto: bool = False,
+                    progress: Callable[[int, int], None] | None = None
+                    ) -> TrainingSearchResult:
     """Search the layouts a scenario's searchable ``training`` block describes.
 
     ``engines`` are `EngineChain` keyword arguments (store_path, use_store, use_predictors,
@@ -322,6 +263,7 @@ def search_training(scenario: str | Path | Mapping[str, Any], *, overrides: Sequ
     ``prune_top`` = k: time only layouts that can still enter the top k (see `prune`); the
     top k is the exhaustive search's. ``auto``: search every layout axis around a plain
     scenario, whose own layout becomes the baseline the gain is measured against.
+    ``progress(timed, total)`` is called as chunks finish (exhaustive search only).
     """
     start = time.perf_counter()
     _check_options(objective, usd_per_gpu_hour, prune_top)
@@ -340,7 +282,7 @@ def search_training(scenario: str | Path | Mapping[str, Any], *, overrides: Sequ
     fit = sum(len(t["blocks"]) for t in plan.tasks)
     if prune_top is None:
         chunks = _split(plan.tasks, workers)
-        rows = _collect(run(evaluate_blocks, chunks, workers), chunks)
+        rows = _collect(run(evaluate_blocks, chunks, workers, _counter(progress, fit)), chunks)
     else:
         key, sense = OBJECTIVES[objective]
         rows = pruned_search(plan.tasks, key=key, sense=sense, k=prune_top, run=run,
@@ -360,6 +302,20 @@ def search_training(scenario: str | Path | Mapping[str, Any], *, overrides: Sequ
         baseline=baseline, doc={k: v for k, v in doc.items() if k != "baseline"},
         elapsed_s=time.perf_counter() - start, executor=executor,
         workers=workers, pruned=prune_top is not None)
+
+
+def _counter(progress: Callable[[int, int], None] | None, total: int
+             ) -> Callable[[Mapping[str, Any]], None] | None:
+    """An executor's ``done`` callback that reports layouts finished out of ``total``."""
+    if progress is None:
+        return None
+    count = [0]
+
+    def done(task: Mapping[str, Any]) -> None:
+        count[0] += len(task["blocks"])
+        progress(count[0], total)
+
+    return done
 
 
 def _check_options(objective: str, usd_per_gpu_hour: float | None,
