@@ -198,7 +198,8 @@ def _print_training(res, top: int, objective: str, as_json: bool, scenario: Path
     rows = [layout_row(r) for r in answers]
     every = [layout_row(x) for x in res.rows]
     varied = [c for c in ("gpu", "gpus", "seq_len", "global_batch", "cp", "ep", "vpp", "sp",
-                          "zero", "mb", "recompute", "schedule", "tp_overlap", "dp_overlap")
+                          "zero", "mb", "recompute", "schedule", "tp_overlap", "dp_overlap",
+                          "offload")
               if len({str(r[c]) for r in every}) > 1]
     outer = [c for c in varied if c in ("gpu", "gpus", "seq_len", "global_batch")]
     layout = ["tp", "pp", "dp", *[c for c in varied if c not in outer]]

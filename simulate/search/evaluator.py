@@ -27,6 +27,7 @@ from analytical.stage import StageParams, stage_params
 from simulate.costs import BlockCost, add_engine_time, block_cost
 from simulate.engines import ENGINE_ORDER, EngineChain
 from simulate.graph import TrainStep
+from simulate.offload import offload_costs
 from simulate.overlap import default_compute_slowdown, share_link
 from simulate.scenario import ClusterSpec, Scenario, TrainingSpec
 from simulate.search.batch_pipeline import batch_pipeline
@@ -147,7 +148,8 @@ class LayoutEvaluator:
         gpn = cluster.gpus_per_node or hw.gpus_per_node
         slowdown = t.overlap.compute_slowdown or default_compute_slowdown(hw, t.overlap.comm_sms)
         step = _train_step(t, gpn)
-        costs = self._block_costs(par, step, t.overlap.tp_comm, slowdown)
+        costs = offload_costs(self._block_costs(par, step, t.overlap.tp_comm, slowdown),
+                              model, t, hw)
         act_bytes = step.tokens * model.hidden * step.precision.act.bytes
         act_bytes /= par.tp if par.sp else 1
         p2p = _collective(CollectiveKind.SEND_RECV, act_bytes, 2,

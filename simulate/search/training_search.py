@@ -36,7 +36,9 @@ from simulate.search.worker import bound_blocks, evaluate_blocks
 __all__ = ["TrainingSearchResult", "search_training", "OBJECTIVES"]
 
 OUTER_TRAINING_AXES = ("seq_len", "global_batch")  # may be lists: searched outside the layout
-OVERLAP_AXES = ("tp_comm", "dp_grad", "param_gather")  # training.overlap.* may be lists too
+# training.overlap.* and training.offload.* may be lists too
+NESTED_AXES = {"overlap": ("tp_comm", "dp_grad", "param_gather"),
+               "offload": ("weights", "activations", "optimizer")}
 # objective -> (row key, sense): rank by it, best first.
 OBJECTIVES: dict[str, tuple[str, str]] = {
     "tokens_per_s": ("tokens_per_s", "max"),
@@ -147,18 +149,20 @@ def _as_list(value: Any) -> list[Any]:
 
 def _outer_axes(doc: Mapping[str, Any], source: str | None) -> tuple[list[str], list[dict]]:
     """Axes beyond the layout: GPU types, training fields given as lists (seq_len,
-    global_batch) and the overlap switches given as lists (tp_comm: TP collectives hidden
+    global_batch), the overlap switches given as lists (tp_comm: TP collectives hidden
     behind GEMMs or not; dp_grad: gradient buckets overlapped with the last backward or not;
-    param_gather) -> (GPU names, training blocks with those fixed, in order)."""
+    param_gather) and the offload switches (weights, activations, optimizer state in host
+    memory) -> (GPU names, training blocks with those fixed, in order)."""
     gpus = [str(g) for g in _as_list(doc["hardware"]["gpu"])]
     training = doc["training"]
     if not isinstance(training, Mapping):
         raise SpecError("training", "expected a mapping", source=source)
-    overlap = training.get("overlap")
     lists = {(k,): _as_list(training[k]) for k in OUTER_TRAINING_AXES if k in training}
-    if isinstance(overlap, Mapping):
-        lists.update({("overlap", k): _as_list(overlap[k]) for k in OVERLAP_AXES
-                      if isinstance(overlap.get(k), list)})
+    for group, axes in NESTED_AXES.items():
+        sub = training.get(group)
+        if isinstance(sub, Mapping):
+            lists.update({(group, k): _as_list(sub[k]) for k in axes
+                          if isinstance(sub.get(k), list)})
     for path, values in lists.items():
         if not values:
             raise SpecError(f"training.{'.'.join(path)}", "an empty list leaves nothing to "
@@ -166,10 +170,11 @@ def _outer_axes(doc: Mapping[str, Any], source: str | None) -> tuple[list[str], 
     blocks = []
     for combo in itertools.product(*lists.values()):
         block = {**training}
-        if isinstance(overlap, Mapping):
-            block["overlap"] = dict(overlap)
+        for group in NESTED_AXES:
+            if isinstance(training.get(group), Mapping):
+                block[group] = dict(training[group])
         for path, value in zip(lists, combo, strict=True):
-            (block["overlap"] if len(path) == 2 else block)[path[-1]] = value
+            (block[path[0]] if len(path) == 2 else block)[path[-1]] = value
         blocks.append(block)
     return gpus, blocks
 

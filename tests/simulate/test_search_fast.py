@@ -160,3 +160,33 @@ def test_bad_prune_and_outer_axes():
     with pytest.raises(SpecError, match="training.seq_len"):
         search_training({**DENSE, "training": {**DENSE["training"], "seq_len": []}},
                         engines=ENGINES)
+
+
+OFFLOAD = {
+    "name": "offload", "model": "llama-2-7b",
+    "hardware": {"gpu": "a100-sxm-80gb", "num_gpus": 8, "gpus_per_node": 8},
+    "training": {"parallel": {"tp": [2, 8], "pp": [1, 4], "zero": [0, 1]}, "global_batch": 16,
+                 "micro_batch": 2, "seq_len": 4096, "recompute": "selective",
+                 "offload": {"weights": [False, True], "activations": [False, True],
+                             "optimizer": [False, True]}},
+}
+
+
+def test_offload_axes_cut_memory_cost_time_and_equal_simulate():
+    res = search_training(OFFLOAD, executor="serial", engines=ENGINES)
+    _check_rows_equal_simulate(OFFLOAD, res)
+    names = ("weights", "activations", "optimizer")
+    by = {}
+    for r in res.rows:
+        lay = dict(r["layout"])
+        off = lay.pop("offload")
+        by[(tuple(off[k] for k in names), str(lay))] = r
+    assert len(by) == res.timed >= 16
+    slower = 0
+    for (off, lay), r in by.items():
+        plain = by.get(((False, False, False), lay))
+        if any(off) and plain is not None:
+            assert r["memory_per_gpu_gib"] < plain["memory_per_gpu_gib"], (off, lay)
+            assert r["iteration_time_s"] >= plain["iteration_time_s"] * (1 - 1e-12), (off, lay)
+            slower += r["iteration_time_s"] > plain["iteration_time_s"] * 1.01
+    assert slower > 0  # some transfer is not hidden (weights over PCIe every micro-batch)
