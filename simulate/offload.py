@@ -23,9 +23,26 @@ __all__ = ["layer_bytes", "offload_memory", "offload_costs"]
 LAYER_KEYS = (False, True)  # `simulate.training._blocks` keys of the dense and MoE layers
 
 
+_LAYER_BYTES: dict[tuple[Any, ...], tuple[Any, tuple[LayerBytes, int]]] = {}
+_LAYER_BYTES_MAX = 100_000  # entries kept (the search asks for each layout shape once)
+
+
 def layer_bytes(model, t: TrainingSpec) -> tuple[LayerBytes, int]:
     """The largest layer of the first stage on one GPU (`analytical.offload.LayerBytes`) and
-    the layers that stage holds."""
+    the layers that stage holds (cached per model and layout shape)."""
+    key = (id(model), t.parallel, t.micro_batch, t.seq_len, t.recompute, t.attention,
+           t.framework)
+    hit = _LAYER_BYTES.get(key)
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    if len(_LAYER_BYTES) >= _LAYER_BYTES_MAX:
+        _LAYER_BYTES.clear()
+    out = _layer_bytes(model, t)
+    _LAYER_BYTES[key] = (model, out)  # the model is kept so its id is not reused
+    return out
+
+
+def _layer_bytes(model, t: TrainingSpec) -> tuple[LayerBytes, int]:
     par = t.parallel
     stage = stage_params(model, tp=par.tp, pp=par.pp, vpp=par.vpp, ep=par.ep, stage=0,
                          etp=par.etp)

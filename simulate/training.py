@@ -75,10 +75,12 @@ def _gpn(scenario: Scenario, hw: HardwareSpec) -> int:
 
 def spec_memory(model, t: TrainingSpec) -> TrainingMemory:
     """The memory of one training spec, as `run_training` judges it (also the search's pruning)."""
-    return offload_memory(model, t, _stage0_memory(model, t))
+    return offload_memory(model, t, memory_before_offload(model, t))
 
 
-def _stage0_memory(model, t: TrainingSpec) -> TrainingMemory:
+def memory_before_offload(model, t: TrainingSpec) -> TrainingMemory:
+    """`spec_memory` with every state on the GPU (the search reuses it for each offload
+    setting of a layout)."""
     return training_memory(model, t.parallel, micro_batch=t.micro_batch, seq_len=t.seq_len,
                            recompute=t.recompute, schedule=t.schedule,
                            num_microbatches=t.num_microbatches,

@@ -31,7 +31,6 @@ from simulate.offload import offload_costs
 from simulate.overlap import default_compute_slowdown, share_link
 from simulate.scenario import ClusterSpec, Scenario, TrainingSpec
 from simulate.search.batch_pipeline import batch_pipeline
-from simulate.search.fast_pipeline import fast_pipeline, skips
 from simulate.training import (
     _blocks,
     _chunk_blocks,
@@ -59,6 +58,10 @@ class LayoutEvaluator:
         self._tails: dict[tuple[Any, ...], tuple[float, float, float, list]] = {}
         self._params: dict[tuple[int, ...], StageParams] = {}
         self._parts: dict[tuple[int, int], list[list[Any]]] = {}
+        self._shapes: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self._sums: dict[tuple[Any, ...], tuple[float, dict[str, float]]] = {}
+        self._flops: dict[int, float] = {}
+        self._stage_tails: dict[tuple[Any, ...], tuple[Any, int]] = {}
         self.stats = {"block_shapes": 0, "pipelines": 0, "stage_tails": 0}
 
     def memory_bytes(self, t: TrainingSpec) -> float:
@@ -97,31 +100,27 @@ class LayoutEvaluator:
     @staticmethod
     def _pipe_key(t: TrainingSpec, fwd, bwd, p2p_s: float) -> tuple[Any, ...]:
         par = t.parallel
-        return (t.schedule, par.pp, par.vpp, t.num_microbatches,
-                tuple(map(tuple, fwd)), tuple(map(tuple, bwd)), p2p_s)
+        return (t.schedule, par.pp, par.vpp, t.num_microbatches, fwd, bwd, p2p_s)
 
     def _pipeline(self, t: TrainingSpec, fwd, bwd, p2p_s: float):
         par = t.parallel
         key = self._pipe_key(t, fwd, bwd, p2p_s)
         if key not in self._pipes:
-            self._pipes[key] = fast_pipeline(schedule=t.schedule, pp=par.pp, vpp=par.vpp,
-                                             num_microbatches=t.num_microbatches, fwd_s=fwd,
-                                             bwd_s=bwd, p2p_s=p2p_s)
+            self._pipes[key] = batch_pipeline(schedule=t.schedule, pp=par.pp, vpp=par.vpp,
+                                              num_microbatches=t.num_microbatches, fwd_s=[fwd],
+                                              bwd_s=[bwd], p2p_s=[p2p_s])[0]
             self.stats["pipelines"] += 1
         return self._pipes[key]
 
     def _batch_pipelines(self, keys: list[tuple[Any, ...]]) -> None:
-        """Compute the uncached pipelines among ``keys`` (see `_pipe_key`): each class with two
-        or more of them in one `batch_pipeline` call; single ones, and classes whose steady
-        state `fast_pipeline` skips (its result differs from the replay's in the last bits),
-        are left to `_pipeline`, so a layout's numbers do not depend on its chunk."""
+        """Compute the uncached pipelines among ``keys`` (see `_pipe_key`), each class in one
+        `batch_pipeline` call (the event simulation's arithmetic: a layout's numbers do not
+        depend on which others share its chunk)."""
         classes: dict[tuple[Any, ...], dict[tuple[Any, ...], None]] = {}
         for key in keys:
             if key not in self._pipes:
                 classes.setdefault(key[:4], {})[key] = None
         for (schedule, pp, vpp, m), members in classes.items():
-            if len(members) < 2 or skips(schedule, pp, vpp, m):
-                continue
             todo = list(members)
             results = batch_pipeline(schedule=schedule, pp=pp, vpp=vpp, num_microbatches=m,
                                      fwd_s=[k[4] for k in todo], bwd_s=[k[5] for k in todo],
@@ -142,10 +141,24 @@ class LayoutEvaluator:
         return self._time(scenario.cluster, t, mem)
 
     def _stages(self, cluster: ClusterSpec, t: TrainingSpec):
-        """Block costs, per-stage per-chunk forward/backward times of one micro-batch and the
-        p2p estimate, as `_simulate` builds them."""
+        """Block costs, per-stage per-chunk forward/backward times of one micro-batch (tuples)
+        and the p2p estimate, as `_simulate` builds them; cached per layout shape (everything
+        but the batch, the schedule, the DP-side overlap switches and, without offload, the
+        ZeRO stage below 3)."""
+        gpn = cluster.gpus_per_node or self.hw.gpus_per_node
+        ov, par = t.overlap, t.parallel
+        key = (par.tp, par.pp, par.dp, par.cp, par.ep, par.etp, par.vpp, par.sp,
+               par.zero_stage if t.offload.any else par.zero_stage >= 3, t.micro_batch,
+               t.seq_len, t.precision, t.recompute,
+               t.attention, t.cp_algorithm, t.framework, t.lora_rank, t.lora_targets,
+               ov.tp_comm, ov.compute_slowdown, ov.comm_sms, t.offload, gpn)
+        hit = self._shapes.get(key)
+        if hit is None:
+            hit = self._shapes[key] = self._build_stages(t, gpn)
+        return hit
+
+    def _build_stages(self, t: TrainingSpec, gpn: int):
         model, hw, par = self.model, self.hw, t.parallel
-        gpn = cluster.gpus_per_node or hw.gpus_per_node
         slowdown = t.overlap.compute_slowdown or default_compute_slowdown(hw, t.overlap.comm_sms)
         step = _train_step(t, gpn)
         costs = offload_costs(self._block_costs(par, step, t.overlap.tp_comm, slowdown),
@@ -162,7 +175,8 @@ class LayoutEvaluator:
             for k in keys:
                 fwd[stage][chunk] += costs[k].fwd.elapsed_s
                 bwd[stage][chunk] += costs[k].bwd.elapsed_s
-        return costs, fwd, bwd, p2p_e, gpn, slowdown
+        return (costs, tuple(map(tuple, fwd)), tuple(map(tuple, bwd)), p2p_e, gpn,
+                slowdown)
 
     def lower_bound_s(self, cluster: ClusterSpec, t: TrainingSpec) -> float:
         """A time the iteration cannot beat: the busiest stage's compute stream, which runs its
@@ -199,10 +213,16 @@ class LayoutEvaluator:
         costs, fwd, bwd, p2p_e, gpn, slowdown = stages
         p2p_s = _p2p_s(t, p2p_e)
         pipe = self._pipeline(t, fwd, bwd, p2p_s)
-        tails = [self._tail(t, s, gpn, slowdown, pipe, fwd) for s in range(par.pp)]
-        finish = [tail[0] for tail in tails]
-        ref = max(range(par.pp), key=lambda s: (finish[s], -s))
-        return self._result(t, cluster.num_gpus, mem, costs, pipe, tails, ref, p2p_e, p2p_s)
+        ov = t.overlap
+        key = (id(pipe), par.zero_stage, par.dp, par.cp, par.tp, par.ep, par.etp,
+               ov.dp_grad, ov.param_gather, gpn, t.dp_bucket_mb, slowdown)
+        if key not in self._stage_tails:  # pipes are kept by `_pipes`, so ids stay theirs
+            tails = [self._tail(t, s, gpn, slowdown, pipe, fwd) for s in range(par.pp)]
+            finish = [tail[0] for tail in tails]
+            ref = max(range(par.pp), key=lambda s: (finish[s], -s))
+            self._stage_tails[key] = (tails[ref], ref)
+        tail, ref = self._stage_tails[key]
+        return self._result(t, cluster.num_gpus, mem, costs, pipe, tail, ref, p2p_e, p2p_s)
 
     def _tail(self, t: TrainingSpec, s: int, gpn: int, slowdown: float, pipe, fwd
               ) -> tuple[float, float, float, list[tuple[str, float]]]:
@@ -257,27 +277,39 @@ class LayoutEvaluator:
             gather_s = max(0.0, ag.latency_s - hide)
         return sync_end, opt_e.latency_s, gather_s, parts
 
-    def _result(self, t: TrainingSpec, num_gpus: int, mem: float, costs, pipe, tails, ref: int,
+    def _stage_sums(self, costs, par, ref: int, m: int) -> tuple[float, dict[str, float]]:
+        """Stage ``ref``'s compute seconds and engine seconds over ``m`` micro-batches, as
+        `simulate.training._stage_passes` adds them (cached; a copy of the engine dict)."""
+        key = (id(costs), par.pp, par.vpp, ref, m)
+        if key not in self._sums:
+            compute = 0.0
+            engine_s: dict[str, float] = {}
+            for v, keys in enumerate(self._chunk_parts(par)):
+                if v % par.pp != ref:
+                    continue
+                for k in keys:
+                    c = costs[k]
+                    compute += m * (c.fwd.compute_s + c.bwd.compute_s)
+                    add_engine_time(engine_s, c.fwd.engine_s, m)
+                    add_engine_time(engine_s, c.bwd.engine_s, m)
+            self._sums[key] = (compute, engine_s)
+        compute, engine_s = self._sums[key]
+        return compute, dict(engine_s)
+
+    def _result(self, t: TrainingSpec, num_gpus: int, mem: float, costs, pipe, tail, ref: int,
                 p2p_e, p2p_s: float) -> dict[str, Any]:
         par, m, model = t.parallel, t.num_microbatches, self.model
-        compute = 0.0
-        engine_s: dict[str, float] = {}
-        for v, keys in enumerate(self._chunk_parts(par)):
-            if v % par.pp != ref:
-                continue
-            for k in keys:
-                c = costs[k]
-                compute += m * (c.fwd.compute_s + c.bwd.compute_s)
-                add_engine_time(engine_s, c.fwd.engine_s, m)
-                add_engine_time(engine_s, c.bwd.engine_s, m)
+        compute, engine_s = self._stage_sums(costs, par, ref, m)
         if par.pp > 1:
             add_engine_time(engine_s, {p2p_e.engine: p2p_s}, 2 * m * par.vpp)
-        iteration, dp_exposed, opt_s, parts = tails[ref]
+        iteration, dp_exposed, opt_s, parts = tail
         for engine, seconds in parts:
             engine_s[engine] = engine_s.get(engine, 0.0) + seconds
         busy = pipe.stage_busy_s[ref]
         total_engine = sum(engine_s.values())
-        flops = model.flops_per_token(t.seq_len, training=True) * t.global_batch * t.seq_len
+        if t.seq_len not in self._flops:
+            self._flops[t.seq_len] = model.flops_per_token(t.seq_len, training=True)
+        flops = self._flops[t.seq_len] * t.global_batch * t.seq_len
         return {
             "tokens_per_s": t.global_batch * t.seq_len / iteration,
             "mfu": flops / (iteration * num_gpus * self.hw.peak_flops(t.precision)),

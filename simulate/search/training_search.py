@@ -14,6 +14,7 @@ later chunk.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -24,14 +25,22 @@ from typing import Any
 from analytical.errors import SpecError, UnknownNameError
 from analytical.hardware import get_hardware
 from analytical.model import load_model
-from simulate.scenario import ClusterSpec, apply_overrides, read_document
+from analytical.offload import offloaded_memory
+from simulate.offload import layer_bytes
+from simulate.scenario import (
+    ClusterSpec,
+    TrainingSpec,
+    apply_overrides,
+    parse_training,
+    read_document,
+)
 from simulate.search.answers import auto_space, baseline_scenario, frontiers
-from simulate.search.evaluator import LayoutEvaluator
 from simulate.search.executors import DEFAULT_EXECUTOR, chunked, default_workers, get_executor
 from simulate.search.pareto import pareto_front
 from simulate.search.prune import pruned_search
 from simulate.search.space import candidate_blocks, check_block, expand_space
 from simulate.search.worker import bound_blocks, evaluate_blocks
+from simulate.training import memory_before_offload
 
 __all__ = ["TrainingSearchResult", "search_training", "OBJECTIVES"]
 
@@ -112,7 +121,7 @@ def evaluate_baseline(doc: Mapping[str, Any], model_ref: str, engines: Mapping[s
                 source=source)
     task = {"name": "baseline", "model": model_ref, "gpu": gpu, "num_gpus": n,
             "gpus_per_node": cluster.gpus_per_node, "engines": dict(engines),
-            "usd_per_gpu_hour": usd, "blocks": [(0, doc["training"], None)]}
+            "usd_per_gpu_hour": usd, "blocks": [(0, doc["training"], None, None)]}
     row = evaluate_blocks(task)[0]
     return {"fits": False, "gpu": gpu, "num_gpus": n, "layout": dict(doc["training"])} \
         if row is None else {"fits": True, **row}
@@ -147,36 +156,41 @@ def _as_list(value: Any) -> list[Any]:
     return list(dict.fromkeys(value)) if isinstance(value, list) else [value]
 
 
-def _outer_axes(doc: Mapping[str, Any], source: str | None) -> tuple[list[str], list[dict]]:
+def _outer_axes(doc: Mapping[str, Any], source: str | None
+                ) -> tuple[list[str], list[tuple[dict, list[dict]]]]:
     """Axes beyond the layout: GPU types, training fields given as lists (seq_len,
     global_batch), the overlap switches given as lists (tp_comm: TP collectives hidden
     behind GEMMs or not; dp_grad: gradient buckets overlapped with the last backward or not;
     param_gather) and the offload switches (weights, activations, optimizer state in host
-    memory) -> (GPU names, training blocks with those fixed, in order)."""
+    memory) -> (GPU names, [(training block with the outer fields fixed, the switch
+    settings: {"overlap": {...}, "offload": {...}} per combination)], in product order)."""
     gpus = [str(g) for g in _as_list(doc["hardware"]["gpu"])]
     training = doc["training"]
     if not isinstance(training, Mapping):
         raise SpecError("training", "expected a mapping", source=source)
-    lists = {(k,): _as_list(training[k]) for k in OUTER_TRAINING_AXES if k in training}
+    outer = {k: _as_list(training[k]) for k in OUTER_TRAINING_AXES if k in training}
+    switches: dict[tuple[str, str], list[Any]] = {}
     for group, axes in NESTED_AXES.items():
         sub = training.get(group)
         if isinstance(sub, Mapping):
-            lists.update({(group, k): _as_list(sub[k]) for k in axes
-                          if isinstance(sub.get(k), list)})
-    for path, values in lists.items():
+            switches.update({(group, k): _as_list(sub[k]) for k in axes
+                             if isinstance(sub.get(k), list)})
+    for path, values in [*(((k,), v) for k, v in outer.items()), *switches.items()]:
         if not values:
             raise SpecError(f"training.{'.'.join(path)}", "an empty list leaves nothing to "
                             "search", source=source)
-    blocks = []
-    for combo in itertools.product(*lists.values()):
-        block = {**training}
-        for group in NESTED_AXES:
-            if isinstance(training.get(group), Mapping):
-                block[group] = dict(training[group])
-        for path, value in zip(lists, combo, strict=True):
-            (block[path[0]] if len(path) == 2 else block)[path[-1]] = value
-        blocks.append(block)
-    return gpus, blocks
+    settings = []
+    for combo in itertools.product(*switches.values()):
+        setting = {g: dict(training[g]) for g in NESTED_AXES if isinstance(training.get(g),
+                                                                            Mapping)}
+        for (group, key), value in zip(switches, combo, strict=True):
+            setting[group][key] = value
+        settings.append(setting)
+    bases = []
+    for combo in itertools.product(*outer.values()):
+        base = {**training, **dict(zip(outer, combo, strict=True)), **settings[0]}
+        bases.append((base, settings))
+    return gpus, bases
 
 
 @dataclass(slots=True)
@@ -188,40 +202,68 @@ class _Plan:
     valid: int = 0
 
 
+def _valid_layouts(training: Mapping[str, Any], model, hw, cluster: ClusterSpec,
+                   source: str | None) -> tuple[list[tuple[dict, TrainingSpec, Any]], int]:
+    """(valid training blocks with their spec and memory before offload, raw candidates)."""
+    space = expand_space(training, model=model, hw=hw, cluster=cluster, source=source)
+    valid, raw = [], 0
+    for block in candidate_blocks(space, cluster.num_gpus):
+        raw += 1
+        if _quick_reject(block):
+            continue
+        try:
+            spec = check_block(block, model=model, hw=hw, cluster=cluster)
+        except SpecError:
+            continue
+        valid.append((block, spec, memory_before_offload(model, spec)))
+    return valid, raw
+
+
 def _enumerate(doc, model, model_ref: str, name: str, engines, usd: float | None,
                source: str | None) -> _Plan:
-    """Every (GPU, GPU count, outer value, layout) that is valid and fits in memory."""
+    """Every (GPU, GPU count, outer value, switch setting, layout) that is valid and fits in
+    memory. Validity and memory before offload do not depend on the overlap and offload
+    switches, so they are computed once per layout and reused for every setting."""
     hw_block = doc["hardware"]
     gpn = hw_block.get("gpus_per_node")
-    gpus, trainings = _outer_axes(doc, source)
+    gpus, bases = _outer_axes(doc, source)
     plan = _Plan(tasks=[])
     index = 0
     for gpu in gpus:
         hw = get_hardware(gpu)
-        memory = LayoutEvaluator(model, hw, None, gpn)  # closed-form memory only: no engines
         for n in _gpu_counts(hw_block, source):
             cluster = ClusterSpec(gpu=gpu, num_gpus=n, gpus_per_node=gpn)
             blocks = []
-            for training in trainings:
-                space = expand_space(training, model=model, hw=hw, cluster=cluster,
-                                     source=source)
-                for block in candidate_blocks(space, n):
-                    plan.raw += 1
-                    if _quick_reject(block):
-                        continue
-                    try:
-                        spec = check_block(block, model=model, hw=hw, cluster=cluster)
-                    except SpecError:
-                        continue
-                    plan.valid += 1
-                    mem = memory.memory_bytes(spec)
-                    if mem <= hw.memory_bytes:
-                        blocks.append((index, block, mem))
-                        index += 1
+            for training, settings in bases:
+                valid, raw = _valid_layouts(training, model, hw, cluster, source)
+                plan.raw += raw * len(settings)
+                plan.valid += len(valid) * len(settings)
+                if not valid:
+                    continue
+                parsed = [parse_training({**valid[0][0], **setting}) for setting in settings]
+                offload = any(p.offload.any for p in parsed)
+                layers = [layer_bytes(model, spec) if offload else None for _, spec, _ in valid]
+                for setting, p in zip(settings, parsed, strict=True):
+                    for (block, spec, mem0), layer in zip(valid, layers, strict=True):
+                        mem = (offloaded_memory(mem0, *layer, p.offload) if p.offload.any
+                               else mem0).total_bytes
+                        if mem <= hw.memory_bytes:
+                            blocks.append((index, {**block, **setting}, mem,
+                                           _with_switches(spec, p)))
+                            index += 1
             plan.tasks.append({"name": name, "model": model_ref, "gpu": gpu, "num_gpus": n,
                                "gpus_per_node": gpn, "engines": engines,
                                "usd_per_gpu_hour": usd, "blocks": blocks})
     return plan
+
+
+def _with_switches(spec: TrainingSpec, parsed: TrainingSpec) -> TrainingSpec:
+    """``spec`` with ``parsed``'s overlap and offload settings (what `dataclasses.replace`
+    gives, without re-running the constructor for each of many layouts)."""
+    out = copy.copy(spec)
+    object.__setattr__(out, "overlap", parsed.overlap)
+    object.__setattr__(out, "offload", parsed.offload)
+    return out
 
 
 def _split(tasks: list[dict[str, Any]], workers: int) -> list[dict[str, Any]]:
@@ -237,8 +279,8 @@ def _split(tasks: list[dict[str, Any]], workers: int) -> list[dict[str, Any]]:
     return out
 
 
-def _class_key(item: tuple[int, Mapping[str, Any], Any]) -> tuple[Any, ...]:
-    index, block, _ = item
+def _class_key(item: tuple[Any, ...]) -> tuple[Any, ...]:
+    index, block = item[0], item[1]
     par = block["parallel"]
     return (str(block.get("schedule", "")), par.get("pp", 1), par.get("vpp", 1),
             block.get("micro_batch", 1), par.get("dp", 1), index)

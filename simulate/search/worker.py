@@ -44,9 +44,10 @@ def worker_evaluator(model: str, gpu: str, gpus_per_node: int | None,
 def evaluate_blocks(task: Mapping[str, Any]) -> list[dict[str, Any] | None]:
     """Time each training block of ``task`` (one chunk); None where the layout does not fit.
 
-    ``task`` holds plain data only (so any executor can ship it): name, model, gpu, num_gpus,
-    gpus_per_node, engines (EngineChain keyword arguments), usd_per_gpu_hour and blocks
-    ((enumeration index, training block, its memory in bytes or None) triples).
+    ``task`` holds picklable data only (so any executor can ship it): name, model, gpu,
+    num_gpus, gpus_per_node, engines (EngineChain keyword arguments), usd_per_gpu_hour and
+    blocks ((enumeration index, training block, its memory in bytes or None, its parsed
+    `TrainingSpec` or None) tuples).
     """
     ev = worker_evaluator(task["model"], task["gpu"], task["gpus_per_node"], task["engines"])
     cluster = ClusterSpec(gpu=task["gpu"], num_gpus=task["num_gpus"],
@@ -55,11 +56,11 @@ def evaluate_blocks(task: Mapping[str, Any]) -> list[dict[str, Any] | None]:
     capacity = ev.hw.memory_bytes / GIB
     out: list[dict[str, Any] | None] = []
     blocks = task["blocks"]
-    specs = [parse_training(block) for _, block, _ in blocks]
+    specs = [spec or parse_training(block) for _, block, _, spec in blocks]
     plain = [i for i, spec in enumerate(specs) if not spec.lora_rank]
     batched = dict(zip(plain, ev.evaluate_many(cluster, [specs[i] for i in plain],
                                                [blocks[i][2] for i in plain]), strict=True))
-    for i, (_, block, mem) in enumerate(blocks):
+    for i, (_, block, mem, _) in enumerate(blocks):
         if i in batched:
             metrics = batched[i]
         else:  # LoRA: timed by run_training
@@ -85,8 +86,8 @@ def bound_blocks(task: Mapping[str, Any]) -> list[dict[str, float]]:
                           gpus_per_node=task["gpus_per_node"])
     peak = ev.hw.peak_flops(DType.BF16)
     out = []
-    for _, block, _ in task["blocks"]:
-        spec = parse_training(block)
+    for _, block, _, parsed in task["blocks"]:
+        spec = parsed or parse_training(block)
         out.append(optimistic(task, block, ev.lower_bound_s(cluster, spec),
                               ev.model.flops_per_token(spec.seq_len, training=True), peak))
     return out
