@@ -231,7 +231,7 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
     layer = _LayerActivations(model=model, parallel=parallel, micro_batch=micro_batch,
                               seq_len=seq_len, flash_attention=flash_attention, dropout=dropout,
                               framework=framework, fp8=fp8)
-    per_mb = sum(layer.stored(is_moe, recompute) for is_moe in stage.layer_is_moe)
+    per_mb = _stored_by_layer(layer, stage.layer_is_moe, recompute)
     per_mb += _embedding_and_head_activations(model, parallel, stage, micro_batch, seq_len,
                                               dropout, _logit_bytes(framework))
     activations = per_mb * _inflight_factor(parallel, schedule, num_microbatches)
@@ -243,6 +243,14 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
                           activations_bytes=activations,
                           other_bytes=_gathered_weights(parallel, stage, framework,
                                                         param_dtype_bytes))
+
+
+def _stored_by_layer(layer: _LayerActivations, layer_is_moe: tuple[bool, ...],
+                     recompute: Recompute) -> float:
+    """What all of a stage's layers store for one micro-batch: each layer kind computed once
+    (the search asks this for many layouts), summed layer by layer in order."""
+    kinds = {k: layer.stored(k, recompute) for k in set(layer_is_moe)}
+    return sum(kinds[is_moe] for is_moe in layer_is_moe)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
