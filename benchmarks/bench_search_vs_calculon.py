@@ -158,7 +158,8 @@ def main() -> None:
     theirs = _calculon(args, "estimate", "--execution", json.dumps(exe))
     print(f"llmsim best:   {best['layout']['parallel']}, micro_batch "
           f"{best['layout']['micro_batch']}, recompute {best['layout']['recompute']}, "
-          f"schedule {best['layout']['schedule']}: llmsim {best['iteration_time_s']:.2f} s, "
+          f"schedule {best['layout']['schedule']}, overlap {best['layout'].get('overlap')}, "
+          f"offload {best['layout'].get('offload')}: llmsim {best['iteration_time_s']:.2f} s, "
           f"Calculon " + (f"{theirs['total_time_s']:.2f} s" if "total_time_s" in theirs
                           else f"refused ({theirs['error']})"))
     if "best" in cal:
