@@ -38,7 +38,7 @@ from simulate.search.answers import auto_space, baseline_scenario, frontiers
 from simulate.search.executors import DEFAULT_EXECUTOR, chunked, default_workers, get_executor
 from simulate.search.pareto import pareto_front
 from simulate.search.prune import pruned_search
-from simulate.search.space import candidate_blocks, check_block, expand_space
+from simulate.search.space import candidate_blocks, check_block, expand_space, quick_reject
 from simulate.search.worker import bound_blocks, evaluate_blocks
 from simulate.training import memory_before_offload
 
@@ -137,21 +137,6 @@ def _rank(rows: list[dict[str, Any]], objective: str) -> list[dict[str, Any]]:
     return ranked
 
 
-def _quick_reject(block: Mapping[str, Any]) -> bool:
-    """Combinations `validate_layout` rejects, found without parsing (a subset of its rules:
-    vpp > 1 only with the interleaved schedule and back, whole micro-batches per DP rank)."""
-    par = block["parallel"]
-    vpp, pp, dp = par.get("vpp", 1), par.get("pp", 1), par.get("dp", 1)
-    mb, gb, sched = block.get("micro_batch", 1), block.get("global_batch"), \
-        block.get("schedule", "1f1b")
-    if not all(type(v) is int for v in (vpp, pp, dp, mb, gb)) or sched not in \
-            ("1f1b", "interleaved", "gpipe"):
-        return False  # let the full checks name the problem
-    if (sched == "interleaved") != (vpp > 1) or (sched == "interleaved" and pp < 2):
-        return True
-    return gb % (mb * dp) != 0
-
-
 def _as_list(value: Any) -> list[Any]:
     return list(dict.fromkeys(value)) if isinstance(value, list) else [value]
 
@@ -209,7 +194,7 @@ def _valid_layouts(training: Mapping[str, Any], model, hw, cluster: ClusterSpec,
     valid, raw = [], 0
     for block in candidate_blocks(space, cluster.num_gpus):
         raw += 1
-        if _quick_reject(block):
+        if quick_reject(block):
             continue
         try:
             spec = check_block(block, model=model, hw=hw, cluster=cluster)
@@ -327,6 +312,8 @@ def search_training(scenario: str | Path | Mapping[str, Any], *, overrides: Sequ
 
     plan = _enumerate(doc, model, model_ref, name, engines, usd_per_gpu_hour, source)
     fit = sum(len(t["blocks"]) for t in plan.tasks)
+    if executor == "process" and workers > 1:
+        _warm_up(plan.tasks)
     if prune_top is None:
         chunks = _split(plan.tasks, workers)
         rows = _collect(run(evaluate_blocks, chunks, workers, _counter(progress, fit)), chunks)
@@ -349,6 +336,15 @@ def search_training(scenario: str | Path | Mapping[str, Any], *, overrides: Sequ
         baseline=baseline, doc={k: v for k, v in doc.items() if k != "baseline"},
         elapsed_s=time.perf_counter() - start, executor=executor,
         workers=workers, pruned=prune_top is not None)
+
+
+def _warm_up(tasks: list[dict[str, Any]]) -> None:
+    """Time one layout per task here first: the process pool's workers are forked from this
+    process, so they start with its engine chains (the store read and the predictors loaded
+    once, not once per worker) and evaluator caches."""
+    for task in tasks:
+        if task["blocks"]:
+            evaluate_blocks({**task, "blocks": task["blocks"][:1]})
 
 
 def _counter(progress: Callable[[int, int], None] | None, total: int
