@@ -190,3 +190,14 @@ def test_offload_axes_cut_memory_cost_time_and_equal_simulate():
             assert r["iteration_time_s"] >= plain["iteration_time_s"] * (1 - 1e-12), (off, lay)
             slower += r["iteration_time_s"] > plain["iteration_time_s"] * 1.01
     assert slower > 0  # some transfer is not hidden (weights over PCIe every micro-batch)
+
+
+@pytest.mark.parametrize(("offload", "field"), [({"weights": "yes"}, "training.offload.weights"),
+                                                ({"gpu": True}, "training.offload.gpu")])
+def test_bad_offload_names_the_field(offload, field):
+    from simulate.scenario import parse_training
+
+    block = {"parallel": {"tp": 1}, "global_batch": 8, "seq_len": 2048, "offload": offload}
+    with pytest.raises(SpecError) as exc:
+        parse_training(block)
+    assert exc.value.field == field
