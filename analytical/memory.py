@@ -249,7 +249,7 @@ def _stage_activations(layer: _LayerActivations, stage: StageParams, recompute: 
     """Peak activations: stored tensors of the stage's layers, embedding and head times the
     micro-batches in flight, plus one layer's recomputed tensors during its backward."""
     model, parallel = layer.model, layer.parallel
-    per_mb = sum(layer.stored(is_moe, recompute) for is_moe in stage.layer_is_moe)
+    per_mb = _stored_by_layer(layer, stage.layer_is_moe, recompute)
     per_mb += _embedding_and_head_activations(model, parallel, stage, layer.micro_batch,
                                               layer.seq_len, layer.dropout,
                                               _logit_bytes(layer.framework))
@@ -259,6 +259,14 @@ def _stage_activations(layer: _LayerActivations, stage: StageParams, recompute: 
         activations += max(layer.stored(is_moe, Recompute.NONE) - layer.stored(is_moe, recompute)
                            for is_moe in set(stage.layer_is_moe))
     return activations
+
+
+def _stored_by_layer(layer: _LayerActivations, layer_is_moe: tuple[bool, ...],
+                     recompute: Recompute) -> float:
+    """What all of a stage's layers store for one micro-batch: each layer kind computed once
+    (the search asks this for many layouts), summed layer by layer in order."""
+    kinds = {k: layer.stored(k, recompute) for k in set(layer_is_moe)}
+    return sum(kinds[is_moe] for is_moe in layer_is_moe)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

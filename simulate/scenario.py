@@ -20,6 +20,7 @@ from analytical.dtypes import DType, parse_dtype
 from analytical.errors import SpecError
 from analytical.inputs import check_path, check_work, parse_json, parse_yaml, read_text, show_path
 from analytical.memory import Framework
+from analytical.offload import Offload
 from analytical.parallel import ParallelConfig, Recompute, Schedule
 from simulate.fields import check_keys, choice_field, float_field, int_field, optional_float
 from simulate.inference.setup import (
@@ -34,10 +35,11 @@ TOP_KEYS = {"name", "description", "model", "hardware", "training", "inference",
 HARDWARE_KEYS = {"gpu", "num_gpus", "gpus_per_node"}
 TRAINING_KEYS = {"parallel", "global_batch", "micro_batch", "seq_len", "precision", "recompute",
                  "schedule", "overlap", "dp_bucket_mb", "optimizer", "attention", "lora",
-                 "framework"}
+                 "framework", "offload"}
 PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "fsdp",
                  "cp_algorithm"}
 OVERLAP_KEYS = {"tp_comm", "dp_grad", "param_gather", "compute_slowdown", "comm_sms"}
+OFFLOAD_KEYS = {"weights", "activations", "optimizer"}  # analytical.offload.Offload
 TRAIN_PRECISIONS = (DType.BF16, DType.FP16, DType.FP8)
 CP_ALGORITHMS = ("ring", "all_gather")
 # unfused: Megatron-LM's 2021-22 core attention; flash-triton: FlashAttention's Triton port
@@ -91,6 +93,7 @@ class TrainingSpec:
     lora_rank: int = 0  # > 0: LoRA fine-tuning, base weights frozen (survey T4.2)
     lora_targets: tuple[str, ...] = ()
     framework: Framework = Framework.MEGATRON  # whose memory behaviour (analytical.memory)
+    offload: Offload = Offload()  # states kept in host memory (analytical.offload)
 
     @property
     def num_microbatches(self) -> int:
@@ -197,10 +200,17 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
         cp_algorithm=cp_algorithm,
         attention=attention,
         framework=_choice(block, "framework", path, source, Framework, "megatron"),
+        offload=_offload(block.get("offload"), source),
     )
     check_work(f"{path}.global_batch", spec.num_microbatches, MAX_MICROBATCHES,
                "micro-batches per iteration", "raise micro_batch or dp, or lower global_batch")
     return spec
+
+
+def _offload(block: Any, source: str | None) -> Offload:
+    path = "training.offload"
+    block = _check_keys(block or {}, path, OFFLOAD_KEYS, source)
+    return Offload(**{k: _bool(block, k, path, source, False) for k in sorted(OFFLOAD_KEYS)})
 
 
 def _lora(block: Mapping[str, Any], path: str, source: str | None) -> tuple[int, tuple[str, ...]]:

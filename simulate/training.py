@@ -27,6 +27,7 @@ from simulate.engines import ENGINE_ORDER, EngineChain
 from simulate.graph import Block, TrainStep, embedding_block, head_block, layer_block
 from simulate.layout import validate_layout
 from simulate.lora import lora_trainable_params
+from simulate.offload import offload_costs, offload_memory
 from simulate.overlap import default_compute_slowdown, share_link
 from simulate.scenario import Scenario, TrainingSpec
 from simulate.schedule import PipelineResult, TaskRecord, simulate_pipeline
@@ -75,6 +76,12 @@ def _gpn(scenario: Scenario, hw: HardwareSpec) -> int:
 
 def spec_memory(model, t: TrainingSpec) -> TrainingMemory:
     """The memory of one training spec, as `run_training` judges it (also the search's pruning)."""
+    return offload_memory(model, t, memory_before_offload(model, t))
+
+
+def memory_before_offload(model, t: TrainingSpec) -> TrainingMemory:
+    """`spec_memory` with every state on the GPU (the search reuses it for each offload
+    setting of a layout)."""
     return training_memory(model, t.parallel, micro_batch=t.micro_batch, seq_len=t.seq_len,
                            recompute=t.recompute, schedule=t.schedule,
                            num_microbatches=t.num_microbatches,
@@ -175,6 +182,7 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
                    strict=True))
     costs: dict[Any, BlockCost] = {k: block_cost(b, est, tp_overlap=t.overlap.tp_comm,
                                                  slowdown=slowdown) for k, b in blocks.items()}
+    costs = offload_costs(costs, model, t, hw)
     p2p_s = est[p2p.key].latency_s if par.pp > 1 else 0.0
 
     fwd, bwd, compute, engine_s = _stage_passes(model, par, costs, m)

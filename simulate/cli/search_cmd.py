@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 import json
 import shlex
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -99,11 +101,14 @@ def _write_csv(path: Path, rows: list[dict], keys: list[str]) -> None:
 @click.option("--tracking-uri", help="MLflow tracking URI for the predictors.")
 @click.option("--no-store", is_flag=True, help="Do not use measured latencies.")
 @click.option("--no-predictors", is_flag=True, help="Do not use learned predictors.")
+@click.option("--progress/--no-progress", default=True, show_default=True,
+              help="Training: a progress bar with ETA on stderr while layouts are timed.")
 def command(scenario: Path, top: int, objective: str, usd_per_gpu_hour: float | None,
             executor: str, workers: int | None, as_json: bool, csv_file: Path | None,
             plot_file: Path | None, overrides: tuple[str, ...], out_file: Path | None,
             auto: bool, prune_top: int | None, db_path: Path | None,
-            tracking_uri: str | None, no_store: bool, no_predictors: bool) -> None:
+            tracking_uri: str | None, no_store: bool, no_predictors: bool,
+            progress: bool) -> None:
     """Search SCENARIO's design space: a training block with lists/ranges/auto (layouts ranked
     by tokens/s, MFU or cost, frontier of tokens/s vs GPU count), or an inference scenario with a
     ``search`` block (frontier of tokens/s per GPU vs TPOT under its SLO, gain over the default).
@@ -117,9 +122,11 @@ def command(scenario: Path, top: int, objective: str, usd_per_gpu_hour: float | 
         _serving(scenario, overrides, executor, workers, engines, as_json, csv_file, plot_file,
                  top)
         return
-    res = search_training(scenario, overrides=overrides, objective=objective,
-                          usd_per_gpu_hour=usd_per_gpu_hour, executor=executor, workers=workers,
-                          engines=engines, prune_top=prune_top, auto=auto)
+    with _progress_bar(progress and prune_top is None) as report:
+        res = search_training(scenario, overrides=overrides, objective=objective,
+                              usd_per_gpu_hour=usd_per_gpu_hour, executor=executor,
+                              workers=workers, engines=engines, prune_top=prune_top, auto=auto,
+                              progress=report)
     if res.valid == 0:
         raise InfeasibleError(f"none of the {res.candidates} candidate layouts passes the layout "
                               "checks (degrees vs GPUs, heads, layers, batch); run `llmsim "
@@ -140,6 +147,29 @@ def command(scenario: Path, top: int, objective: str, usd_per_gpu_hour: float | 
                   [(r["memory_headroom_gib"], r["tokens_per_s"]) for r in front],
                   "memory headroom per GPU (GiB)", "tokens/s", plot_file)
     _print_training(res, top, objective, as_json, scenario, overrides)
+
+
+@contextmanager
+def _progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A rich bar on stderr (timed layouts of all, elapsed, ETA); None when disabled."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (TextColumn("[bold]timing layouts"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("search", total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
 def _print_training(res, top: int, objective: str, as_json: bool, scenario: Path,
@@ -168,7 +198,8 @@ def _print_training(res, top: int, objective: str, as_json: bool, scenario: Path
     rows = [layout_row(r) for r in answers]
     every = [layout_row(x) for x in res.rows]
     varied = [c for c in ("gpu", "gpus", "seq_len", "global_batch", "cp", "ep", "vpp", "sp",
-                          "zero", "mb", "recompute", "schedule", "tp_overlap", "dp_overlap")
+                          "zero", "mb", "recompute", "schedule", "tp_overlap", "dp_overlap",
+                          "offload")
               if len({str(r[c]) for r in every}) > 1]
     outer = [c for c in varied if c in ("gpu", "gpus", "seq_len", "global_batch")]
     layout = ["tp", "pp", "dp", *[c for c in varied if c not in outer]]

@@ -80,7 +80,7 @@ def flat_layout(row: Mapping[str, Any]) -> dict[str, Any]:
 
     def walk(node: Mapping[str, Any], prefix: str) -> None:
         for key, value in node.items():
-            if isinstance(value, Mapping) and key in ("parallel", "overlap", "lora"):
+            if isinstance(value, Mapping) and key in ("parallel", "overlap", "offload", "lora"):
                 walk(value, f"{prefix}{key}.")
             else:
                 out[f"{prefix}{key}"] = value

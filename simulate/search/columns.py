@@ -25,6 +25,8 @@ def layout_row(row: Mapping[str, Any]) -> dict[str, Any]:
            "schedule": str(spec.schedule), "seq_len": spec.seq_len,
            "global_batch": spec.global_batch,
            "tp_overlap": spec.overlap.tp_comm, "dp_overlap": spec.overlap.dp_grad,
+           "offload": "+".join(k for k in ("weights", "activations", "optimizer")
+                               if getattr(spec.offload, k)) or "none",
            "tokens/s": round(row["tokens_per_s"]),
            "MFU": round(row["mfu"], 4), "GiB": round(row["memory_per_gpu_gib"], 1),
            "headroom_GiB": round(row.get("memory_headroom_gib", 0.0), 1),

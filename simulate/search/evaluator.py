@@ -17,6 +17,7 @@ LoRA layouts are timed by `run_training` itself.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from analytical.dtypes import DType
@@ -27,9 +28,10 @@ from simulate.costs import BlockCost, add_engine_time, block_cost
 from simulate.efficiency import framework_estimates
 from simulate.engines import ENGINE_ORDER, EngineChain
 from simulate.graph import TrainStep
+from simulate.offload import offload_costs
 from simulate.overlap import default_compute_slowdown, share_link
 from simulate.scenario import ClusterSpec, Scenario, TrainingSpec
-from simulate.search.fast_pipeline import fast_pipeline
+from simulate.search.batch_pipeline import batch_pipeline
 from simulate.training import (
     _blocks,
     _chunk_blocks,
@@ -58,6 +60,10 @@ class LayoutEvaluator:
         self._tails: dict[tuple[Any, ...], tuple[float, float, float, list]] = {}
         self._params: dict[tuple[int, ...], StageParams] = {}
         self._parts: dict[tuple[int, int], list[list[Any]]] = {}
+        self._shapes: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self._sums: dict[tuple[Any, ...], tuple[float, dict[str, float]]] = {}
+        self._flops: dict[int, float] = {}
+        self._stage_tails: dict[tuple[Any, ...], tuple[Any, int]] = {}
         self.stats = {"block_shapes": 0, "pipelines": 0, "stage_tails": 0}
 
     def memory_bytes(self, t: TrainingSpec) -> float:
@@ -96,16 +102,36 @@ class LayoutEvaluator:
             self._parts[(par.pp, par.vpp)] = _chunk_blocks(self.model, par)
         return self._parts[(par.pp, par.vpp)]
 
+    @staticmethod
+    def _pipe_key(t: TrainingSpec, fwd, bwd, p2p_s: float) -> tuple[Any, ...]:
+        par = t.parallel
+        return (t.schedule, par.pp, par.vpp, t.num_microbatches, fwd, bwd, p2p_s)
+
     def _pipeline(self, t: TrainingSpec, fwd, bwd, p2p_s: float):
         par = t.parallel
-        key = (t.schedule, par.pp, par.vpp, t.num_microbatches,
-               tuple(map(tuple, fwd)), tuple(map(tuple, bwd)), p2p_s)
+        key = self._pipe_key(t, fwd, bwd, p2p_s)
         if key not in self._pipes:
-            self._pipes[key] = fast_pipeline(schedule=t.schedule, pp=par.pp, vpp=par.vpp,
-                                             num_microbatches=t.num_microbatches, fwd_s=fwd,
-                                             bwd_s=bwd, p2p_s=p2p_s)
+            self._pipes[key] = batch_pipeline(schedule=t.schedule, pp=par.pp, vpp=par.vpp,
+                                              num_microbatches=t.num_microbatches, fwd_s=[fwd],
+                                              bwd_s=[bwd], p2p_s=[p2p_s])[0]
             self.stats["pipelines"] += 1
         return self._pipes[key]
+
+    def _batch_pipelines(self, keys: list[tuple[Any, ...]]) -> None:
+        """Compute the uncached pipelines among ``keys`` (see `_pipe_key`), each class in one
+        `batch_pipeline` call (the event simulation's arithmetic: a layout's numbers do not
+        depend on which others share its chunk)."""
+        classes: dict[tuple[Any, ...], dict[tuple[Any, ...], None]] = {}
+        for key in keys:
+            if key not in self._pipes:
+                classes.setdefault(key[:4], {})[key] = None
+        for (schedule, pp, vpp, m), members in classes.items():
+            todo = list(members)
+            results = batch_pipeline(schedule=schedule, pp=pp, vpp=vpp, num_microbatches=m,
+                                     fwd_s=[k[4] for k in todo], bwd_s=[k[5] for k in todo],
+                                     p2p_s=[k[6] for k in todo])
+            self._pipes.update(zip(todo, results, strict=True))
+            self.stats["pipelines"] += len(todo)
 
     def evaluate(self, scenario: Scenario, memory_bytes: float | None = None
                  ) -> dict[str, Any] | None:
@@ -120,13 +146,28 @@ class LayoutEvaluator:
         return self._time(scenario.cluster, t, mem)
 
     def _stages(self, cluster: ClusterSpec, t: TrainingSpec):
-        """Block costs, per-stage per-chunk forward/backward times of one micro-batch and the
-        p2p estimate, as `_simulate` builds them."""
+        """Block costs, per-stage per-chunk forward/backward times of one micro-batch (tuples)
+        and the p2p estimate, as `_simulate` builds them; cached per layout shape (everything
+        but the batch, the schedule, the DP-side overlap switches and, without offload, the
+        ZeRO stage below 3)."""
+        gpn = cluster.gpus_per_node or self.hw.gpus_per_node
+        ov, par = t.overlap, t.parallel
+        key = (par.tp, par.pp, par.dp, par.cp, par.ep, par.etp, par.vpp, par.sp,
+               par.zero_stage if t.offload.any else par.zero_stage >= 3, t.micro_batch,
+               t.seq_len, t.precision, t.recompute,
+               t.attention, t.cp_algorithm, t.framework, t.lora_rank, t.lora_targets,
+               ov.tp_comm, ov.compute_slowdown, ov.comm_sms, t.offload, gpn)
+        hit = self._shapes.get(key)
+        if hit is None:
+            hit = self._shapes[key] = self._build_stages(t, gpn)
+        return hit
+
+    def _build_stages(self, t: TrainingSpec, gpn: int):
         model, hw, par = self.model, self.hw, t.parallel
-        gpn = cluster.gpus_per_node or hw.gpus_per_node
         slowdown = t.overlap.compute_slowdown or default_compute_slowdown(hw, t.overlap.comm_sms)
         step = _train_step(t, gpn)
-        costs = self._block_costs(par, step, t.overlap.tp_comm, slowdown)
+        costs = offload_costs(self._block_costs(par, step, t.overlap.tp_comm, slowdown),
+                              model, t, hw)
         act_bytes = step.tokens * model.hidden * step.precision.act.bytes
         act_bytes /= par.tp if par.sp else 1
         p2p = _collective(CollectiveKind.SEND_RECV, act_bytes, 2,
@@ -139,7 +180,8 @@ class LayoutEvaluator:
             for k in keys:
                 fwd[stage][chunk] += costs[k].fwd.elapsed_s
                 bwd[stage][chunk] += costs[k].bwd.elapsed_s
-        return costs, fwd, bwd, p2p_e, gpn, slowdown
+        return (costs, tuple(map(tuple, fwd)), tuple(map(tuple, bwd)), p2p_e, gpn,
+                slowdown)
 
     def lower_bound_s(self, cluster: ClusterSpec, t: TrainingSpec) -> float:
         """A time the iteration cannot beat: the busiest stage's compute stream, which runs its
@@ -152,15 +194,40 @@ class LayoutEvaluator:
         busy = max(sum(f) + sum(b) for f, b in zip(fwd, bwd, strict=True))
         return t.num_microbatches * busy * (1.0 - 1e-9)
 
+    def evaluate_many(self, cluster: ClusterSpec, specs: Sequence[TrainingSpec],
+                      memory: Sequence[float | None]) -> list[dict[str, Any] | None]:
+        """`evaluate`'s rows for many layouts without LoRA (``memory``: `memory_bytes` of
+        each, or None): stages first, then the pipelines of each (schedule, pp, vpp,
+        micro-batches) class in one batch, then each layout's tail."""
+        staged: dict[int, tuple[TrainingSpec, float, tuple[Any, ...]]] = {}
+        for i, (t, mem) in enumerate(zip(specs, memory, strict=True)):
+            mem = self.memory_bytes(t) if mem is None else mem
+            if mem <= self.hw.memory_bytes:
+                staged[i] = (t, mem, self._stages(cluster, t))
+        self._batch_pipelines([self._pipe_key(t, st[1], st[2], _p2p_s(t, st[3]))
+                               for t, _, st in staged.values()])
+        return [self._finish(cluster, *staged[i]) if i in staged else None
+                for i in range(len(specs))]
+
     def _time(self, cluster: ClusterSpec, t: TrainingSpec, mem: float) -> dict[str, Any]:
+        return self._finish(cluster, t, mem, self._stages(cluster, t))
+
+    def _finish(self, cluster: ClusterSpec, t: TrainingSpec, mem: float, stages
+                ) -> dict[str, Any]:
         par = t.parallel
-        costs, fwd, bwd, p2p_e, gpn, slowdown = self._stages(cluster, t)
-        p2p_s = p2p_e.latency_s if par.pp > 1 else 0.0
+        costs, fwd, bwd, p2p_e, gpn, slowdown = stages
+        p2p_s = _p2p_s(t, p2p_e)
         pipe = self._pipeline(t, fwd, bwd, p2p_s)
-        tails = [self._tail(t, s, gpn, slowdown, pipe, fwd) for s in range(par.pp)]
-        finish = [tail[0] for tail in tails]
-        ref = max(range(par.pp), key=lambda s: (finish[s], -s))
-        return self._result(t, cluster.num_gpus, mem, costs, pipe, tails, ref, p2p_e, p2p_s)
+        ov = t.overlap
+        key = (id(pipe), par.zero_stage, par.dp, par.cp, par.tp, par.ep, par.etp,
+               ov.dp_grad, ov.param_gather, gpn, t.dp_bucket_mb, slowdown)
+        if key not in self._stage_tails:  # pipes are kept by `_pipes`, so ids stay theirs
+            tails = [self._tail(t, s, gpn, slowdown, pipe, fwd) for s in range(par.pp)]
+            finish = [tail[0] for tail in tails]
+            ref = max(range(par.pp), key=lambda s: (finish[s], -s))
+            self._stage_tails[key] = (tails[ref], ref)
+        tail, ref = self._stage_tails[key]
+        return self._result(t, cluster.num_gpus, mem, costs, pipe, tail, ref, p2p_e, p2p_s)
 
     def _tail(self, t: TrainingSpec, s: int, gpn: int, slowdown: float, pipe, fwd
               ) -> tuple[float, float, float, list[tuple[str, float]]]:
@@ -215,27 +282,39 @@ class LayoutEvaluator:
             gather_s = max(0.0, ag.latency_s - hide)
         return sync_end, opt_e.latency_s, gather_s, parts
 
-    def _result(self, t: TrainingSpec, num_gpus: int, mem: float, costs, pipe, tails, ref: int,
+    def _stage_sums(self, costs, par, ref: int, m: int) -> tuple[float, dict[str, float]]:
+        """Stage ``ref``'s compute seconds and engine seconds over ``m`` micro-batches, as
+        `simulate.training._stage_passes` adds them (cached; a copy of the engine dict)."""
+        key = (id(costs), par.pp, par.vpp, ref, m)
+        if key not in self._sums:
+            compute = 0.0
+            engine_s: dict[str, float] = {}
+            for v, keys in enumerate(self._chunk_parts(par)):
+                if v % par.pp != ref:
+                    continue
+                for k in keys:
+                    c = costs[k]
+                    compute += m * (c.fwd.compute_s + c.bwd.compute_s)
+                    add_engine_time(engine_s, c.fwd.engine_s, m)
+                    add_engine_time(engine_s, c.bwd.engine_s, m)
+            self._sums[key] = (compute, engine_s)
+        compute, engine_s = self._sums[key]
+        return compute, dict(engine_s)
+
+    def _result(self, t: TrainingSpec, num_gpus: int, mem: float, costs, pipe, tail, ref: int,
                 p2p_e, p2p_s: float) -> dict[str, Any]:
         par, m, model = t.parallel, t.num_microbatches, self.model
-        compute = 0.0
-        engine_s: dict[str, float] = {}
-        for v, keys in enumerate(self._chunk_parts(par)):
-            if v % par.pp != ref:
-                continue
-            for k in keys:
-                c = costs[k]
-                compute += m * (c.fwd.compute_s + c.bwd.compute_s)
-                add_engine_time(engine_s, c.fwd.engine_s, m)
-                add_engine_time(engine_s, c.bwd.engine_s, m)
+        compute, engine_s = self._stage_sums(costs, par, ref, m)
         if par.pp > 1:
             add_engine_time(engine_s, {p2p_e.engine: p2p_s}, 2 * m * par.vpp)
-        iteration, dp_exposed, opt_s, parts = tails[ref]
+        iteration, dp_exposed, opt_s, parts = tail
         for engine, seconds in parts:
             engine_s[engine] = engine_s.get(engine, 0.0) + seconds
         busy = pipe.stage_busy_s[ref]
         total_engine = sum(engine_s.values())
-        flops = model.flops_per_token(t.seq_len, training=True) * t.global_batch * t.seq_len
+        if t.seq_len not in self._flops:
+            self._flops[t.seq_len] = model.flops_per_token(t.seq_len, training=True)
+        flops = self._flops[t.seq_len] * t.global_batch * t.seq_len
         return {
             "tokens_per_s": t.global_batch * t.seq_len / iteration,
             "mfu": flops / (iteration * num_gpus * self.hw.peak_flops(t.precision)),
@@ -248,6 +327,11 @@ class LayoutEvaluator:
                             "optimizer": opt_s},
             "engine_coverage": {e: engine_s.get(e, 0.0) / total_engine for e in ENGINE_ORDER},
         }
+
+
+def _p2p_s(t: TrainingSpec, p2p_e) -> float:
+    """The p2p latency the pipeline uses (none without pipeline stages)."""
+    return p2p_e.latency_s if t.parallel.pp > 1 else 0.0
 
 
 def _one_queue_end(first: float, last: float, n: int, a: float, a_last: float) -> float:

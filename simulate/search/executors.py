@@ -3,7 +3,8 @@
 cores, the default) or ``ray`` (a Ray cluster, or a local instance started on demand).
 
 Every executor maps one picklable, module-level function over a list of tasks and returns the
-results in task order, so a search gives the same answer whichever runs it. Each worker process
+results in task order, so a search gives the same answer whichever runs it; ``done`` (optional)
+is called with each task as its result arrives (a progress bar). Each worker process
 keeps its own engine chain (see `worker_chain`), so a layer shape is estimated once per worker
 and reused for every later task it runs.
 """
@@ -20,7 +21,8 @@ from analytical.errors import UnknownNameError
 __all__ = ["EXECUTORS", "DEFAULT_EXECUTOR", "get_executor", "chunked", "default_workers"]
 
 Task = Any
-Executor = Callable[[Callable[[Task], Any], Sequence[Task], int], list[Any]]
+Done = Callable[[Task], None] | None
+Executor = Callable[..., list[Any]]  # (fn, tasks, workers, done=None) -> results in task order
 DEFAULT_EXECUTOR = "process"
 
 
@@ -41,18 +43,31 @@ def chunked(items: Sequence[Any], workers: int, per_worker: int = 4) -> list[lis
     return [list(items[i:i + size]) for i in range(0, len(items), size)]
 
 
-def _serial(fn: Callable[[Task], Any], tasks: Sequence[Task], workers: int) -> list[Any]:
-    return [fn(t) for t in tasks]
+def _serial(fn: Callable[[Task], Any], tasks: Sequence[Task], workers: int,
+            done: Done = None) -> list[Any]:
+    out = []
+    for t in tasks:
+        out.append(fn(t))
+        if done is not None:
+            done(t)
+    return out
 
 
-def _process(fn: Callable[[Task], Any], tasks: Sequence[Task], workers: int) -> list[Any]:
+def _process(fn: Callable[[Task], Any], tasks: Sequence[Task], workers: int,
+             done: Done = None) -> list[Any]:
     if len(tasks) <= 1 or workers <= 1:
-        return _serial(fn, tasks, workers)
+        return _serial(fn, tasks, workers, done)
+    out = []
     with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
-        return list(pool.map(fn, tasks))
+        for t, result in zip(tasks, pool.map(fn, tasks), strict=True):
+            out.append(result)
+            if done is not None:
+                done(t)
+    return out
 
 
-def _ray(fn: Callable[[Task], Any], tasks: Sequence[Task], workers: int) -> list[Any]:
+def _ray(fn: Callable[[Task], Any], tasks: Sequence[Task], workers: int,
+         done: Done = None) -> list[Any]:
     try:
         import ray
     except ImportError:
@@ -63,7 +78,14 @@ def _ray(fn: Callable[[Task], Any], tasks: Sequence[Task], workers: int) -> list
         ray.init(num_cpus=None if os.environ.get("RAY_ADDRESS") else workers,
                  include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
     remote = ray.remote(fn)
-    return ray.get([remote.remote(t) for t in tasks])
+    refs = [remote.remote(t) for t in tasks]
+    if done is not None:
+        task_of = {ref: t for ref, t in zip(refs, tasks, strict=True)}
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            done(task_of[ready[0]])
+    return ray.get(refs)
 
 
 EXECUTORS: dict[str, Executor] = {"serial": _serial, "process": _process, "ray": _ray}

@@ -26,7 +26,7 @@ from typing import Any
 from analytical.parallel import Schedule
 from simulate.schedule import PipelineResult, stage_order
 
-__all__ = ["fast_pipeline", "TOL"]
+__all__ = ["fast_pipeline", "skips", "TOL"]
 
 FWD, BWD = 0, 1
 TOL = 1e-12  # relative: two times closer than this are one time (float rounding only)
@@ -276,13 +276,19 @@ def _replay(o: _Order, fwd: Sequence[Sequence[float]], bwd: Sequence[Sequence[fl
                           last_bwd_start_s=tuple(last_bwd))
 
 
+def skips(schedule: Schedule, pp: int, vpp: int, m: int) -> bool:
+    """Whether `fast_pipeline` skips steady periods for this class (else it replays every
+    task, with the event simulation's exact arithmetic)."""
+    return any((r[limit][1] - r[limit][0]) // tasks >= SKIP_MIN_PERIODS
+               for limit, r, tasks, _ in _order(schedule, pp, vpp, m).phases())
+
+
 def fast_pipeline(*, schedule: Schedule, pp: int, vpp: int, num_microbatches: int,
                   fwd_s: Sequence[Sequence[float]], bwd_s: Sequence[Sequence[float]],
                   p2p_s: float) -> PipelineResult:
     """`simulate_pipeline`'s result (records left out) for the same arguments."""
     order = _order(schedule, pp, vpp, num_microbatches)
-    if all((r[limit][1] - r[limit][0]) // tasks < SKIP_MIN_PERIODS
-           for limit, r, tasks, _ in order.phases()):
+    if not skips(schedule, pp, vpp, num_microbatches):
         return _replay(order, fwd_s, bwd_s, p2p_s)
     sim = _Sim(order, fwd_s, bwd_s, p2p_s)
     for limit, ranges, tasks, g in order.phases():

@@ -28,7 +28,7 @@ from simulate.scenario import apply_overrides, read_document
 from simulate.search.executors import DEFAULT_EXECUTOR, chunked, default_workers, get_executor
 from simulate.search.pareto import pareto_front
 from simulate.search.space import parse_serving_space
-from simulate.search.training_search import worker_chain
+from simulate.search.worker import worker_chain
 from simulate.search.worker_cache import new_run_id
 
 __all__ = ["ServingSearchResult", "search_serving", "evaluate_serving", "SERVING_AXES"]

@@ -28,7 +28,8 @@ from simulate.scenario import (
     parse_training,
 )
 
-__all__ = ["AUTO", "SearchSpace", "enumerate_layouts", "expand_space", "parse_serving_space"]
+__all__ = ["AUTO", "SearchSpace", "enumerate_layouts", "expand_space", "parse_serving_space",
+           "quick_reject"]
 
 AUTO = "auto"
 PARALLEL_AXES = ("tp", "pp", "dp", "cp", "ep", "vpp", "sp", "zero", "fsdp")
@@ -205,6 +206,21 @@ def check_block(block: Mapping[str, Any], *, model, hw: HardwareSpec, cluster: C
         raise SpecError("training.parallel.pp", f"pp*vpp={chunks} leaves a stage without layers "
                         f"(layers={model.layers})", source=source)
     return spec
+
+
+def quick_reject(block: Mapping[str, Any]) -> bool:
+    """Combinations `validate_layout` rejects, found without parsing (a subset of its rules:
+    vpp > 1 only with the interleaved schedule and back, whole micro-batches per DP rank)."""
+    par = block["parallel"]
+    vpp, pp, dp = par.get("vpp", 1), par.get("pp", 1), par.get("dp", 1)
+    mb, gb, sched = block.get("micro_batch", 1), block.get("global_batch"), \
+        block.get("schedule", "1f1b")
+    if not all(type(v) is int for v in (vpp, pp, dp, mb, gb)) or sched not in \
+            ("1f1b", "interleaved", "gpipe"):
+        return False  # let the full checks name the problem
+    if (sched == "interleaved") != (vpp > 1) or (sched == "interleaved" and pp < 2):
+        return True
+    return gb % (mb * dp) != 0
 
 
 def enumerate_layouts(space: SearchSpace, *, model, hw: HardwareSpec, cluster: ClusterSpec

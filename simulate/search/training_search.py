@@ -7,45 +7,56 @@ take Pareto frontiers.
 The scenario is a normal training scenario whose ``training`` values may be lists, ranges or
 ``auto`` (see `simulate.search.space`); ``hardware.num_gpus``, ``hardware.gpu``,
 ``training.seq_len`` and ``training.global_batch`` may be lists too. Enumeration and the memory
-verdict run in this process; timing runs on an executor in chunks, each worker keeping one
-evaluator (and engine chain) per GPU type, so its caches serve every later chunk.
+verdict run in this process; timing runs on an executor in chunks (`simulate.search.worker`),
+each worker keeping one evaluator (and engine chain) per GPU type, so its caches serve every
+later chunk.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analytical.dtypes import DType
 from analytical.errors import SpecError, UnknownNameError
 from analytical.hardware import get_hardware
 from analytical.model import load_model
-from simulate.engines import EngineChain, EngineOptions
-from simulate.scenario import ClusterSpec, Scenario, apply_overrides, parse_training, read_document
+from analytical.offload import offloaded_memory
+from simulate.engines import EngineOptions
+from simulate.offload import layer_bytes
+from simulate.scenario import (
+    ClusterSpec,
+    TrainingSpec,
+    apply_overrides,
+    parse_training,
+    read_document,
+)
 from simulate.search.answers import auto_space, baseline_scenario, frontiers
-from simulate.search.evaluator import GIB, LayoutEvaluator
 from simulate.search.executors import DEFAULT_EXECUTOR, chunked, default_workers, get_executor
 from simulate.search.pareto import pareto_front
-from simulate.search.prune import optimistic, pruned_search
-from simulate.search.space import candidate_blocks, check_block, expand_space
-from simulate.search.worker_cache import RunScopedCache, new_run_id
+from simulate.search.prune import pruned_search
+from simulate.search.space import candidate_blocks, check_block, expand_space, quick_reject
+from simulate.search.worker import bound_blocks, evaluate_blocks
+from simulate.search.worker_cache import new_run_id
+from simulate.training import memory_before_offload
 
-__all__ = ["TrainingSearchResult", "search_training", "evaluate_blocks", "worker_chain",
-           "OBJECTIVES"]
+__all__ = ["TrainingSearchResult", "search_training", "OBJECTIVES"]
 
 OUTER_TRAINING_AXES = ("seq_len", "global_batch")  # may be lists: searched outside the layout
-OVERLAP_AXES = ("tp_comm", "dp_grad", "param_gather")  # training.overlap.* may be lists too
+# training.overlap.* and training.offload.* may be lists too
+NESTED_AXES = {"overlap": ("tp_comm", "dp_grad", "param_gather"),
+               "offload": ("weights", "activations", "optimizer")}
 # objective -> (row key, sense): rank by it, best first.
 OBJECTIVES: dict[str, tuple[str, str]] = {
     "tokens_per_s": ("tokens_per_s", "max"),
     "mfu": ("mfu", "max"),
     "cost": ("usd_per_million_tokens", "min"),
 }
-_WORKER = RunScopedCache()  # this process's chains and evaluators for the current run's tasks
+CHUNKS_PER_WORKER = 12  # chunks per worker: progress steps and load balance vs batch sizes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,69 +111,6 @@ def _gpu_counts(hw_block: Mapping[str, Any], source: str | None) -> list[int]:
     return sorted(set(values))
 
 
-def worker_chain(gpu: str, engines: EngineOptions, *, run: str) -> EngineChain:
-    """This process's engine chain for ``gpu`` in search ``run`` (created once, then reused
-    by the run's later tasks: its cache persists)."""
-    return _WORKER.get(run, ("chain", gpu, engines),
-                       lambda: EngineChain.from_options(get_hardware(gpu), engines))
-
-
-def worker_evaluator(model: str, gpu: str, gpus_per_node: int | None, engines: EngineOptions,
-                     *, run: str) -> LayoutEvaluator:
-    """This process's evaluator in search ``run`` (its caches persist across the run's tasks)."""
-
-    def make() -> LayoutEvaluator:
-        chain = worker_chain(gpu, engines, run=run)
-        return LayoutEvaluator(load_model(model), chain.hardware, chain, gpus_per_node)
-
-    return _WORKER.get(run, ("evaluator", model, gpu, gpus_per_node, engines), make)
-
-
-def evaluate_blocks(task: Mapping[str, Any]) -> list[dict[str, Any] | None]:
-    """Time each training block of ``task`` (one chunk); None where the layout does not fit.
-
-    ``task`` holds plain data only (so any executor can ship it): name, model, gpu, num_gpus,
-    gpus_per_node, engines (`EngineOptions`), run (the search's id), usd_per_gpu_hour and blocks
-    ((enumeration index, training block, its memory in bytes or None) triples).
-    """
-    ev = worker_evaluator(task["model"], task["gpu"], task["gpus_per_node"], task["engines"],
-                          run=task["run"])
-    cluster = ClusterSpec(gpu=task["gpu"], num_gpus=task["num_gpus"],
-                          gpus_per_node=task["gpus_per_node"])
-    n, price = task["num_gpus"], task["usd_per_gpu_hour"]
-    capacity = ev.hw.memory_bytes / GIB
-    out: list[dict[str, Any] | None] = []
-    for _, block, mem in task["blocks"]:
-        scenario = Scenario(name=task["name"], model=task["model"], cluster=cluster,
-                            training=parse_training(block))
-        metrics = ev.evaluate(scenario, memory_bytes=mem)
-        if metrics is None:
-            out.append(None)
-            continue
-        row = {"gpu": task["gpu"], "num_gpus": n, "layout": dict(block), **metrics,
-               "memory_headroom_gib": capacity - metrics["memory_per_gpu_gib"]}
-        if price is not None:
-            # $ per 1e6 tokens = GPUs * $/GPU-h / 3600 s/h / (tokens/s) * 1e6
-            row["usd_per_million_tokens"] = n * price / 3600.0 / row["tokens_per_s"] * 1e6
-        out.append(row)
-    return out
-
-
-def bound_blocks(task: Mapping[str, Any]) -> list[dict[str, float]]:
-    """The best objective values each block of ``task`` could reach (see `prune`)."""
-    ev = worker_evaluator(task["model"], task["gpu"], task["gpus_per_node"], task["engines"],
-                          run=task["run"])
-    cluster = ClusterSpec(gpu=task["gpu"], num_gpus=task["num_gpus"],
-                          gpus_per_node=task["gpus_per_node"])
-    peak = ev.hw.peak_flops(DType.BF16)
-    out = []
-    for _, block, _ in task["blocks"]:
-        spec = parse_training(block)
-        out.append(optimistic(task, block, ev.lower_bound_s(cluster, spec),
-                              ev.model.flops_per_token(spec.seq_len, training=True), peak))
-    return out
-
-
 def evaluate_baseline(doc: Mapping[str, Any], model_ref: str, engines: EngineOptions,
                       usd: float | None, source: str | None, *, run: str) -> dict[str, Any]:
     """The scenario's own layout, timed like every candidate (``fits`` False if it does not
@@ -175,7 +123,7 @@ def evaluate_baseline(doc: Mapping[str, Any], model_ref: str, engines: EngineOpt
                 source=source)
     task = {"name": "baseline", "model": model_ref, "gpu": gpu, "num_gpus": n,
             "gpus_per_node": cluster.gpus_per_node, "engines": engines, "run": run,
-            "usd_per_gpu_hour": usd, "blocks": [(0, doc["training"], None)]}
+            "usd_per_gpu_hour": usd, "blocks": [(0, doc["training"], None, None)]}
     row = evaluate_blocks(task)[0]
     return {"fits": False, "gpu": gpu, "num_gpus": n, "layout": dict(doc["training"])} \
         if row is None else {"fits": True, **row}
@@ -191,52 +139,45 @@ def _rank(rows: list[dict[str, Any]], objective: str) -> list[dict[str, Any]]:
     return ranked
 
 
-def _quick_reject(block: Mapping[str, Any]) -> bool:
-    """Combinations `validate_layout` rejects, found without parsing (a subset of its rules:
-    vpp > 1 only with the interleaved schedule and back, whole micro-batches per DP rank)."""
-    par = block["parallel"]
-    vpp, pp, dp = par.get("vpp", 1), par.get("pp", 1), par.get("dp", 1)
-    mb, gb, sched = block.get("micro_batch", 1), block.get("global_batch"), \
-        block.get("schedule", "1f1b")
-    if not all(type(v) is int for v in (vpp, pp, dp, mb, gb)) or sched not in \
-            ("1f1b", "interleaved", "gpipe"):
-        return False  # let the full checks name the problem
-    if (sched == "interleaved") != (vpp > 1) or (sched == "interleaved" and pp < 2):
-        return True
-    return gb % (mb * dp) != 0
-
-
 def _as_list(value: Any) -> list[Any]:
     return list(dict.fromkeys(value)) if isinstance(value, list) else [value]
 
 
-def _outer_axes(doc: Mapping[str, Any], source: str | None) -> tuple[list[str], list[dict]]:
+def _outer_axes(doc: Mapping[str, Any], source: str | None
+                ) -> tuple[list[str], list[tuple[dict, list[dict]]]]:
     """Axes beyond the layout: GPU types, training fields given as lists (seq_len,
-    global_batch) and the overlap switches given as lists (tp_comm: TP collectives hidden
+    global_batch), the overlap switches given as lists (tp_comm: TP collectives hidden
     behind GEMMs or not; dp_grad: gradient buckets overlapped with the last backward or not;
-    param_gather) -> (GPU names, training blocks with those fixed, in order)."""
+    param_gather) and the offload switches (weights, activations, optimizer state in host
+    memory) -> (GPU names, [(training block with the outer fields fixed, the switch
+    settings: {"overlap": {...}, "offload": {...}} per combination)], in product order)."""
     gpus = [str(g) for g in _as_list(doc["hardware"]["gpu"])]
     training = doc["training"]
     if not isinstance(training, Mapping):
         raise SpecError("training", "expected a mapping", source=source)
-    overlap = training.get("overlap")
-    lists = {(k,): _as_list(training[k]) for k in OUTER_TRAINING_AXES if k in training}
-    if isinstance(overlap, Mapping):
-        lists.update({("overlap", k): _as_list(overlap[k]) for k in OVERLAP_AXES
-                      if isinstance(overlap.get(k), list)})
-    for path, values in lists.items():
+    outer = {k: _as_list(training[k]) for k in OUTER_TRAINING_AXES if k in training}
+    switches: dict[tuple[str, str], list[Any]] = {}
+    for group, axes in NESTED_AXES.items():
+        sub = training.get(group)
+        if isinstance(sub, Mapping):
+            switches.update({(group, k): _as_list(sub[k]) for k in axes
+                             if isinstance(sub.get(k), list)})
+    for path, values in [*(((k,), v) for k, v in outer.items()), *switches.items()]:
         if not values:
             raise SpecError(f"training.{'.'.join(path)}", "an empty list leaves nothing to "
                             "search", source=source)
-    blocks = []
-    for combo in itertools.product(*lists.values()):
-        block = {**training}
-        if isinstance(overlap, Mapping):
-            block["overlap"] = dict(overlap)
-        for path, value in zip(lists, combo, strict=True):
-            (block["overlap"] if len(path) == 2 else block)[path[-1]] = value
-        blocks.append(block)
-    return gpus, blocks
+    settings = []
+    for combo in itertools.product(*switches.values()):
+        setting = {g: dict(training[g]) for g in NESTED_AXES if isinstance(training.get(g),
+                                                                            Mapping)}
+        for (group, key), value in zip(switches, combo, strict=True):
+            setting[group][key] = value
+        settings.append(setting)
+    bases = []
+    for combo in itertools.product(*outer.values()):
+        base = {**training, **dict(zip(outer, combo, strict=True)), **settings[0]}
+        bases.append((base, settings))
+    return gpus, bases
 
 
 @dataclass(slots=True)
@@ -248,49 +189,88 @@ class _Plan:
     valid: int = 0
 
 
-def _enumerate(doc, model, model_ref: str, name: str, engines: EngineOptions, usd: float | None,
-               source: str | None, run: str) -> _Plan:
-    """Every (GPU, GPU count, outer value, layout) that is valid and fits in memory."""
+def _valid_layouts(training: Mapping[str, Any], model, hw, cluster: ClusterSpec,
+                   source: str | None) -> tuple[list[tuple[dict, TrainingSpec, Any]], int]:
+    """(valid training blocks with their spec and memory before offload, raw candidates)."""
+    space = expand_space(training, model=model, hw=hw, cluster=cluster, source=source)
+    valid, raw = [], 0
+    for block in candidate_blocks(space, cluster.num_gpus):
+        raw += 1
+        if quick_reject(block):
+            continue
+        try:
+            spec = check_block(block, model=model, hw=hw, cluster=cluster)
+        except SpecError:
+            continue
+        valid.append((block, spec, memory_before_offload(model, spec)))
+    return valid, raw
+
+
+def _enumerate(doc, model, model_ref: str, name: str, engines: EngineOptions, run: str,
+               usd: float | None, source: str | None) -> _Plan:
+    """Every (GPU, GPU count, outer value, switch setting, layout) that is valid and fits in
+    memory. Validity and memory before offload do not depend on the overlap and offload
+    switches, so they are computed once per layout and reused for every setting."""
     hw_block = doc["hardware"]
     gpn = hw_block.get("gpus_per_node")
-    gpus, trainings = _outer_axes(doc, source)
+    gpus, bases = _outer_axes(doc, source)
     plan = _Plan(tasks=[])
     index = 0
     for gpu in gpus:
         hw = get_hardware(gpu)
-        memory = LayoutEvaluator(model, hw, None, gpn)  # closed-form memory only: no engines
         for n in _gpu_counts(hw_block, source):
             cluster = ClusterSpec(gpu=gpu, num_gpus=n, gpus_per_node=gpn)
             blocks = []
-            for training in trainings:
-                space = expand_space(training, model=model, hw=hw, cluster=cluster,
-                                     source=source)
-                for block in candidate_blocks(space, n):
-                    plan.raw += 1
-                    if _quick_reject(block):
-                        continue
-                    try:
-                        spec = check_block(block, model=model, hw=hw, cluster=cluster)
-                    except SpecError:
-                        continue
-                    plan.valid += 1
-                    mem = memory.memory_bytes(spec)
-                    if mem <= hw.memory_bytes:
-                        blocks.append((index, block, mem))
-                        index += 1
+            for training, settings in bases:
+                valid, raw = _valid_layouts(training, model, hw, cluster, source)
+                plan.raw += raw * len(settings)
+                plan.valid += len(valid) * len(settings)
+                if not valid:
+                    continue
+                parsed = [parse_training({**valid[0][0], **setting}) for setting in settings]
+                offload = any(p.offload.any for p in parsed)
+                layers = [layer_bytes(model, spec) if offload else None for _, spec, _ in valid]
+                for setting, p in zip(settings, parsed, strict=True):
+                    for (block, spec, mem0), layer in zip(valid, layers, strict=True):
+                        mem = (offloaded_memory(mem0, *layer, p.offload) if p.offload.any
+                               else mem0).total_bytes
+                        if mem <= hw.memory_bytes:
+                            blocks.append((index, {**block, **setting}, mem,
+                                           _with_switches(spec, p)))
+                            index += 1
             plan.tasks.append({"name": name, "model": model_ref, "gpu": gpu, "num_gpus": n,
                                "gpus_per_node": gpn, "engines": engines, "run": run,
                                "usd_per_gpu_hour": usd, "blocks": blocks})
     return plan
 
 
+def _with_switches(spec: TrainingSpec, parsed: TrainingSpec) -> TrainingSpec:
+    """``spec`` with ``parsed``'s overlap and offload settings (what `dataclasses.replace`
+    gives, without re-running the constructor for each of many layouts)."""
+    out = copy.copy(spec)
+    object.__setattr__(out, "overlap", parsed.overlap)
+    object.__setattr__(out, "offload", parsed.offload)
+    return out
+
+
 def _split(tasks: list[dict[str, Any]], workers: int) -> list[dict[str, Any]]:
-    """Each (GPU, count) task cut into chunks for the executor (enumeration order kept)."""
+    """Each (GPU, count) task cut into chunks for the executor, its layouts ordered by
+    pipeline class first (schedule, pp, vpp, micro-batch, dp: a chunk then holds many layouts
+    of few classes, which `LayoutEvaluator.evaluate_many` times together; rows keep their
+    enumeration index, so the ranking does not depend on this order)."""
     out = []
     for task in tasks:
-        for chunk in chunked(task["blocks"], workers):
+        blocks = sorted(task["blocks"], key=_class_key)
+        for chunk in chunked(blocks, workers, per_worker=CHUNKS_PER_WORKER):
             out.append({**task, "blocks": chunk})
     return out
+
+
+def _class_key(item: tuple[Any, ...]) -> tuple[Any, ...]:
+    index, block = item[0], item[1]
+    par = block["parallel"]
+    return (str(block.get("schedule", "")), par.get("pp", 1), par.get("vpp", 1),
+            block.get("micro_batch", 1), par.get("dp", 1), index)
 
 
 def _collect(results: Sequence[list[dict[str, Any] | None]], tasks) -> list[dict[str, Any]]:
@@ -308,7 +288,9 @@ def search_training(scenario: str | Path | Mapping[str, Any], *, overrides: Sequ
                     executor: str = DEFAULT_EXECUTOR, workers: int | None = None,
                     engines: EngineOptions | Mapping[str, Any] | None = None,
                     prune_top: int | None = None,
-                    auto: bool = False) -> TrainingSearchResult:
+                    auto: bool = False,
+                    progress: Callable[[int, int], None] | None = None
+                    ) -> TrainingSearchResult:
     """Search the layouts a scenario's searchable ``training`` block describes.
 
     ``engines``: which engines time the layouts (`EngineOptions`; the older keyword mapping is
@@ -316,6 +298,7 @@ def search_training(scenario: str | Path | Mapping[str, Any], *, overrides: Sequ
     ``prune_top`` = k: time only layouts that can still enter the top k (see `prune`); the
     top k is the exhaustive search's. ``auto``: search every layout axis around a plain
     scenario, whose own layout becomes the baseline the gain is measured against.
+    ``progress(timed, total)`` is called as chunks finish (exhaustive search only).
     """
     start = time.perf_counter()
     _check_options(objective, usd_per_gpu_hour, prune_top)
@@ -326,16 +309,18 @@ def search_training(scenario: str | Path | Mapping[str, Any], *, overrides: Sequ
     model_ref = _model_ref(doc, base_dir)
     model = load_model(model_ref)
     engines = EngineOptions.coerce(engines)
-    run_id = new_run_id()
+    run_id = new_run_id()  # scopes the worker caches to this search
     workers = workers or default_workers()
     run = get_executor(executor)
     name = str(doc.get("name", Path(source).stem if source else "search"))
 
-    plan = _enumerate(doc, model, model_ref, name, engines, usd_per_gpu_hour, source, run_id)
+    plan = _enumerate(doc, model, model_ref, name, engines, run_id, usd_per_gpu_hour, source)
     fit = sum(len(t["blocks"]) for t in plan.tasks)
+    if executor == "process" and workers > 1:
+        _warm_up(plan.tasks)
     if prune_top is None:
         chunks = _split(plan.tasks, workers)
-        rows = _collect(run(evaluate_blocks, chunks, workers), chunks)
+        rows = _collect(run(evaluate_blocks, chunks, workers, _counter(progress, fit)), chunks)
     else:
         key, sense = OBJECTIVES[objective]
         rows = pruned_search(plan.tasks, key=key, sense=sense, k=prune_top, run=run,
@@ -355,6 +340,29 @@ def search_training(scenario: str | Path | Mapping[str, Any], *, overrides: Sequ
         baseline=baseline, doc={k: v for k, v in doc.items() if k != "baseline"},
         elapsed_s=time.perf_counter() - start, executor=executor,
         workers=workers, pruned=prune_top is not None)
+
+
+def _warm_up(tasks: list[dict[str, Any]]) -> None:
+    """Time one layout per task here first: the process pool's workers are forked from this
+    process, so they start with its engine chains (the store read and the predictors loaded
+    once, not once per worker) and evaluator caches."""
+    for task in tasks:
+        if task["blocks"]:
+            evaluate_blocks({**task, "blocks": task["blocks"][:1]})
+
+
+def _counter(progress: Callable[[int, int], None] | None, total: int
+             ) -> Callable[[Mapping[str, Any]], None] | None:
+    """An executor's ``done`` callback that reports layouts finished out of ``total``."""
+    if progress is None:
+        return None
+    count = [0]
+
+    def done(task: Mapping[str, Any]) -> None:
+        count[0] += len(task["blocks"])
+        progress(count[0], total)
+
+    return done
 
 
 def _check_options(objective: str, usd_per_gpu_hour: float | None,

@@ -16,6 +16,7 @@ from simulate.engines import EngineChain
 from simulate.scenario import load_scenario
 from simulate.schedule import simulate_pipeline
 from simulate.search import fast_pipeline as fp
+from simulate.search.batch_pipeline import batch_pipeline
 from simulate.search.training_search import search_training
 from simulate.training import run_training
 
@@ -76,6 +77,32 @@ def test_fast_pipeline_equals_event_simulation(monkeypatch):
     assert jumps and max(jumps) > 10  # the steady-state skip ran, over many periods
 
 
+def test_batch_pipeline_equals_event_simulation():
+    rng = random.Random(11)
+    for _ in range(40):
+        first = _random_case(rng)
+        cls = {k: first[k] for k in ("schedule", "pp", "vpp", "num_microbatches")}
+        cases = [first]
+        while len(cases) < 3:  # more layouts of the same class, other durations
+            case = _random_case(rng)
+            cases += [{**case, **cls, "fwd_s": _resize(case["fwd_s"], cls),
+                       "bwd_s": _resize(case["bwd_s"], cls)}]
+        got = batch_pipeline(**cls, fwd_s=[c["fwd_s"] for c in cases],
+                             bwd_s=[c["bwd_s"] for c in cases], p2p_s=[c["p2p_s"] for c in cases])
+        for case, res in zip(cases, got, strict=True):
+            want = simulate_pipeline(**case)
+            for field in ("span_s", "stage_end_s", "stage_busy_s", "last_bwd_start_s"):
+                assert getattr(res, field) == pytest.approx(getattr(want, field), rel=REL,
+                                                            abs=1e-12), (field, case)
+
+
+def _resize(rows: list[list[float]], cls: dict) -> list[list[float]]:
+    """``rows`` cut or repeated to pp x vpp."""
+    flat = [x for r in rows for x in r]
+    return [[flat[(s * cls["vpp"] + c) % len(flat)] for c in range(cls["vpp"])]
+            for s in range(cls["pp"])]
+
+
 def _check_rows_equal_simulate(doc: dict, res) -> None:
     chains: dict = {}
     for row in res.rows:
@@ -133,3 +160,44 @@ def test_bad_prune_and_outer_axes():
     with pytest.raises(SpecError, match="training.seq_len"):
         search_training({**DENSE, "training": {**DENSE["training"], "seq_len": []}},
                         engines=ENGINES)
+
+
+OFFLOAD = {
+    "name": "offload", "model": "llama-2-7b",
+    "hardware": {"gpu": "a100-sxm-80gb", "num_gpus": 8, "gpus_per_node": 8},
+    "training": {"parallel": {"tp": [2, 8], "pp": [1, 4], "zero": [0, 1]}, "global_batch": 16,
+                 "micro_batch": 2, "seq_len": 4096, "recompute": "selective",
+                 "offload": {"weights": [False, True], "activations": [False, True],
+                             "optimizer": [False, True]}},
+}
+
+
+def test_offload_axes_cut_memory_cost_time_and_equal_simulate():
+    res = search_training(OFFLOAD, executor="serial", engines=ENGINES)
+    _check_rows_equal_simulate(OFFLOAD, res)
+    names = ("weights", "activations", "optimizer")
+    by = {}
+    for r in res.rows:
+        lay = dict(r["layout"])
+        off = lay.pop("offload")
+        by[(tuple(off[k] for k in names), str(lay))] = r
+    assert len(by) == res.timed >= 16
+    slower = 0
+    for (off, lay), r in by.items():
+        plain = by.get(((False, False, False), lay))
+        if any(off) and plain is not None:
+            assert r["memory_per_gpu_gib"] < plain["memory_per_gpu_gib"], (off, lay)
+            assert r["iteration_time_s"] >= plain["iteration_time_s"] * (1 - 1e-12), (off, lay)
+            slower += r["iteration_time_s"] > plain["iteration_time_s"] * 1.01
+    assert slower > 0  # some transfer is not hidden (weights over PCIe every micro-batch)
+
+
+@pytest.mark.parametrize(("offload", "field"), [({"weights": "yes"}, "training.offload.weights"),
+                                                ({"gpu": True}, "training.offload.gpu")])
+def test_bad_offload_names_the_field(offload, field):
+    from simulate.scenario import parse_training
+
+    block = {"parallel": {"tp": 1}, "global_batch": 8, "seq_len": 2048, "offload": offload}
+    with pytest.raises(SpecError) as exc:
+        parse_training(block)
+    assert exc.value.field == field

@@ -162,3 +162,13 @@ def test_search_command_json(tmp_path):
     assert len(data["top"]) == 2 and data["top"][0]["rank"] == 1
     assert data["candidates"] >= data["valid"] >= data["fit_in_memory"] > 0
     assert (tmp_path / "s.csv").read_text().startswith("rank,gpu,gpus,tp")
+
+
+@pytest.mark.parametrize("executor", ["serial", "process"])
+def test_progress_reports_every_timed_layout(result, executor):
+    seen = []
+    got = search_training(DOC, executor=executor, workers=2, engines=ENGINES,
+                          progress=lambda done, total: seen.append((done, total)))
+    assert [r["layout"] for r in got.rows] == [r["layout"] for r in result.rows]
+    assert len(seen) > 1 and seen == sorted(seen)
+    assert seen[-1] == (got.fit, got.fit)

@@ -21,7 +21,7 @@ from simulate.inference.result import InferenceMode, InferenceResult
 from simulate.inference.setup import ColocatedTenant, InferenceSetup
 from simulate.inference.spec import parse_serving
 from simulate.scenario import load_scenario
-from simulate.search.training_search import worker_chain
+from simulate.search.worker import worker_chain
 from simulate.search.worker_cache import RunScopedCache, new_run_id
 from simulate.serving.arrival import ArrivalProcess, LognormalLength
 from simulate.serving.choices import Preemption, Scheduler, ServingEngine
