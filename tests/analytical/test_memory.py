@@ -10,14 +10,13 @@ from analytical.activations import activation_bytes_per_layer
 from analytical.dtypes import DType
 from analytical.errors import InfeasibleError, SpecError, UnknownNameError
 from analytical.hardware import hardware_from_dict
-from analytical.memory import (
+from analytical.inference_memory import (
     INT4_GROUP_SIZE,
     kv_cache_bytes,
     kv_cache_capacity_tokens,
-    model_states_bytes,
-    training_memory,
     weight_bytes,
 )
+from analytical.memory import model_states_bytes, training_memory
 from analytical.model_spec import ModelSpec
 from analytical.parallel import ParallelConfig, Recompute, Schedule
 from analytical.stage import stage_layers, stage_params
