@@ -103,12 +103,18 @@ def test_same_shape_medians_agree_within_spread(tmp_path):
     for key in first.index:
         a, b = first.loc[key], second.loc[key]
         assert a.p10_s <= a.median_s <= a.p90_s
-        # The two runs' p10-p90 bands overlap, with 10% slack: on a shared 2-core host another
-        # process can shift one run's whole band (a median-vs-median check failed that way),
-        # while a store that mixed up shapes (512 vs 1024 rows: 2x the work) still fails.
-        low, high = max(a.p10_s, b.p10_s), min(a.p90_s, b.p90_s)
-        assert low <= high * 1.1, key
-        assert 0.5 < a.median_s / b.median_s < 2.0, key
+        # Same shape, two runs: the medians agree within 1.7x. A store that mixed up the shapes
+        # (512 vs 1024 rows: 2x the work) fails; another process on a shared 2-core host shifting
+        # one run's whole band by a quarter (seen in CI-like load) does not.
+        assert 1 / 1.7 < a.median_s / b.median_s < 1.7, key
+    for run in frames:  # within one run the shape with twice the rows takes longer
+        small, large = (run.loc[k].median_s for k in sorted(run.index, key=_rows_of))
+        assert large > small * 1.2
+
+
+def _rows_of(op_key: str) -> int:
+    """m of a gemm key such as ``gemm/fp32/b1/1024x1024x512``."""
+    return int(op_key.rsplit("/", 1)[1].split("x")[0])
 
 
 def test_collective_points_are_deferred_and_devices_resolve(tmp_path):
