@@ -122,7 +122,7 @@ def command(scenario: Path, top: int, objective: str, usd_per_gpu_hour: float | 
         _serving(scenario, overrides, executor, workers, engines, as_json, csv_file, plot_file,
                  top)
         return
-    with _progress_bar(progress and prune_top is None) as report:
+    with _progress_bar(progress and prune_top is None and not as_json) as report:
         res = search_training(scenario, overrides=overrides, objective=objective,
                               usd_per_gpu_hour=usd_per_gpu_hour, executor=executor,
                               workers=workers, engines=engines, prune_top=prune_top, auto=auto,
@@ -151,25 +151,21 @@ def command(scenario: Path, top: int, objective: str, usd_per_gpu_hour: float | 
 
 @contextmanager
 def _progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
-    """A rich bar on stderr (timed layouts of all, elapsed, ETA); None when disabled."""
+    """The shared bar (`profiler.progress`) over timed layouts; None when disabled."""
     if not enabled:
         yield None
         return
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    from profiler.progress import advance, bar, expect
 
-    columns = (TextColumn("[bold]timing layouts"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("search", total=None)
-        yield lambda done, total: bar.update(task, completed=done, total=total)
+    seen = {"done": 0, "total": 0}
+
+    def report(done: int, total: int) -> None:
+        expect(total - seen["total"], unit="layouts")
+        advance(done - seen["done"], unit="layouts")
+        seen.update(done=done, total=total)
+
+    with bar("timing", unit="layouts"):
+        yield report
 
 
 def _print_training(res, top: int, objective: str, as_json: bool, scenario: Path,
