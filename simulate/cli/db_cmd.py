@@ -139,7 +139,7 @@ def merge(shards: tuple[Path, ...], db: Path | None, progress: bool) -> None:
     """Fold worker shards into the store (idempotent)."""
     with Store(db) as store, bar("merge", unit="files", enabled=progress):
         inserted, skipped = store.merge(shards)
-    click.echo(f"merged {len(shards)} shard(s): {inserted} rows inserted, {skipped} already stored")
+    click.echo(f"merged {len(shards)} shard(s): {inserted:,} rows inserted, {skipped:,} already stored")
 
 
 @group.command()
@@ -167,7 +167,7 @@ def import_published_cmd(source: str, data_dir: Path, db: Path | None, progress:
     with Store(db) as store, bar("import-published", unit="rows", enabled=progress):
         result = import_published(store, source=source, data_dir=data_dir)
     for name, (inserted, skipped) in result.items():
-        click.echo(f"{name}: {inserted} rows inserted, {skipped} already stored")
+        click.echo(f"{name}: {inserted:,} rows inserted, {skipped:,} already stored")
 
 
 @group.command("import-parquet")
@@ -178,7 +178,7 @@ def import_parquet_cmd(path: Path, db: Path | None, progress: bool) -> None:
     """Load Parquet written by `db export` or `db curate` (a file or a folder)."""
     with Store(db) as store, bar("import-parquet", unit="files", enabled=progress):
         inserted, skipped = import_parquet(store, path)
-    click.echo(f"{path}: {inserted} rows inserted, {skipped} already stored")
+    click.echo(f"{path}: {inserted:,} rows inserted, {skipped:,} already stored")
 
 
 @group.command()

@@ -124,8 +124,9 @@ def format_field(name: str, value: Any) -> str:
         return format_si(float(value), "FLOP")
     if lowered.endswith("_gib"):
         return f"{format_value(float(value))} GiB"
-    if lowered.endswith(("_pct", " %")):  # already in percent
-        return f"{format_value(value)}%"
+    if lowered.endswith(("_pct", " %")):  # already in percent; signed errors keep their +
+        sign = "+" if value > 0 and re.search(r"err|signed", lowered) else ""
+        return f"{sign}{format_value(value)}%"
     if re.search(r"(^|_)bytes($|_per_)", lowered):
         return format_bytes(float(value))
     return format_value(value)

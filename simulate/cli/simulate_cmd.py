@@ -57,7 +57,8 @@ def command(scenario: Path, as_json: bool, trace_file: Path | None, plot_file: P
     A training layout that does not fit in memory prints its memory breakdown and
     ``fits: false`` (exit 0) and no latency.
     """
-    with bar("simulate", unit="requests", enabled=progress):  # serving runs count requests
+    with bar("simulate", unit="requests",  # serving runs count requests
+             enabled=progress and not as_json and fmt is None):
         out = run(scenario, overrides=overrides, store_path=db_path, tracking_uri=tracking_uri,
                   use_store=not no_store, use_predictors=not no_predictors,
                   trace=trace_file is not None or fmt is not None)

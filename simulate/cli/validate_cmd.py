@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -22,9 +24,31 @@ def group() -> None:
 
 # short headers so the summary is two tables of 100 columns (numbers right-aligned, in %)
 _SHORT = {"n_tps": "n tps", "n_derived": "derived", "tps_mape_pct": "tps MAPE %",
-          "tps_median_pct": "tps median %", "n_mfu": "n MFU", "mfu_mape_pct": "MFU MAPE %",
+          "tps_median_pct": "tps median err %", "n_mfu": "n MFU", "mfu_mape_pct": "MFU MAPE %",
           "false_oom": "false OOM", "errors": "not run", "n_mem": "n mem",
-          "mem_mape_pct": "mem MAPE %", "mem_median_pct": "mem median %"}
+          "mem_mape_pct": "mem MAPE %", "mem_median_pct": "mem median err %"}
+
+
+@contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers' deprecation notices (FutureWarning, its logger) say nothing about the
+    validation and bury the table: silenced while the real models run."""
+    import warnings  # noqa: PLC0415
+
+    try:
+        from transformers.utils import logging as hf_logging  # noqa: PLC0415
+    except ImportError:  # validate cpu then fails with its own message
+        hf_logging = None
+    previous = hf_logging.get_verbosity() if hf_logging else 0
+    if hf_logging:
+        hf_logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            yield
+    finally:
+        if hf_logging:
+            hf_logging.set_verbosity(previous)
 
 
 def _status(label: str) -> None:
@@ -76,7 +100,7 @@ def cpu_cmd(models: str | None, modes: str, db: Path | None, tracking_uri: str |
                         train=not skip_train, fast_train=fast, progress=progress and not as_json)
     # stages: trace, profile, train, predict, measure (each counted as it starts)
     with bar("validate cpu", unit="stages", total=3 + (not skip_profile) + (not skip_train),
-             enabled=progress and not as_json):
+             enabled=progress and not as_json), _quiet_transformers():
         report = run_validation(config, on_stage=_status)
     if as_json:
         print_json(report_dict(report))
@@ -197,8 +221,8 @@ def published_cmd(kind: str, max_prompts: int, corpus: Path | None, sources: str
                              for o in outcomes]})
         return
     print_table([{_SHORT.get(c, c): r.get(c) for c in pub.SUMMARY_COLUMNS} for r in summary],
-                title=f"validate published ({kind}), errors in % of measured "
-                      "(tps: tokens/s/GPU; derived: from TFLOP/s)")
+                title=f"validate published ({kind}): errors in % of measured, "
+                      "tps = tokens/s/GPU")
     click.echo(f"calibration: {note}")
     failed = [o for o in outcomes if o.fits is None]
     for o in failed[:10]:

@@ -129,7 +129,7 @@ def test_our_h100_measurements_load_with_their_fingerprint(tmp_path: Path,
     3.35 TB/s; every row carries the fingerprint of the machine and stack that measured it."""
     db = tmp_path / "ours.duckdb"
     code, out, _ = _run(capsys, "db", "import-parquet", str(CURATED / "llmsim"), "--db", str(db))
-    assert code == 0 and "5119 rows inserted" in out  # 5,015 ok + 104 unsupported
+    assert code == 0 and "5,119 rows inserted" in out  # 5,015 ok + 104 unsupported
     with Store(db, read_only=True) as store:
         gemm = store.frame("gemm", hardware="h100-sxm")
         memory = store.frame("memory", hardware="h100-sxm")

@@ -105,7 +105,7 @@ def test_import_killed_at_any_phase_is_completed_by_the_next(tmp_path: Path, pha
         assert stored == total and partial["memory"]["roofline_s"].isna().all()
     done = _cli("db", "import-parquet", str(src), "--db", str(db))
     assert done.returncode == 0, done.stderr
-    assert f"{total - stored} rows inserted, {stored} already stored" in done.stdout
+    assert f"{total - stored:,} rows inserted, {stored:,} already stored" in done.stdout
     _assert_same(_contents(db), want)
 
 
@@ -139,7 +139,7 @@ def test_merge_killed_at_any_phase_is_completed_by_the_next(tmp_path: Path, phas
     assert stored in (0, 40, 70)  # whole shards only
     done = _cli("db", "merge", *map(str, shards), "--db", str(db))
     assert done.returncode == 0, done.stderr
-    assert f"{70 - stored} rows inserted, {11 + stored} already stored" in done.stdout
+    assert f"{70 - stored:,} rows inserted, {11 + stored:,} already stored" in done.stdout
     _assert_same(_contents(db, drop=()), want)
 
 

@@ -34,7 +34,8 @@ def test_numbers_units_and_percentages() -> None:
     assert format_field("kv_cache.blocks", 120720.0) == "120,720"
     assert format_field("memory.kv_bytes_per_token_per_gpu", 524288) == "512 KiB"
     assert format_field("weight_bytes", 3 * 2**30) == "3 GiB"
-    assert format_field("median_pct", 0.64) == "0.64%"  # already a percentage
+    assert format_field("mean_pct", 0.64) == "0.64%"  # already a percentage
+    assert format_field("err %", 13.9) == "+13.9%" and format_field("err %", -1.2) == "-1.2%"
     assert format_field("model_flops_per_iteration", 202_371_712_161_939_456) == "202.4 PFLOP"
     assert format_field("tflops_per_gpu", 588.9) == "588.9"  # TFLOP/s, not a count
     assert format_field("breakdown.compute", 41.34) == "41.34 s"
