@@ -141,9 +141,9 @@ def test_result_to_dict_is_json_ready_and_is_what_run_prints(scenario: str) -> N
     assert result.step_records and result.latencies is not None  # recorded, typed ...
     assert not {"_steps", "_latencies", "step_records", "latencies"} & set(data)  # ... not JSON
     if result.mode is InferenceMode.SINGLE_BATCH:
-        assert data["ttft_s"] == result.metrics["ttft_s"]["mean"]
+        assert data["ttft_s"] == result.metrics.ttft_s.mean
     else:
-        assert data["ttft_s"] == result.metrics["ttft_s"]
+        assert data["ttft_s"] == result.metrics.ttft_s.to_dict()
     assert (result.speculative is not None) == ("speculative" in data)
 
 
