@@ -25,6 +25,11 @@ class Slo:
     e2e_s: float | None = None
 
 
+def _flat(record: LatencyStats | KvCacheSummary) -> dict[str, float]:
+    """A record of numbers as its JSON object, keys in field order."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LatencyStats:
     """Mean, percentiles and maximum of one latency over requests (s); NaN: no request had it."""
@@ -37,7 +42,7 @@ class LatencyStats:
     max: float
 
     def to_dict(self) -> dict[str, float]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return _flat(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,7 +56,7 @@ class KvCacheSummary:
     mean_utilisation: float
 
     def to_dict(self) -> dict[str, float]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return _flat(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
