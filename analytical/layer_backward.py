@@ -87,7 +87,7 @@ def recompute_nodes(fwd: Sequence[Node], recompute: Recompute, *,
     if recompute == Recompute.SELECTIVE and per_op:
         chosen = per_op_recompute(fwd)
     elif recompute == Recompute.SELECTIVE:
-        chosen = [n for n in fwd if n.core and n.stream == "compute"]
+        chosen = [n for n in fwd if n.core and n.stream == Stream.COMPUTE]
     elif recompute == Recompute.FULL:
         chosen = [n for n in fwd if n.stream != Stream.FSDP]
     else:
@@ -107,9 +107,9 @@ def per_op_recompute(fwd: Sequence[Node]) -> list[Node]:
             matmuls += 1
             if matmuls % 2 == 0:
                 chosen.append(n)
-        elif n.stream == "compute" and not isinstance(n.op, AttentionSpec) and not n.core:
+        elif n.stream == Stream.COMPUTE and not isinstance(n.op, AttentionSpec) and not n.core:
             chosen.append(n)
-        elif (n.stream == "tp" and isinstance(n.op, CollectiveSpec)
+        elif (n.stream == Stream.TP and isinstance(n.op, CollectiveSpec)
               and n.op.kind == CollectiveKind.ALL_GATHER):
             chosen.append(n)
     return chosen

@@ -101,7 +101,7 @@ def coll(name: str, kind: CollectiveKind, size: float, group: int, rpn: int, str
          dtype: DType, count: float = 1.0) -> Node:
     spec = CollectiveSpec(kind=kind, size_bytes=max(1, int(size)), group_size=group,
                           ranks_per_node=rpn, dtype=dtype)
-    return Node(name=name, op=spec, stream=Stream(stream), count=count)  # callers may pass str
+    return Node(name=name, op=spec, stream=stream, count=count)
 
 
 def norm_kind(model: ModelSpec) -> MemoryOpKind:

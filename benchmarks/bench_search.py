@@ -19,13 +19,13 @@ from pathlib import Path
 
 from analytical.hardware import get_hardware
 from analytical.model import load_model
-from simulate.engines import EngineChain
+from simulate.engines import EngineChain, EngineOptions
 from simulate.search.dynamic_sp import compare_sp, model_time_fn
 from simulate.search.serving_search import search_serving
 from simulate.search.training_search import search_training
 
 SEARCH = Path(__file__).resolve().parents[1] / "datasets" / "scenarios" / "search"
-ROOFLINE = {"use_store": False, "use_predictors": False}
+ROOFLINE = EngineOptions(use_store=False, use_predictors=False)
 
 
 def _cpu_s() -> float:
@@ -57,8 +57,7 @@ def main() -> None:
     parser.add_argument("--skip-serving", action="store_true")
     parser.add_argument("--skip-gpt3", action="store_true")
     args = parser.parse_args()
-    engines = ROOFLINE if args.engines == "roofline" else {"use_store": True,
-                                                           "use_predictors": True}
+    engines = ROOFLINE if args.engines == "roofline" else EngineOptions()
     _training("llama3-70b-1024-h100.yaml", args, engines)
     if not args.skip_gpt3:
         _training("gpt3-175b-1024-a100-all-axes.yaml", args, engines)
@@ -78,7 +77,7 @@ def main() -> None:
             print(f"  best vs default (TP8 bf16): {sv.improvement:.2f}x tokens/s per GPU")
 
     hw = get_hardware("h100-sxm")
-    chain = EngineChain(hw, **engines)
+    chain = EngineChain.from_options(hw, engines)
     time_fn = model_time_fn(load_model("llama-3-70b"),
                             lambda ops: [e.latency_s for e in chain.estimate_many(ops)],
                             gpus_per_node=hw.gpus_per_node)

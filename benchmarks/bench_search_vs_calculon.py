@@ -97,12 +97,12 @@ def _to_llmsim(exe: dict[str, Any]) -> dict[str, Any]:
                         "optimizer": exe["optimizer_offload"]}}
 
 
-def _llmsim_time(block: dict[str, Any], engines: dict[str, Any]) -> str:
+def _llmsim_time(block: dict[str, Any], engines: EngineOptions) -> str:
     """Iteration seconds llmsim predicts for a training block (or why it cannot)."""
     from simulate.scenario import ClusterSpec, Scenario
     from simulate.search.space import check_block
 
-    ev = worker_evaluator("gpt3-175b", "a100-sxm-80gb", 8, EngineOptions.coerce(engines),
+    ev = worker_evaluator("gpt3-175b", "a100-sxm-80gb", 8, engines,
                           run=_RUN)
     cluster = ClusterSpec(gpu="a100-sxm-80gb", num_gpus=1024, gpus_per_node=8)
     try:
@@ -134,8 +134,8 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "venv", str(args.calculon_venv)], check=True)
         subprocess.run([str(args.calculon_venv / "bin" / "pip"), "install", "-q", "psutil",
                         "numpy", "pandas"], check=True)
-    engines = ({"use_store": False, "use_predictors": False} if args.engines == "roofline"
-               else {"use_store": True, "use_predictors": True})
+    engines = (EngineOptions(use_store=False, use_predictors=False)
+               if args.engines == "roofline" else EngineOptions())
 
     t0, c0 = time.perf_counter(), time.process_time()
     res = search_training(args.scenario, executor="serial", workers=1, engines=engines)

@@ -303,7 +303,7 @@ def vidur_metrics(path: Path, cols: dict[str, np.ndarray]) -> dict[str, Any]:
     return summarize_latencies({
         "ttft": ttft, "e2e": e2e, "arrival": arrival, "finish": finish,
         "tpot": np.where(outs > 1, (finish - first) / np.maximum(outs - 1, 1), 0.0),
-        "input_len": cols["input_len"][:n], "output_len": outs})
+        "input_len": cols["input_len"][:n], "output_len": outs}).to_dict()
 
 
 def install_vidur(venv: Path) -> None:

@@ -48,7 +48,7 @@ def _pass(nodes: Sequence[Node], est: Mapping[str, Estimate], *, tp_overlap: boo
         e = est[node.op.key]
         t = e.latency_s * node.count
         add_engine_time(engine_s, {e.engine: e.latency_s}, node.count)
-        if node.stream == "compute":
+        if node.stream == Stream.COMPUTE:
             compute += t
             if node.op.family == "attention":
                 attention += t
@@ -57,7 +57,7 @@ def _pass(nodes: Sequence[Node], est: Mapping[str, Estimate], *, tp_overlap: boo
     elapsed = compute
     cp_s = comm.get("cp", 0.0)
     if cp_s:
-        ring = any(n.stream == "cp" and n.op.kind == "send_recv" for n in nodes)  # type: ignore[union-attr]
+        ring = any(n.stream == Stream.CP and n.op.kind == "send_recv" for n in nodes)  # type: ignore[union-attr]
         if ring:  # each ring step's transfer overlaps the attention block it precedes
             elapsed += overlap_window(attention, cp_s, slowdown)[0] - attention
         else:
@@ -78,11 +78,11 @@ def _paired_tp_s(nodes: Sequence[Node], est: Mapping[str, Estimate], slowdown: f
     or all-reduce: the previous one), so it hides only behind that GEMM, each GEMM once
     (Wang et al. 2022, "Overlap communication with dependent computation via decomposition";
     Transformer Engine userbuffers, Megatron-Core --tp-comm-overlap). Unpaired: exposed."""
-    gemms = [i for i, n in enumerate(nodes) if n.stream == "compute" and n.op.family == "gemm"]
+    gemms = [i for i, n in enumerate(nodes) if n.stream == Stream.COMPUTE and n.op.family == "gemm"]
     free = set(gemms)
     extra = 0.0
     for i, node in enumerate(nodes):
-        if node.stream != "tp":
+        if node.stream != Stream.TP:
             continue
         comm = est[node.op.key].latency_s * node.count
         after = [j for j in gemms if j > i and j in free]
@@ -123,7 +123,7 @@ class OpEvent:
     end_s: float
 
 
-_HIDDEN = ("fsdp",)  # prefetched behind compute (see the module docstring)
+_HIDDEN = (Stream.FSDP,)  # prefetched behind compute (see the module docstring)
 
 
 def pass_timeline(nodes: Sequence[Node], est: Mapping[str, Estimate], *,
@@ -137,7 +137,7 @@ def pass_timeline(nodes: Sequence[Node], est: Mapping[str, Estimate], *,
     events: list[OpEvent] = []
     for node in nodes:
         t = est[node.op.key].latency_s * node.count
-        if node.stream == "compute":
+        if node.stream == Stream.COMPUTE:
             events.append(OpEvent(name=node.name, stream=Stream.COMPUTE, start_s=cursor,
                                   end_s=cursor + t))
             cursor += t
@@ -145,8 +145,8 @@ def pass_timeline(nodes: Sequence[Node], est: Mapping[str, Estimate], *,
         start = max(cursor, free.get(node.stream, 0.0))
         free[node.stream] = start + t
         events.append(OpEvent(name=node.name, stream=node.stream, start_s=start, end_s=start + t))
-        ring = node.stream == "cp" and getattr(node.op, "kind", "") == "send_recv"
-        hidden = node.stream in _HIDDEN or ring or (node.stream == "tp" and tp_overlap)
+        ring = node.stream == Stream.CP and getattr(node.op, "kind", "") == "send_recv"
+        hidden = node.stream in _HIDDEN or ring or (node.stream == Stream.TP and tp_overlap)
         if not hidden:
             cursor = start + t
     return events

@@ -24,7 +24,7 @@ from enum import StrEnum
 
 from analytical.dtypes import DType
 from analytical.hardware import HardwareSpec
-from analytical.layer_spec import Node, Param
+from analytical.layer_spec import Node, Param, Stream
 from analytical.memory import Framework
 from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind, OpSpec
 from analytical.roofline import roofline_estimate
@@ -142,7 +142,7 @@ def fp8_cast_nodes(fwd: Sequence[Node], framework: str) -> tuple[list[Node], lis
             if fw in WEIGHT_CAST_PER_CALL:
                 out_f.append(_cast(f"{n.name}.fp8_cast_weight", op.k, op.n))
             out_b.append(_cast(f"{n.name}.fp8_cast_grad", rows, op.n))
-        if n.stream == "compute":
+        if n.stream == Stream.COMPUTE:
             prev = n
     return out_f, out_b
 

@@ -15,10 +15,10 @@ an operator with a categorical value its training rows never held (a collective 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -58,38 +58,14 @@ def _tracking_store_exists(tracking_uri: str | None) -> bool:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class EngineOptions(Mapping[str, Any]):
+class EngineOptions:
     """Which engines a chain may ask, passed explicitly to whatever builds a chain (hashable, so
-    a search worker keys the chains it keeps on it). It reads as the `EngineChain` keyword
-    mapping too (``EngineChain(hw, **options)``, ``dict(options)``), so code written for that
-    mapping keeps working."""
+    a search worker keys the chains it keeps on it)."""
 
     use_store: bool = True
     store_path: str | None = None  # None: $LLMSIM_DB or the home's default store
     use_predictors: bool = True
     tracking_uri: str | None = None  # MLflow store of the champions; None: the home's
-
-    @classmethod
-    def coerce(cls, value: EngineOptions | Mapping[str, Any] | None) -> EngineOptions:
-        """Options from themselves, None (every engine) or the `EngineChain` keyword mapping
-        older callers pass; an unknown key is a TypeError, as for a bad keyword."""
-        if isinstance(value, EngineOptions):
-            return value
-        kwargs = dict(value or {})
-        if kwargs.get("store_path") is not None:
-            kwargs["store_path"] = str(kwargs["store_path"])
-        return cls(**kwargs)
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in _OPTION_KEYS:
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(_OPTION_KEYS)
-
-    def __len__(self) -> int:
-        return len(_OPTION_KEYS)
 
     def checked(self) -> EngineOptions:
         """The store checked once, here, before work fans out to processes: a named store that
@@ -104,17 +80,6 @@ class EngineOptions(Mapping[str, Any]):
             return replace(self, store_path=None, use_store=False)
         with store:
             return replace(self, store_path=str(store.path))
-
-
-_OPTION_KEYS = ("use_store", "store_path", "use_predictors", "tracking_uri")
-
-
-def checked_store(store_path: str | Path | None, use_store: bool = True) -> dict[str, object]:
-    """The store part of `EngineOptions.checked` as the keyword mapping older callers spread
-    into theirs (kept so they keep working; new code uses `EngineOptions`)."""
-    options = EngineOptions(store_path=None if store_path is None else str(store_path),
-                            use_store=use_store).checked()
-    return {"store_path": options.store_path, "use_store": options.use_store}
 
 
 class EngineChain:

@@ -2,8 +2,8 @@
 """Operator graph of one training micro-batch on one rank: forward nodes from the one layer
 builder (`analytical.layers`), backward and recompute derived from them
 (`analytical.layer_backward`), plus the ZeRO-3/FSDP parameter gathers, the embedding and the
-head. Each `Node` carries its stream: "compute", or the communication it is ("tp", "cp", "ep",
-"fsdp"). Pipeline (send/recv), DP gradient sync and the optimizer live in `simulate.training`.
+head. Each `Node` carries its `Stream`: compute, or the communication it is (TP, CP, EP,
+FSDP). Pipeline (send/recv), DP gradient sync and the optimizer live in `simulate.training`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from analytical.layer_spec import (
     Node,
     Precision,
     Sharding,
+    Stream,
     TokenBatch,
 )
 from analytical.layers import coll, layer_ops
@@ -86,10 +87,10 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
     if sh.fsdp_group > 1 and layer_params_per_rank > 0:
         size = layer_params_per_rank * step.precision.act.bytes
         ag = coll("fsdp_all_gather", CollectiveKind.ALL_GATHER, size, sh.fsdp_group,
-                  sh.fsdp_rpn, "fsdp", step.precision.act)
+                  sh.fsdp_rpn, Stream.FSDP, step.precision.act)
         grad = grad_reduce_dtype(step.framework, step.precision.act)
         rs = coll("fsdp_reduce_scatter", CollectiveKind.REDUCE_SCATTER,
-                  layer_params_per_rank * grad.bytes, sh.fsdp_group, sh.fsdp_rpn, "fsdp", grad)
+                  layer_params_per_rank * grad.bytes, sh.fsdp_group, sh.fsdp_rpn, Stream.FSDP, grad)
         fwd = [ag, *fwd]
         bwd = [ag, *bwd, rs]
     per_op = step.framework == Framework.TORCHTITAN
@@ -103,7 +104,7 @@ def embedding_block(model: ModelSpec, step: TrainStep) -> Block:
     """Vocab-parallel embedding lookup; its backward is the scatter-add into the table."""
     fwd = embedding_ops(model, step.sharding, step.tokens, step.precision)
     return Block(name="embedding", fwd=tuple(fwd),
-                 bwd=backward_nodes([n for n in fwd if n.stream == "compute"]))
+                 bwd=backward_nodes([n for n in fwd if n.stream == Stream.COMPUTE]))
 
 
 def head_block(model: ModelSpec, step: TrainStep) -> Block:
@@ -121,10 +122,10 @@ def head_block(model: ModelSpec, step: TrainStep) -> Block:
     size = tokens * model.hidden * act.bytes
     if sh.tp > 1 and sh.sp:
         fwd.insert(1, coll("lm_head.sp_all_gather", CollectiveKind.ALL_GATHER, size, sh.tp,
-                           sh.tp_rpn, "tp", act))
+                           sh.tp_rpn, Stream.TP, act))
         bwd.append(coll("lm_head.sp_reduce_scatter", CollectiveKind.REDUCE_SCATTER, size, sh.tp,
-                        sh.tp_rpn, "tp", act))
+                        sh.tp_rpn, Stream.TP, act))
     elif sh.tp > 1:
         bwd.append(coll("lm_head.tp_all_reduce", CollectiveKind.ALL_REDUCE, size, sh.tp,
-                        sh.tp_rpn, "tp", act))
+                        sh.tp_rpn, Stream.TP, act))
     return Block(name="head", fwd=tuple(fwd), bwd=tuple(bwd))

@@ -14,6 +14,7 @@ from typing import Any
 
 from analytical.errors import LlmsimError
 from profiler.progress import advance, expect
+from simulate.engines import EngineOptions
 
 __all__ = ["SUITE", "SuiteEntry", "suite_dir", "run_suite"]
 
@@ -94,13 +95,13 @@ def _engines(coverage: Mapping[str, float]) -> list[str]:
     return [k for k, v in coverage.items() if v > 0]
 
 
-def run_suite(*, directory: Path | None = None, engines: Mapping[str, Any] | None = None
+def run_suite(*, directory: Path | None = None, engines: EngineOptions | None = None
               ) -> list[dict[str, Any]]:
-    """Predict every suite scenario; one row per scenario, in suite order."""
+    """Predict every suite scenario with the ``engines`` chain (None: every engine); one row
+    per scenario, in suite order."""
     from simulate.api import run
 
     directory = directory or suite_dir()
-    engine_kw = dict(engines or {})
     rows = []
     expect(len(SUITE), unit="scenarios")
     for sid, entry in SUITE.items():
@@ -108,7 +109,7 @@ def run_suite(*, directory: Path | None = None, engines: Mapping[str, Any] | Non
         row: dict[str, Any] = {"id": sid, "category": entry.category, "metric": entry.metric,
                                "scenario": entry.file}
         try:
-            out = run(path, **engine_kw)
+            out = run(path, options=engines)
             value = _get(out.data, entry.path)
             fits = bool(out.data.get("fits", True))
             row.update({"value": value,

@@ -30,12 +30,13 @@ def command(as_json: bool, directory: Path | None, db_path: Path | None, no_stor
             no_predictors: bool, progress: bool) -> None:
     """Run every scenario of the survey suite (T1-T4, I1-I5): metric, predicted value, engines
     and supported / partial / unsupported."""
-    from simulate.engines import checked_store
+    from simulate.engines import EngineOptions
 
     with bar("suite", unit="scenarios", enabled=progress and not as_json):
         rows = run_suite(directory=directory,
-                         engines={**checked_store(db_path, not no_store),
-                                  "use_predictors": not no_predictors})
+                         engines=EngineOptions(
+                             store_path=None if db_path is None else str(db_path),
+                             use_store=not no_store, use_predictors=not no_predictors).checked())
     if as_json:
         print_json(rows)
         return

@@ -35,20 +35,20 @@ def command(factory: str | None, hf_config: str | None, inputs: str | None, mode
             use_fsdp: bool, db: Path | None, no_store: bool, tracking_uri: str | None,
             as_json: bool) -> None:
     """Trace a module weights-free and predict one step through the engine chain."""
-    from simulate.engines import checked_store
+    from simulate.engines import EngineOptions
     from simulate.frontend.torch_model import TorchTarget, predict_torch
 
     if hf_config is not None:  # the user's file is checked before the store note
         from simulate.frontend.hf import load_hf_config_dict
 
         load_hf_config_dict(hf_config)
-    store = checked_store(db, not no_store)  # before tracing: a bad --db fails at once
+    engines = EngineOptions(store_path=None if db is None else str(db), use_store=not no_store,
+                            tracking_uri=tracking_uri).checked()  # a bad --db fails at once
 
     target = TorchTarget(factory=factory, hf_config=hf_config, inputs=inputs, mode=mode,
                          batch=batch, seq_len=seq_len, new_tokens=new_tokens, dtype=dtype)
     _, prediction = predict_torch(target, hardware=hardware, dp=dp, use_fsdp=use_fsdp,
-                                  store_path=store["store_path"],
-                                  use_store=bool(store["use_store"]), tracking_uri=tracking_uri)
+                                  engines=engines)
     result = {"model": factory or hf_config, "mode": mode, "hardware": hardware, "dp": dp,
               "fsdp": use_fsdp, "step_time_s": prediction.overlap_s or prediction.serial_s,
               **prediction.to_dict()}

@@ -19,7 +19,7 @@ from typing import Any
 
 from analytical.errors import SpecError
 from analytical.hardware import get_hardware
-from simulate.engines import EngineChain
+from simulate.engines import EngineChain, EngineOptions
 from simulate.frontend.graph import TracedGraph
 from simulate.frontend.hf import MODES, trace_hf
 from simulate.frontend.passes import data_parallel, fsdp
@@ -95,10 +95,10 @@ def trace_target(target: TorchTarget) -> TracedGraph:
 
 
 def predict_torch(target: TorchTarget, *, hardware: str = "cpu", dp: int = 1,
-                  use_fsdp: bool = False, store_path: str | Path | None = None,
-                  use_store: bool = True, tracking_uri: str | None = None
+                  use_fsdp: bool = False, engines: EngineOptions | None = None
                   ) -> tuple[TracedGraph, TracedPrediction]:
-    """Trace, add the data-parallel collectives (``dp`` ranks on one node), price."""
+    """Trace, add the data-parallel collectives (``dp`` ranks on one node), price with the
+    ``engines`` chain (None: every engine)."""
     hw = get_hardware(hardware)
     traced = trace_target(target)
     if dp > 1 or use_fsdp:
@@ -108,5 +108,5 @@ def predict_torch(target: TorchTarget, *, hardware: str = "cpu", dp: int = 1,
                             f"{hw.gpus_per_node}")
         traced = (fsdp(traced, dp=dp, ranks_per_node=ranks_per_node) if use_fsdp else
                   data_parallel(traced, dp=dp, ranks_per_node=ranks_per_node))
-    chain = EngineChain(hw, store_path=store_path, use_store=use_store, tracking_uri=tracking_uri)
+    chain = EngineChain.from_options(hw, EngineOptions() if engines is None else engines)
     return traced, price_traced(traced, chain, hw)

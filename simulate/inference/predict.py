@@ -9,6 +9,7 @@ over the network, and several models co-located on the same GPUs (``colocate``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -151,9 +152,9 @@ def _disaggregated(inf: InferenceSpec, serving: ServingSpec, *, model: ModelSpec
                             dec.instances, serving, hw, speculation, costs)
     finish = {s.req.id: s.finish_s for t in dec_tenants for s in t.sequences}
     arr = _end_to_end(workload, first_token, finish)
-    metrics = summarize_latencies(arr, Slo(ttft_s=serving.slo_ttft_s, tpot_s=serving.slo_tpot_s))
-    metrics["preemptions"] = sum(t.state.preemptions for t in pre_tenants + dec_tenants
-                                 if t.state)
+    metrics = replace(
+        summarize_latencies(arr, Slo(ttft_s=serving.slo_ttft_s, tpot_s=serving.slo_tpot_s)),
+        preemptions=sum(t.state.preemptions for t in pre_tenants + dec_tenants if t.state))
     pools = {"prefill": PoolReport(instances=pre.instances, tp=pre.tp,
                                    memory=memory_report(pre_plan, serving.block_size)),
              "decode": PoolReport(instances=dec.instances, tp=dec.tp,

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from simulate.serving.loop import StepRecord
+from simulate.serving.metrics import ServingMetrics
 
 __all__ = ["InferenceMode", "InferenceResult", "PoolReport", "RunHead", "SpeculativeReport",
            "TenantResult"]
@@ -69,7 +70,7 @@ class PoolReport:
 class TenantResult:
     """One co-located model: its serving metrics and its memory."""
 
-    metrics: Mapping[str, Any]  # `simulate.serving.metrics.summarize_tenants`
+    metrics: ServingMetrics  # `simulate.serving.metrics.summarize_tenants`
     memory: Mapping[str, float]
 
 
@@ -79,7 +80,7 @@ class InferenceResult:
     throughput, goodput, KV use: `simulate.serving.metrics`); the other fields say what ran."""
 
     mode: InferenceMode
-    metrics: Mapping[str, Any] = field(default_factory=dict)
+    metrics: ServingMetrics | None = None  # None: the verdict of a model that does not fit
     memory: Mapping[str, Any] = field(default_factory=dict)  # per GPU, GiB (or the verdict's)
     engine_coverage: Mapping[str, float] = field(default_factory=dict)  # engine -> time share
     decode_fit_error: float | None = None  # worst relative error of the decode-attention fit
@@ -115,6 +116,12 @@ def _speculative(r: InferenceResult) -> dict[str, Any]:
                             "draft_memory_gib": s.draft_memory_gib}}
 
 
+def _metrics(r: InferenceResult) -> ServingMetrics:
+    if r.metrics is None:
+        raise ValueError(f"a {r.mode.value} result needs its serving metrics")
+    return r.metrics
+
+
 def _instance(r: InferenceResult) -> dict[str, Any]:
     return {"mode": r.mode.value, "fits": True, "memory": dict(r.memory),
             "engine_coverage": dict(r.engine_coverage),
@@ -122,18 +129,19 @@ def _instance(r: InferenceResult) -> dict[str, Any]:
 
 
 def _single_batch(r: InferenceResult) -> dict[str, Any]:
-    means = {key: r.metrics[key]["mean"] for key in _SINGLE_BATCH_MEANS}
-    rates = {key: r.metrics[key] for key in _SINGLE_BATCH_RATES}
+    m = _metrics(r)
+    means = {key: getattr(m, key).mean for key in _SINGLE_BATCH_MEANS}
+    rates = {key: getattr(m, key) for key in _SINGLE_BATCH_RATES}
     return {**_instance(r), **means, **rates, "batch_size": r.batch_size, **_speculative(r)}
 
 
 def _serving(r: InferenceResult) -> dict[str, Any]:
-    return {**_instance(r), **r.metrics, "kv_utilisation_timeline": [list(p) for p in r.kv_timeline],
+    return {**_instance(r), **_metrics(r).to_dict(), "kv_utilisation_timeline": [list(p) for p in r.kv_timeline],
             **_speculative(r)}
 
 
 def _disaggregated(r: InferenceResult) -> dict[str, Any]:
-    return {**r.metrics, "mode": r.mode.value, "fits": True,
+    return {**_metrics(r).to_dict(), "mode": r.mode.value, "fits": True,
             "memory": {role: dict(p.memory) for role, p in r.pools.items()},
             "kv_transfer_s": dict(r.kv_transfer_s),
             "pools": {role: {"instances": p.instances, "tp": p.tp} for role, p in r.pools.items()},
@@ -142,7 +150,7 @@ def _disaggregated(r: InferenceResult) -> dict[str, Any]:
 
 def _colocated(r: InferenceResult) -> dict[str, Any]:
     return {"mode": r.mode.value, "fits": True,
-            "tenants": {name: {**t.metrics, "memory": dict(t.memory)}
+            "tenants": {name: {**t.metrics.to_dict(), "memory": dict(t.memory)}
                         for name, t in r.tenants.items()},
             "engine_coverage": dict(r.engine_coverage)}
 

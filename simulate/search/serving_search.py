@@ -147,7 +147,7 @@ def evaluate_serving(task: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def search_serving(scenario: str | Path | Mapping[str, Any], *, overrides: Sequence[str] = (),
                    executor: str = DEFAULT_EXECUTOR, workers: int | None = None,
-                   engines: EngineOptions | Mapping[str, Any] | None = None
+                   engines: EngineOptions | None = None
                    ) -> ServingSearchResult:
     """Search the ``search`` block of a serving scenario (see module doc)."""
     start = time.perf_counter()
@@ -162,7 +162,7 @@ def search_serving(scenario: str | Path | Mapping[str, Any], *, overrides: Seque
             raise SpecError(key, "a serving search needs it", source=source)
     space, num_gpus = parse_serving_space(doc, SERVING_AXES, source=source)
     slo = dict(doc.get("serving", {}).get("slo", {}))
-    engines = EngineOptions.coerce(engines)
+    engines = EngineOptions() if engines is None else engines
     run_id = new_run_id()
     workers = workers or default_workers()
     base = {k: v for k, v in doc.items() if k != "search"}

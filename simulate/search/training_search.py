@@ -286,15 +286,15 @@ def _collect(results: Sequence[list[dict[str, Any] | None]], tasks) -> list[dict
 def search_training(scenario: str | Path | Mapping[str, Any], *, overrides: Sequence[str] = (),
                     objective: str = "tokens_per_s", usd_per_gpu_hour: float | None = None,
                     executor: str = DEFAULT_EXECUTOR, workers: int | None = None,
-                    engines: EngineOptions | Mapping[str, Any] | None = None,
+                    engines: EngineOptions | None = None,
                     prune_top: int | None = None,
                     auto: bool = False,
                     progress: Callable[[int, int], None] | None = None
                     ) -> TrainingSearchResult:
     """Search the layouts a scenario's searchable ``training`` block describes.
 
-    ``engines``: which engines time the layouts (`EngineOptions`; the older keyword mapping is
-    accepted). ``objective`` is a key of `OBJECTIVES`; "cost" needs ``usd_per_gpu_hour``.
+    ``engines``: which engines time the layouts (`EngineOptions`; None: every
+    engine). ``objective`` is a key of `OBJECTIVES`; "cost" needs ``usd_per_gpu_hour``.
     ``prune_top`` = k: time only layouts that can still enter the top k (see `prune`); the
     top k is the exhaustive search's. ``auto``: search every layout axis around a plain
     scenario, whose own layout becomes the baseline the gain is measured against.
@@ -308,7 +308,7 @@ def search_training(scenario: str | Path | Mapping[str, Any], *, overrides: Sequ
         doc = auto_space(doc)
     model_ref = _model_ref(doc, base_dir)
     model = load_model(model_ref)
-    engines = EngineOptions.coerce(engines)
+    engines = EngineOptions() if engines is None else engines
     run_id = new_run_id()  # scopes the worker caches to this search
     workers = workers or default_workers()
     run = get_executor(executor)

@@ -1,10 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Serving metrics from finished sequences: latency percentiles, throughput, goodput, KV use."""
+"""Serving metrics from finished sequences: latency percentiles, throughput, goodput, KV use.
+
+They are typed (`ServingMetrics`, `LatencyStats`, `LoopMetrics`, `KvCacheSummary`) from the
+summary to `simulate.inference.result`; `ServingMetrics.to_dict` is the JSON at the edge."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -22,21 +25,105 @@ class Slo:
     e2e_s: float | None = None
 
 
-def _stats(values: np.ndarray) -> dict[str, float]:
+def _flat(record: LatencyStats | KvCacheSummary) -> dict[str, float]:
+    """A record of numbers as its JSON object, keys in field order."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LatencyStats:
+    """Mean, percentiles and maximum of one latency over requests (s); NaN: no request had it."""
+
+    mean: float
+    p50: float
+    p90: float
+    p95: float
+    p99: float
+    max: float
+
+    def to_dict(self) -> dict[str, float]:
+        return _flat(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KvCacheSummary:
+    """The KV block pool of one instance and how full it ran (time-weighted mean)."""
+
+    blocks: float
+    block_size_tokens: float
+    capacity_tokens: float
+    peak_utilisation: float
+    mean_utilisation: float
+
+    def to_dict(self) -> dict[str, float]:
+        return _flat(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoopMetrics:
+    """What the simulated engine loop adds to the request latencies (`summarize_tenants`)."""
+
+    itl_s: LatencyStats
+    steps: int
+    gpu_busy_fraction: float
+    kv_cache: KvCacheSummary | None  # None: no KV pool was traced
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingMetrics:
+    """The serving summary of finished requests: latencies, throughput, goodput (with an SLO),
+    preemptions and, from the engine loop, ITL, steps, GPU busy share and KV use."""
+
+    num_requests: int
+    duration_s: float
+    ttft_s: LatencyStats
+    tpot_s: LatencyStats
+    e2e_latency_s: LatencyStats
+    throughput_tokens_per_s: float
+    total_tokens_per_s: float
+    requests_per_s: float
+    slo_attainment: float | None = None  # share of requests meeting every SLO bound set
+    goodput_requests_per_s: float | None = None
+    preemptions: int | None = None
+    loop: LoopMetrics | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON keys (``llmsim simulate --json``): unset parts are left out."""
+        out: dict[str, Any] = {
+            "num_requests": self.num_requests, "duration_s": self.duration_s,
+            "ttft_s": self.ttft_s.to_dict(), "tpot_s": self.tpot_s.to_dict(),
+            "e2e_latency_s": self.e2e_latency_s.to_dict(),
+            "throughput_tokens_per_s": self.throughput_tokens_per_s,
+            "total_tokens_per_s": self.total_tokens_per_s, "requests_per_s": self.requests_per_s}
+        if self.slo_attainment is not None:
+            out["slo_attainment"] = self.slo_attainment
+            out["goodput_requests_per_s"] = self.goodput_requests_per_s
+        if self.loop is not None:
+            out["itl_s"] = self.loop.itl_s.to_dict()
+        if self.preemptions is not None:
+            out["preemptions"] = self.preemptions
+        if self.loop is not None:
+            kv = self.loop.kv_cache
+            out.update({"steps": self.loop.steps, "gpu_busy_fraction": self.loop.gpu_busy_fraction,
+                        "kv_cache": {} if kv is None else kv.to_dict()})
+        return out
+
+
+def _stats(values: np.ndarray) -> LatencyStats:
     if values.size == 0:
-        return {"mean": float("nan"), "p50": float("nan"), "p90": float("nan"),
-                "p95": float("nan"), "p99": float("nan"), "max": float("nan")}
-    return {
-        "mean": float(values.mean()),
-        "p50": float(np.percentile(values, 50)),
-        "p90": float(np.percentile(values, 90)),
-        "p95": float(np.percentile(values, 95)),
-        "p99": float(np.percentile(values, 99)),
-        "max": float(values.max()),
-    }
+        nan = float("nan")
+        return LatencyStats(mean=nan, p50=nan, p90=nan, p95=nan, p99=nan, max=nan)
+    return LatencyStats(
+        mean=float(values.mean()),
+        p50=float(np.percentile(values, 50)),
+        p90=float(np.percentile(values, 90)),
+        p95=float(np.percentile(values, 95)),
+        p99=float(np.percentile(values, 99)),
+        max=float(values.max()),
+    )
 
 
-def weighted_stats(values: np.ndarray, counts: np.ndarray) -> dict[str, float]:
+def weighted_stats(values: np.ndarray, counts: np.ndarray) -> LatencyStats:
     """`_stats` of a sample given as distinct values with their counts (percentile = the
     smallest value whose cumulative share reaches q, the inverted-CDF definition)."""
     if values.size == 0 or counts.sum() == 0:
@@ -48,11 +135,11 @@ def weighted_stats(values: np.ndarray, counts: np.ndarray) -> dict[str, float]:
     def pct(q: float) -> float:
         return float(v[min(int(np.searchsorted(cum, q / 100.0)), v.size - 1)])
 
-    return {"mean": float((v * c).sum() / c.sum()), "p50": pct(50), "p90": pct(90),
-            "p95": pct(95), "p99": pct(99), "max": float(v[-1])}
+    return LatencyStats(mean=float((v * c).sum() / c.sum()), p50=pct(50), p90=pct(90),
+                        p95=pct(95), p99=pct(99), max=float(v[-1]))
 
 
-def itl_stats(tenants: Seq[Tenant]) -> dict[str, float]:
+def itl_stats(tenants: Seq[Tenant]) -> LatencyStats:
     """Inter-token latency over every gap between consecutive tokens of every request, pooled
     (what `vllm bench serve` reports as ITL; its TPOT is the per-request mean instead)."""
     merged: dict[float, int] = {}
@@ -80,22 +167,22 @@ def latency_arrays(seqs: Seq[Sequence]) -> dict[str, np.ndarray]:
     }
 
 
-def summarize_latencies(arr: dict[str, np.ndarray], slo: Slo | None = None) -> dict[str, Any]:
+def summarize_latencies(arr: dict[str, np.ndarray], slo: Slo | None = None) -> ServingMetrics:
     """Latency percentiles, throughput and (with an SLO) goodput of finished requests."""
     n = int(arr["arrival"].size)
     makespan = float(arr["finish"].max() - arr["arrival"].min()) if n else 0.0
     out_tokens = float(arr["output_len"].sum())
     in_tokens = float(arr["input_len"].sum())
-    result: dict[str, Any] = {
-        "num_requests": n,
-        "duration_s": makespan,
-        "ttft_s": _stats(arr["ttft"]),
-        "tpot_s": _stats(arr["tpot"][arr["output_len"] > 1]),
-        "e2e_latency_s": _stats(arr["e2e"]),
-        "throughput_tokens_per_s": out_tokens / makespan if makespan else 0.0,
-        "total_tokens_per_s": (out_tokens + in_tokens) / makespan if makespan else 0.0,
-        "requests_per_s": n / makespan if makespan else 0.0,
-    }
+    result = ServingMetrics(
+        num_requests=n,
+        duration_s=makespan,
+        ttft_s=_stats(arr["ttft"]),
+        tpot_s=_stats(arr["tpot"][arr["output_len"] > 1]),
+        e2e_latency_s=_stats(arr["e2e"]),
+        throughput_tokens_per_s=out_tokens / makespan if makespan else 0.0,
+        total_tokens_per_s=(out_tokens + in_tokens) / makespan if makespan else 0.0,
+        requests_per_s=n / makespan if makespan else 0.0,
+    )
     if slo is not None and (slo.ttft_s is not None or slo.tpot_s is not None
                             or slo.e2e_s is not None):
         ok = np.ones(n, dtype=bool)
@@ -105,46 +192,45 @@ def summarize_latencies(arr: dict[str, np.ndarray], slo: Slo | None = None) -> d
             ok &= arr["tpot"] <= slo.tpot_s
         if slo.e2e_s is not None:
             ok &= arr["e2e"] <= slo.e2e_s
-        result["slo_attainment"] = float(ok.mean()) if n else 0.0
-        result["goodput_requests_per_s"] = float(ok.sum()) / makespan if makespan else 0.0
+        result = replace(result, slo_attainment=float(ok.mean()) if n else 0.0,
+                         goodput_requests_per_s=float(ok.sum()) / makespan if makespan else 0.0)
     return result
 
 
-def summarize_tenants(tenants: Seq[Tenant], slo: Slo | None = None) -> dict[str, Any]:
+def summarize_tenants(tenants: Seq[Tenant], slo: Slo | None = None) -> ServingMetrics:
     """Pooled metrics of tenants serving one stream (data-parallel replicas) or one tenant."""
     # warm-up requests (a benchmark's ramp, e.g. genai-perf's unstable first window) ran and
     # loaded the engine but are not measured
     seqs = [s for t in tenants for s in t.sequences if s.req.id >= t.workload.warmup]
     result = summarize_latencies(latency_arrays(seqs), slo)
-    result["itl_s"] = itl_stats(tenants)
-    makespan = result["duration_s"]
-    result["preemptions"] = sum(t.state.preemptions for t in tenants if t.state)
-    result["steps"] = sum(t.steps for t in tenants)
+    makespan = result.duration_s
     busy = sum(t.busy_s for t in tenants) / len(tenants) if tenants else 0.0
-    result["gpu_busy_fraction"] = busy / makespan if makespan else 0.0
-    result["kv_cache"] = _kv_summary(tenants[0]) if tenants else {}
-    return result
+    loop = LoopMetrics(itl_s=itl_stats(tenants), steps=sum(t.steps for t in tenants),
+                       gpu_busy_fraction=busy / makespan if makespan else 0.0,
+                       kv_cache=_kv_summary(tenants[0]) if tenants else None)
+    return replace(result, preemptions=sum(t.state.preemptions for t in tenants if t.state),
+                   loop=loop)
 
 
-def summarize_tenant(tenant: Tenant, slo: Slo | None = None) -> dict[str, Any]:
+def summarize_tenant(tenant: Tenant, slo: Slo | None = None) -> ServingMetrics:
     return summarize_tenants([tenant], slo)
 
 
-def _kv_summary(tenant: Tenant) -> dict[str, float]:
+def _kv_summary(tenant: Tenant) -> KvCacheSummary | None:
     pool = tenant.state.pool if tenant.state else None
     if pool is None or not tenant.kv_trace:
-        return {}
+        return None
     times = np.array([t for t, _ in tenant.kv_trace])
     util = np.array([u for _, u in tenant.kv_trace])
     dt = np.diff(times, prepend=times[0])
     weighted = float((util * dt).sum() / dt.sum()) if dt.sum() > 0 else float(util.mean())
-    return {
-        "blocks": float(pool.num_blocks),
-        "block_size_tokens": float(pool.block_size),
-        "capacity_tokens": float(pool.num_blocks * pool.block_size),
-        "peak_utilisation": pool.peak / pool.num_blocks,
-        "mean_utilisation": weighted,
-    }
+    return KvCacheSummary(
+        blocks=float(pool.num_blocks),
+        block_size_tokens=float(pool.block_size),
+        capacity_tokens=float(pool.num_blocks * pool.block_size),
+        peak_utilisation=pool.peak / pool.num_blocks,
+        mean_utilisation=weighted,
+    )
 
 
 def kv_timeline(tenant: Tenant, points: int = 200) -> list[tuple[float, float]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from analytical.layer_spec import Node
+from analytical.layer_spec import Node, Stream
 from analytical.ops import AttentionSpec, CollectiveKind, CollectiveSpec, GemmSpec
 from simulate.costs import add_engine_time, block_cost, pass_timeline
 from simulate.engines import Estimate
@@ -41,7 +41,7 @@ def test_compute_only_is_the_sum_with_counts():
 def test_tp_exposed_unless_overlapped_with_non_attention_compute():
     est = _est(gemm=2.0, attn=3.0, tp=1.5)
     block = _block(Node(name="g", op=GEMM), Node(name="a", op=ATTN),
-                   Node(name="ar", op=_coll(), stream="tp"))
+                   Node(name="ar", op=_coll(), stream=Stream.TP))
     exposed = block_cost(block, est, tp_overlap=False, slowdown=1.0).fwd
     hidden = block_cost(block, est, tp_overlap=True, slowdown=1.0).fwd
     assert exposed.elapsed_s == pytest.approx(6.5)
@@ -52,8 +52,8 @@ def test_tp_exposed_unless_overlapped_with_non_attention_compute():
 def test_ep_all_to_all_is_exposed_and_ring_hides_behind_attention():
     est = _est(attn=3.0, ep=0.5, ring=1.0)
     block = _block(Node(name="a", op=ATTN),
-                   Node(name="ring", op=_coll(CollectiveKind.SEND_RECV, 1 << 10), stream="cp"),
-                   Node(name="a2a", op=_coll(CollectiveKind.ALL_TO_ALL), stream="ep", count=2))
+                   Node(name="ring", op=_coll(CollectiveKind.SEND_RECV, 1 << 10), stream=Stream.CP),
+                   Node(name="a2a", op=_coll(CollectiveKind.ALL_TO_ALL), stream=Stream.EP, count=2))
     cost = block_cost(block, est, tp_overlap=False, slowdown=1.0).fwd
     assert cost.elapsed_s == pytest.approx(3.0 + 1.0)  # ring hidden, two all-to-alls exposed
 
@@ -67,7 +67,7 @@ def test_add_engine_time():
 
 def test_pass_timeline_exposed_and_hidden_collectives():
     est = _est(gemm=2.0, attn=3.0, tp=1.5)
-    nodes = (Node(name="g", op=GEMM), Node(name="ar", op=_coll(), stream="tp"),
+    nodes = (Node(name="g", op=GEMM), Node(name="ar", op=_coll(), stream=Stream.TP),
              Node(name="a", op=ATTN))
     exposed = pass_timeline(nodes, est, tp_overlap=False)
     assert [(e.name, e.stream, e.start_s, e.end_s) for e in exposed] == [

@@ -15,12 +15,12 @@ from simulate.efficiency import (
     framework_estimates,
     grad_reduce_dtype,
 )
-from simulate.engines import EngineChain, Estimate
+from simulate.engines import EngineChain, EngineOptions, Estimate
 from simulate.scenario import load_scenario
 from simulate.search.training_search import search_training
 from simulate.training import run_training
 
-ENGINES = {"use_store": False, "use_predictors": False}
+ENGINES = EngineOptions(use_store=False, use_predictors=False)
 
 
 @pytest.fixture(autouse=True)
@@ -48,15 +48,15 @@ def test_only_roofline_attention_is_retimed():
     hw = get_hardware("h100-sxm")
     op = AttentionSpec(batch=1, q_len=8192, kv_len=8192, heads=32, kv_heads=8, head_dim=128)
     measured = Estimate(latency_s=1e-3, engine="store")
-    roof = EngineChain(hw, **ENGINES).estimate(op)
+    roof = EngineChain.from_options(hw, ENGINES).estimate(op)
     out = framework_estimates([op, op], [measured, roof], hw, "torchtitan")
     assert out[0] == measured
     assert out[1].latency_s > 1.4 * roof.latency_s  # 0.55 -> 370/989 of peak
 
 
 def test_torchtitan_runs_slower_than_megatron_on_the_same_layout():
-    tt = run_training(load_scenario(_doc("torchtitan")), **ENGINES)
-    mg = run_training(load_scenario(_doc("megatron")), **ENGINES)
+    tt = run_training(load_scenario(_doc("torchtitan")), use_store=False, use_predictors=False)
+    mg = run_training(load_scenario(_doc("megatron")), use_store=False, use_predictors=False)
     assert tt.fits and mg.fits
     assert tt.tokens_per_s < 0.95 * mg.tokens_per_s
 
@@ -71,7 +71,7 @@ def test_search_equals_simulate_for_torchtitan():
         sc = load_scenario({"name": "x", "model": doc["model"],
                             "hardware": {"gpu": row["gpu"], "num_gpus": row["num_gpus"]},
                             "training": row["layout"]})
-        want = run_training(sc, **ENGINES)
+        want = run_training(sc, use_store=False, use_predictors=False)
         assert row["tokens_per_s"] == pytest.approx(want.tokens_per_s, rel=1e-9)
 
 
@@ -119,8 +119,8 @@ def test_triton_flash_attention_runs_at_the_fa2_papers_ratio():
 def test_search_equals_simulate_with_triton_attention():
     doc = _doc("composer", gpu="a100-sxm-80gb")
     doc["training"]["attention"] = "flash-triton"
-    slow = run_training(load_scenario(doc), **ENGINES)
-    fast = run_training(load_scenario(_doc("composer", gpu="a100-sxm-80gb")), **ENGINES)
+    slow = run_training(load_scenario(doc), use_store=False, use_predictors=False)
+    fast = run_training(load_scenario(_doc("composer", gpu="a100-sxm-80gb")), use_store=False, use_predictors=False)
     assert slow.tokens_per_s < 0.95 * fast.tokens_per_s
     doc["training"]["parallel"] = {"dp": [8], "zero": 3, "fsdp": True}
     res = search_training(doc, executor="serial", engines=ENGINES)

@@ -15,12 +15,13 @@ from click.testing import CliRunner
 from analytical.errors import SpecError
 from simulate.cli.main import main
 from simulate.cli.search_cmd import command
+from simulate.engines import EngineOptions
 from simulate.scenario import apply_overrides, load_scenario, parse_scenario
 from simulate.search.answers import collapse_ties, scenario_doc, set_flags
 from simulate.search.training_search import search_training
 from simulate.training import run_training
 
-ENGINES = {"use_store": False, "use_predictors": False}
+ENGINES = EngineOptions(use_store=False, use_predictors=False)
 DOC = {
     "name": "small", "model": "llama-2-7b",
     "hardware": {"gpu": ["h100-sxm", "h200"], "num_gpus": 8, "gpus_per_node": 8},

@@ -12,7 +12,7 @@ import pytest
 from analytical.errors import SpecError
 from analytical.hardware import get_hardware
 from analytical.parallel import Schedule
-from simulate.engines import EngineChain
+from simulate.engines import EngineChain, EngineOptions
 from simulate.scenario import load_scenario
 from simulate.schedule import simulate_pipeline
 from simulate.search import fast_pipeline as fp
@@ -20,7 +20,7 @@ from simulate.search.batch_pipeline import batch_pipeline
 from simulate.search.training_search import search_training
 from simulate.training import run_training
 
-ENGINES = {"use_store": False, "use_predictors": False}
+ENGINES = EngineOptions(use_store=False, use_predictors=False)
 REL = 1e-9
 DENSE = {
     "name": "dense", "model": "llama-2-7b",
@@ -111,7 +111,7 @@ def _check_rows_equal_simulate(doc: dict, res) -> None:
                                          "gpus_per_node": 8},
                             "training": row["layout"]})
         if row["gpu"] not in chains:
-            chains[row["gpu"]] = EngineChain(get_hardware(row["gpu"]), **ENGINES)
+            chains[row["gpu"]] = EngineChain.from_options(get_hardware(row["gpu"]), ENGINES)
         chain = chains[row["gpu"]]
         want = run_training(sc, chain=chain)
         assert want.fits

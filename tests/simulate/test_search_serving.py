@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from analytical.errors import SpecError
+from simulate.engines import EngineOptions
 from simulate.search.serving_search import search_serving
 
-ENGINES = {"use_store": False, "use_predictors": False}
+ENGINES = EngineOptions(use_store=False, use_predictors=False)
 DOC = {
     "name": "serve-small",
     "model": "llama-2-7b",

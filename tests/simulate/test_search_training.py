@@ -11,7 +11,7 @@ import pytest
 from analytical.errors import SpecError, UnknownNameError
 from analytical.hardware import get_hardware
 from analytical.model import load_model
-from simulate.engines import EngineChain
+from simulate.engines import EngineChain, EngineOptions
 from simulate.layout import validate_layout
 from simulate.scenario import load_scenario
 from simulate.search.executors import chunked, get_executor
@@ -19,7 +19,7 @@ from simulate.search.pareto import pareto_front
 from simulate.search.training_search import search_training
 from simulate.training import run_training
 
-ENGINES = {"use_store": False, "use_predictors": False}
+ENGINES = EngineOptions(use_store=False, use_predictors=False)
 DOC = {
     "name": "small",
     "model": "llama-2-7b",
@@ -52,7 +52,7 @@ def test_best_layout_is_accepted_by_simulate(result):
     sc = _scenario(best)
     hw = get_hardware("h100-sxm")
     validate_layout(load_model("llama-2-7b"), hw, sc.cluster, sc.training)  # raises if rejected
-    again = run_training(sc, chain=EngineChain(hw, **ENGINES))
+    again = run_training(sc, chain=EngineChain.from_options(hw, ENGINES))
     assert again.fits
     assert again.tokens_per_s == pytest.approx(best["tokens_per_s"], rel=1e-12)
 
@@ -61,7 +61,7 @@ def test_pruned_search_agrees_with_brute_force(result):
     """Every raw combination straight into run_training (no enumeration checks, no memory
     pruning): the same set of fitting layouts and the same best."""
     hw = get_hardware("h100-sxm")
-    chain = EngineChain(hw, **ENGINES)
+    chain = EngineChain.from_options(hw, ENGINES)
     brute = []
     for n, tp, pp, zero, mb, rc in itertools.product([8, 16], [1, 2, 4, 8], [1, 2, 4], [0, 1],
                                                      [1, 2], ["none", "selective"]):

@@ -171,8 +171,8 @@ def test_itl_pools_token_gaps_and_tpot_is_per_request() -> None:
                     kv_blocks=1000, kv_bytes_per_token=1.0)
     run_tenants([tenant])
     m = summarize_tenant(tenant)
-    assert m["itl_s"]["mean"] == pytest.approx(0.01 + 1e-4)
-    assert m["tpot_s"]["mean"] == pytest.approx(0.01 + 1e-4)
+    assert m.loop.itl_s.mean == pytest.approx(0.01 + 1e-4)
+    assert m.tpot_s.mean == pytest.approx(0.01 + 1e-4)
     for seq in tenant.sequences:  # TPOT = (e2e - ttft) / (output_len - 1)
         assert (seq.finish_s - seq.first_token_s) / 4 == pytest.approx(0.01 + 1e-4)
     # two clients under prefill-first: one client's prefill stalls the other's decode, so a
@@ -184,8 +184,8 @@ def test_itl_pools_token_gaps_and_tpot_is_per_request() -> None:
                     kv_blocks=10_000, kv_bytes_per_token=1.0)
     run_tenants([tenant])
     m = summarize_tenant(tenant)
-    assert m["itl_s"]["p50"] == pytest.approx(0.01 + 2e-4)
-    assert m["itl_s"]["max"] > 0.01 + 2000e-4
+    assert m.loop.itl_s.p50 == pytest.approx(0.01 + 2e-4)
+    assert m.loop.itl_s.max > 0.01 + 2000e-4
 
 
 def test_reserve_output_admits_only_what_fits_whole_and_never_preempts() -> None:

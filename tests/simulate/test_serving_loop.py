@@ -8,7 +8,7 @@ import pytest
 
 from analytical.errors import InfeasibleError, SpecError
 from simulate.serving.loop import Speculation, Tenant, run_tenants
-from simulate.serving.metrics import summarize_tenant
+from simulate.serving.metrics import ServingMetrics, summarize_tenant
 from simulate.serving.schedulers import SchedulerConfig
 from simulate.serving.state import StepShape
 from simulate.serving.workload import Request, Workload, make_workload
@@ -39,9 +39,9 @@ def test_ttft_at_low_qps_equals_prefill_time() -> None:
     tenant = _tenant(wl, cost=LinearCost(0.01, 1e-4))
     run_tenants([tenant])
     metrics = summarize_tenant(tenant)
-    assert metrics["ttft_s"]["max"] == pytest.approx(0.01 + 512e-4, rel=1e-9)
+    assert metrics.ttft_s.max == pytest.approx(0.01 + 512e-4, rel=1e-9)
     # each decode step: a + b*1 (one sequence in the batch)
-    assert metrics["tpot_s"]["mean"] == pytest.approx(0.01 + 1e-4, rel=1e-9)
+    assert metrics.tpot_s.mean == pytest.approx(0.01 + 1e-4, rel=1e-9)
 
 
 def test_chunked_prefill_respects_token_budget_and_mixes_decodes() -> None:
@@ -56,7 +56,7 @@ def test_chunked_prefill_respects_token_budget_and_mixes_decodes() -> None:
 
 
 def test_same_seed_same_result_and_different_seed_differs() -> None:
-    def once(seed: int) -> dict:
+    def once(seed: int) -> ServingMetrics:
         wl = make_workload({"process": "poisson", "qps": 5, "num_requests": 300, "seed": seed},
                            input_len={"dist": "lognormal", "mean": 400}, output_len=100)
         tenant = _tenant(wl)
@@ -64,7 +64,7 @@ def test_same_seed_same_result_and_different_seed_differs() -> None:
         return summarize_tenant(tenant)
 
     assert once(1) == once(1)
-    assert once(1)["ttft_s"] != once(2)["ttft_s"]
+    assert once(1).ttft_s != once(2).ttft_s
 
 
 def test_small_kv_cache_preempts_and_still_finishes_everything() -> None:
@@ -73,8 +73,8 @@ def test_small_kv_cache_preempts_and_still_finishes_everything() -> None:
     tenant = _tenant(wl, blocks=200, block_size=16)  # 3200 tokens: ~6 requests' worth
     run_tenants([tenant])
     metrics = summarize_tenant(tenant)
-    assert metrics["preemptions"] > 0
-    assert metrics["kv_cache"]["peak_utilisation"] <= 1.0
+    assert metrics.preemptions > 0
+    assert metrics.loop.kv_cache.peak_utilisation <= 1.0
     assert all(seq.generated == 300 for seq in tenant.sequences)
     assert tenant.state.pool.used == 0  # everything released
 
@@ -125,7 +125,7 @@ def test_two_tenants_time_share_the_gpu() -> None:
     a, b = _tenant(wl()), _tenant(wl())
     run_tenants([a, b])
     # two identical tenants sharing one GPU each take about twice as long
-    ratio = summarize_tenant(a)["duration_s"] / summarize_tenant(alone)["duration_s"]
+    ratio = summarize_tenant(a).duration_s / summarize_tenant(alone).duration_s
     assert ratio == pytest.approx(2.0, rel=0.05)
 
 

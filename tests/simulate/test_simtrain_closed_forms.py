@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from analytical.hardware import get_hardware
-from analytical.layer_spec import Sharding
+from analytical.layer_spec import Sharding, Stream
 from analytical.memory import Framework, training_memory
 from analytical.model import load_model
 from analytical.parallel import Schedule
@@ -80,7 +80,7 @@ def test_single_gpu_time_is_sum_of_operator_times():
 
     per_mb = sum(times * sum(latency(n.op) * n.count
                              for n in (*blk.fwd, *blk.bwd)) for blk, times in blocks)
-    assert all(n.stream == "compute" for blk, _ in blocks for n in (*blk.fwd, *blk.bwd))
+    assert all(n.stream == Stream.COMPUTE for blk, _ in blocks for n in (*blk.fwd, *blk.bwd))
     optimizer = r.breakdown_s["optimizer"]
     assert r.iteration_time_s == pytest.approx(t.num_microbatches * per_mb + optimizer, rel=1e-12)
     assert r.breakdown_s["pipeline_bubble"] == 0.0

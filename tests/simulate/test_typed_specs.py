@@ -141,9 +141,9 @@ def test_result_to_dict_is_json_ready_and_is_what_run_prints(scenario: str) -> N
     assert result.step_records and result.latencies is not None  # recorded, typed ...
     assert not {"_steps", "_latencies", "step_records", "latencies"} & set(data)  # ... not JSON
     if result.mode is InferenceMode.SINGLE_BATCH:
-        assert data["ttft_s"] == result.metrics["ttft_s"]["mean"]
+        assert data["ttft_s"] == result.metrics.ttft_s.mean
     else:
-        assert data["ttft_s"] == result.metrics["ttft_s"]
+        assert data["ttft_s"] == result.metrics.ttft_s.to_dict()
     assert (result.speculative is not None) == ("speculative" in data)
 
 
@@ -158,17 +158,18 @@ def test_does_not_fit_result_is_a_verdict() -> None:
 
 # ---- EngineOptions: passed explicitly; worker caches scoped to one run ---------------------------
 
-def test_engine_options_are_hashable_and_accept_the_old_keyword_mapping(tmp_path: Path) -> None:
+def test_engine_options_are_hashable_and_typed_not_a_keyword_mapping(tmp_path: Path) -> None:
     options = EngineOptions(use_store=False, use_predictors=False)
-    assert EngineOptions.coerce({"use_store": False, "use_predictors": False}) == options
-    assert len({options, EngineOptions.coerce(options), EngineOptions()}) == 2
+    assert len({options, EngineOptions(use_store=False, use_predictors=False),
+                EngineOptions()}) == 2
     with pytest.raises(TypeError):
-        EngineOptions.coerce({"use_stroe": False})
+        EngineOptions(use_stroe=False)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        dict(options)  # type: ignore[call-overload]  # no longer a Mapping: pass it as itself
     chain = EngineChain.from_options(get_hardware("h100-sxm"), options)
     assert chain.options == options and not chain.available["store"]
-    assert EngineChain(get_hardware("h100-sxm"), **options).options == options  # old keywords
-    assert dict(options) == {"use_store": False, "store_path": None, "use_predictors": False,
-                             "tracking_uri": None}
+    assert EngineChain(get_hardware("h100-sxm"), use_store=False,
+                       use_predictors=False).options == options
     assert options.checked() == options  # no store asked: nothing to open
     with pytest.raises(StoreError, match="no measurement store"):
         EngineOptions(store_path=str(tmp_path / "missing.duckdb")).checked()
