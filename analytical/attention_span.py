@@ -59,3 +59,30 @@ def cached_tokens(kind: AttentionKind, context_len: int, span: int) -> int:
     if kind is AttentionKind.FULL:
         return context_len
     return min(context_len, span)
+
+
+def causal_pairs(kind: AttentionKind, before: int, new: int, span: int) -> float:
+    """Query-key pairs of ``new`` queries appended after ``before`` cached tokens: query p
+    (1-based) keeps p keys (full), min(p, W) (sliding) or (p - 1) mod C + 1 (chunked), the
+    pairs `analytical.layers.windowed_blocks` prices. Full: new * before + new (new + 1) / 2."""
+    return _pairs_upto(kind, before + new, span) - _pairs_upto(kind, before, span)
+
+
+def _pairs_upto(kind: AttentionKind, n: int, span: int) -> float:
+    """Pairs of positions 1..n (closed form of the sums in `causal_pairs`)."""
+    if kind is AttentionKind.FULL or n <= span:
+        return n * (n + 1) / 2.0
+    if kind is AttentionKind.SLIDING:
+        return span * (span + 1) / 2.0 + (n - span) * float(span)
+    full, rest = divmod(n, span)
+    return full * span * (span + 1) / 2.0 + rest * (rest + 1) / 2.0
+
+
+def decode_keys(kind: AttentionKind, context: int, span: int) -> int:
+    """Earlier keys the next token (at position context + 1) reads: all ``context`` (full), the
+    last W - 1 (sliding: its window holds itself too) or those of its own chunk so far."""
+    if kind is AttentionKind.FULL:
+        return context
+    if kind is AttentionKind.SLIDING:
+        return min(context, span - 1)
+    return context % span

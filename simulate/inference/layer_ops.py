@@ -12,6 +12,7 @@ the MLP); KV heads replicated when tp > kv_heads; MoE experts spread over the TP
 
 from __future__ import annotations
 
+from analytical.attention_span import AttentionKind
 from analytical.dtypes import DType
 from analytical.errors import SpecError
 from analytical.layer_edges import embedding_ops, final_norm_op
@@ -29,7 +30,7 @@ from analytical.layers import INT4_DEQUANT_MIN_TOKENS, attention_core, layer_ops
 from analytical.model import ModelSpec
 from analytical.ops import AttentionSpec, OpSpec
 
-__all__ = ["INT4_DEQUANT_MIN_TOKENS", "LoraSpec", "Sharding", "attention_spec", "check_sharding",
+__all__ = ["INT4_DEQUANT_MIN_TOKENS", "LoraSpec", "Sharding", "attention_specs", "check_sharding",
            "heads_per_rank", "inference_sharding", "lm_head_ops", "step_ops"]
 
 
@@ -94,10 +95,13 @@ def lm_head_ops(model: ModelSpec, rows: int, shard: Sharding, weight_dtype: DTyp
                                          _precision(weight_dtype, act_dtype))]
 
 
-def attention_spec(model: ModelSpec, shard: Sharding, batch: TokenBatch, phase: LayerPhase,
-                   dtype: DType) -> AttentionSpec:
-    """The attention core of one layer for ``batch`` (the node `layer_ops` leaves to
-    `step_cost`)."""
-    (node,) = attention_core(model, shard, batch, phase, dtype)
-    assert isinstance(node.op, AttentionSpec)
-    return node.op
+def attention_specs(model: ModelSpec, shard: Sharding, batch: TokenBatch, phase: LayerPhase,
+                    dtype: DType, attention: AttentionKind = AttentionKind.FULL
+                    ) -> list[tuple[AttentionSpec, float]]:
+    """(kernel, count) of the attention core of one ``attention``-kind layer for ``batch``
+    (the nodes `layer_ops` leaves to `step_cost`; a windowed prefill is several blocks)."""
+    out = []
+    for node in attention_core(model, shard, batch, phase, dtype, attention=attention):
+        assert isinstance(node.op, AttentionSpec)
+        out.append((node.op, node.count))
+    return out

@@ -42,6 +42,7 @@ from simulate.serving.engine_presets import (
 )
 from simulate.serving.loop import Speculation, Tenant
 from simulate.serving.schedulers import SchedulerConfig
+from simulate.serving.state import Span
 from simulate.serving.workload import Workload
 
 
@@ -193,8 +194,16 @@ def make_tenant(name: str, plan: InstancePlan, workload: Workload, serving: Serv
                     step_overhead_per_seq_s=serving.step_overhead_per_seq_s,
                     graph_sizes=cuda_graph_sizes(preset) if preset else (),
                     swap_bw_bytes_per_s=hw.pcie.bandwidth_bytes_per_s * plan.shard.tp,
-                    speculation=speculation)
+                    speculation=speculation, attention_spans=_spans(plan.tables, speculation))
     return tenant, cost
+
+
+def _spans(tables: StepCostTables, speculation: Speculation | None) -> tuple[Span, ...]:
+    """The windowed layer kinds of the target and its draft, counted apart in each step."""
+    spans = list(tables.spans)
+    if speculation and isinstance(speculation.draft_cost, MeteredCost):
+        spans += speculation.draft_cost.tables.spans
+    return tuple(dict.fromkeys(spans))
 
 
 def coverage(costs: Sequence[MeteredCost]) -> dict[str, float]:

@@ -13,11 +13,13 @@ the KV cache); the fit's worst relative error on its grid is kept in `fit_error`
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from analytical.attention_span import AttentionKind, causal_pairs
 from analytical.comm import p2p_time
 from analytical.dtypes import DType
 from analytical.hardware import HardwareSpec
@@ -29,11 +31,11 @@ from simulate.engines import Estimator
 from simulate.inference.layer_ops import (
     LoraSpec,
     Sharding,
-    attention_spec,
+    attention_specs,
     lm_head_ops,
     step_ops,
 )
-from simulate.serving.state import StepShape
+from simulate.serving.state import Span, StepShape
 
 _DECODE_BATCHES = (1, 4, 16, 64, 256)
 _DECODE_CONTEXTS = (128, 512, 2048, 8192, 32768)
@@ -96,28 +98,54 @@ class DenseCost:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class WindowTable:
+    """The sliding-window or chunked layers of a model: their share of its layers and their
+    prefill core time per kept pair (`windowed_blocks` kernels; decode reads capped keys)."""
+
+    kind: AttentionKind
+    span: int
+    share: float  # fraction of the model's layers of this kind
+    prefill_per_pair_s: np.ndarray  # as if every layer were of this kind
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepCostTables:
     """Step-cost model of one instance (a request crosses all its pipeline stages)."""
 
     dense: DenseCost  # exact dense part and LM head per token count
     prefill_len_grid: np.ndarray
-    prefill_per_pair_s: np.ndarray  # attention core time per causal pair, all layers
+    prefill_per_pair_s: np.ndarray  # attention core time per causal pair, all layers full
     decode_per_seq_s: float  # decode attention: a (per sequence)
     decode_per_kv_s: float  # decode attention: b (per KV token read)
     pp_hop_s_per_token: float  # activation send/recv between stages, per token
     pp: int
     fit_error: float  # worst relative error of the decode-attention fit on its grid
     attention_share: dict[str, dict[str, float]]  # prefill/decode -> engine -> fraction
+    full_share: float = 1.0  # fraction of full-attention layers
+    windowed: tuple[WindowTable, ...] = ()
+
+    @property
+    def spans(self) -> tuple[Span, ...]:
+        """The windowed (kind, span)s whose pairs and keys `step_shape` must count."""
+        return tuple((w.kind, w.span) for w in self.windowed)
 
     def attention_parts(self, shape: StepShape) -> tuple[float, float, float]:
-        """Seconds of (prefill attention, decode attention, pipeline hops)."""
+        """Seconds of (prefill attention, decode attention, pipeline hops); each layer kind
+        weighs its own pairs and keys (`StepShape.windowed`) by its share of the layers."""
         prefill = decode = hops = 0.0
+        found = {(kind, span): (pairs, keys) for kind, span, pairs, keys in shape.windowed}
         if shape.prefill_chunks:
-            mean_chunk = (shape.tokens - shape.decode_q * shape.decode_seqs) / shape.prefill_chunks
-            prefill = shape.prefill_pairs * _interp(self.prefill_len_grid,
-                                                    self.prefill_per_pair_s, max(mean_chunk, 1.0))
+            mean_chunk = max(1.0, (shape.tokens - shape.decode_q * shape.decode_seqs)
+                             / shape.prefill_chunks)
+            grid = self.prefill_len_grid
+            prefill = self.full_share * shape.prefill_pairs * _interp(
+                grid, self.prefill_per_pair_s, mean_chunk) + sum(
+                w.share * found[(w.kind, w.span)][0] * _interp(grid, w.prefill_per_pair_s,
+                                                               mean_chunk) for w in self.windowed)
         if shape.decode_seqs:
-            decode = shape.decode_seqs * self.decode_per_seq_s + shape.decode_kv * self.decode_per_kv_s
+            keys = self.full_share * shape.decode_kv + sum(
+                w.share * found[(w.kind, w.span)][1] for w in self.windowed)
+            decode = shape.decode_seqs * self.decode_per_seq_s + keys * self.decode_per_kv_s
         if self.pp > 1:
             hops = (self.pp - 1) * self.pp_hop_s_per_token * shape.tokens
         return prefill, decode, hops
@@ -175,32 +203,19 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
     dense = DenseCost(model, shard, weight_dtype, estimator, lora)
     dense.prewarm("dense", grid)
     dense.prewarm("lm", grid)
-    ops: list[OpSpec] = []
-    plan: list[tuple[str, int, float]] = []  # (table, grid index, multiplicity) per op
     attn_dtype = kv_dtype if kv_dtype in (DType.BF16, DType.FP16, DType.FP8) else DType.BF16
     prefill_grid = [L for L in grid if L >= 16] or [grid[-1]]
-    for i, length in enumerate(prefill_grid):
-        ops.append(attention_spec(model, shard, TokenBatch(seqs=1, q_len=length),
-                                  LayerPhase.PREFILL, attn_dtype))
-        plan.append(("prefill", i, float(model.layers)))
+    counts = Counter(model.layer_kinds)
     decode_points = [(b, c) for b in _DECODE_BATCHES for c in _DECODE_CONTEXTS]
-    for i, (batch, ctx) in enumerate(decode_points):
-        ops.append(attention_spec(model, shard, TokenBatch(seqs=batch, q_len=decode_q,
-                                                           kv_len=ctx + decode_q),
-                                  LayerPhase.DECODE, attn_dtype))
-        plan.append(("decode", i, float(model.layers)))
-    answers = estimator.estimate_many(ops)
-    share: dict[str, dict[str, float]] = {}
-    prefill = np.zeros(len(prefill_grid))
-    decode = np.zeros(len(decode_points))
-    tables = {"prefill": prefill, "decode": decode}
-    for (table, i, mult), est in zip(plan, answers, strict=True):
-        tables[table][i] += mult * est.latency_s
-        add_engine_time(share.setdefault(table, {}), {est.engine: est.latency_s}, mult)
-    for comp in share.values():
-        total = sum(comp.values()) or 1.0
-        for engine in comp:
-            comp[engine] /= total
+    tables, share = _attention_times(model, shard, estimator, counts, prefill_grid,
+                                     decode_points, attn_dtype, decode_q)
+    decode = tables["decode"]
+    windowed = tuple(
+        WindowTable(kind=k, span=model.attention_span(k), share=counts[k] / model.layers,
+                    prefill_per_pair_s=tables[k] / np.array(
+                        [causal_pairs(k, 0, L, model.attention_span(k)) for L in prefill_grid]))
+        for k in counts if k is not AttentionKind.FULL)
+    prefill = tables[AttentionKind.FULL]
     pairs = np.array([L * (L + 1) / 2.0 for L in prefill_grid])
     # decode attention ~ a * B + b * (B * ctx): least squares on the grid, relative weighting
     x = np.array([[b, b * (c + decode_q)] for b, c in decode_points], dtype=float)
@@ -218,4 +233,46 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
         dense=dense, prefill_len_grid=np.array(prefill_grid, dtype=float),
         prefill_per_pair_s=prefill / pairs, decode_per_seq_s=a, decode_per_kv_s=b,
         pp_hop_s_per_token=hop, pp=shard.pp, fit_error=fit_error, attention_share=share,
+        full_share=counts[AttentionKind.FULL] / model.layers, windowed=windowed,
     )
+
+
+def _attention_times(model: ModelSpec, shard: Sharding, estimator: Estimator,
+                     counts: Counter[AttentionKind], prefill_grid: list[int],
+                     decode_points: list[tuple[int, int]], attn_dtype: DType, decode_q: int
+                     ) -> tuple[dict[str, np.ndarray], dict[str, dict[str, float]]]:
+    """All-layer attention core times in one batched call: per attention kind the prefill cores
+    on ``prefill_grid`` as if every layer were of that kind, and the decode cores (a windowed
+    layer runs the full kernel over its capped keys, `attention_span.decode_keys`); with the
+    engines' share of each part, weighted by the layers of each kind."""
+    kinds = [AttentionKind.FULL, *(k for k in counts if k is not AttentionKind.FULL)]
+    ops: list[OpSpec] = []
+    plan: list[tuple[str, int, float, float]] = []  # (table, grid index, multiplicity, share)
+    for kind in kinds:
+        weight = 1.0 if counts[kind] == model.layers else counts[kind] / model.layers
+        for i, length in enumerate(prefill_grid):
+            for op, n in attention_specs(model, shard, TokenBatch(seqs=1, q_len=length),
+                                         LayerPhase.PREFILL, attn_dtype, kind):
+                ops.append(op)
+                plan.append((kind, i, float(model.layers) * n, weight))
+    for i, (batch, ctx) in enumerate(decode_points):
+        ((op, _),) = attention_specs(model, shard, TokenBatch(seqs=batch, q_len=decode_q,
+                                                              kv_len=ctx + decode_q),
+                                     LayerPhase.DECODE, attn_dtype)
+        ops.append(op)
+        plan.append(("decode", i, float(model.layers), 1.0))
+    answers = estimator.estimate_many(ops)
+    tables = {str(k): np.zeros(len(prefill_grid)) for k in kinds}
+    tables["decode"] = np.zeros(len(decode_points))
+    share: dict[str, dict[str, float]] = {}
+    for (table, i, mult, weight), est in zip(plan, answers, strict=True):
+        tables[table][i] += mult * est.latency_s
+        if weight:
+            part = "decode" if table == "decode" else "prefill"
+            add_engine_time(share.setdefault(part, {}), {est.engine: est.latency_s},
+                            mult if weight == 1.0 else mult * weight)
+    for comp in share.values():
+        total = sum(comp.values()) or 1.0
+        for engine in comp:
+            comp[engine] /= total
+    return tables, share

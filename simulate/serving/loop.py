@@ -21,7 +21,7 @@ from analytical.errors import InfeasibleError, SpecError
 from profiler.progress import advance, expect
 from simulate.serving.kv_cache import BlockPool
 from simulate.serving.schedulers import SCHEDULERS, SchedulerConfig, SchedulerState
-from simulate.serving.state import Batch, Sequence, StepShape, step_shape
+from simulate.serving.state import Batch, Sequence, Span, StepShape, step_shape
 from simulate.serving.workload import Request, Workload
 
 
@@ -65,6 +65,7 @@ class Tenant:
     graph_sizes: tuple[int, ...] = ()  # CUDA-graph token counts a step is padded up to
     swap_bw_bytes_per_s: float = 0.0  # host link for swap preemption
     speculation: Speculation | None = None
+    attention_spans: tuple[Span, ...] = ()  # windowed layer kinds (`StepCostTables.spans`)
     # filled while running
     state: SchedulerState | None = None
     sequences: list[Sequence] = field(default_factory=list)
@@ -209,11 +210,12 @@ def _next_arrival(tenants: Seq[Tenant], pending: list[list[Request]], cursor: li
 def _step_time(tenant: Tenant, batch: Batch) -> float:
     spec = tenant.speculation
     q = spec.k + 1 if spec else 1
-    shape = _padded(step_shape(batch, decode_q=q), tenant.graph_sizes)
+    spans = tenant.attention_spans
+    shape = _padded(step_shape(batch, decode_q=q, spans=spans), tenant.graph_sizes)
     dt = (tenant.cost.step_time(shape) + tenant.step_overhead_s
           + tenant.step_overhead_per_seq_s * (len(batch.decode) + len(batch.prefill)))
     if spec and batch.decode:
-        draft_shape = step_shape(Batch(decode=batch.decode), decode_q=1)
+        draft_shape = step_shape(Batch(decode=batch.decode), decode_q=1, spans=spans)
         dt += spec.k * spec.draft_cost.step_time(draft_shape)
     if batch.swap_bytes and tenant.swap_bw_bytes_per_s:
         dt += batch.swap_bytes / tenant.swap_bw_bytes_per_s

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from analytical.attention_span import AttentionKind, causal_pairs, decode_keys
 from simulate.serving.workload import Request
+
+# (kind, span) of a model's sliding-window or chunked layers (`StepCostTables.spans`)
+Span = tuple[AttentionKind, int]
 
 
 class Sequence:
@@ -79,13 +83,17 @@ class StepShape:
     decode_kv: int  # KV tokens read by decode attention, summed over sequences
     decode_q: int  # query tokens per decode sequence (1, or k+1 when verifying drafts)
     graph_tokens: int = 0  # tokens the dense layers run, CUDA-graph padding included (0: tokens)
+    # per windowed (kind, span): (kind, span, prefill pairs, decode keys) of one such layer
+    windowed: tuple[tuple[AttentionKind, int, float, int], ...] = ()
 
     @property
     def dense_tokens(self) -> int:
         return self.graph_tokens or self.tokens
 
 
-def step_shape(batch: Batch, decode_q: int = 1) -> StepShape:
+def step_shape(batch: Batch, decode_q: int = 1, spans: tuple[Span, ...] = ()) -> StepShape:
+    """Aggregates of ``batch``; ``spans``: the windowed layer kinds whose pairs and keys are
+    counted apart (`analytical.attention_span`: a window caps what each query sees)."""
     pairs = 0.0
     logits = 0
     for seq, new in batch.prefill:
@@ -94,6 +102,10 @@ def step_shape(batch: Batch, decode_q: int = 1) -> StepShape:
         if before + new >= seq.context_target:
             logits += 1
     decode_kv = sum(s.prefilled for s in batch.decode)
+    windowed = tuple(
+        (kind, span, sum(causal_pairs(kind, s.prefilled, new, span) for s, new in batch.prefill),
+         sum(decode_keys(kind, s.prefilled, span) for s in batch.decode))
+        for kind, span in spans)
     return StepShape(
         tokens=batch.prefill_tokens + decode_q * len(batch.decode),
         logits=logits + decode_q * len(batch.decode),
@@ -102,4 +114,5 @@ def step_shape(batch: Batch, decode_q: int = 1) -> StepShape:
         decode_seqs=len(batch.decode),
         decode_kv=decode_kv,
         decode_q=decode_q,
+        windowed=windowed,
     )

@@ -14,6 +14,7 @@ from collections import Counter
 
 import pytest
 
+from analytical.attention_span import AttentionKind
 from analytical.dtypes import DType
 from analytical.hardware import get_hardware
 from analytical.layer_spec import LayerPhase, Sharding, TokenBatch
@@ -22,7 +23,7 @@ from analytical.ops import op_to_dict
 from profiler.sweep_model import model_ops
 from simulate.engines import EngineChain, Estimate
 from simulate.graph import TrainStep, embedding_block, head_block, layer_block
-from simulate.inference.layer_ops import attention_spec, inference_sharding, step_ops
+from simulate.inference.layer_ops import attention_specs, inference_sharding, step_ops
 from simulate.inference.step_cost import (
     _DECODE_BATCHES,
     _DECODE_CONTEXTS,
@@ -62,10 +63,30 @@ def test_training_forward_equals_inference_prefill(name, tp):
     infer: Counter[str] = Counter()
     for op, count in step_ops(model, tokens=tokens, shard=shard, weight_dtype=step.precision.gemm):
         infer[op.key] += count
-    core = attention_spec(model, shard, TokenBatch(seqs=1, q_len=tokens), LayerPhase.PREFILL,
-                          step.precision.attn)
+    ((core, _),) = attention_specs(model, shard, TokenBatch(seqs=1, q_len=tokens),
+                                   LayerPhase.PREFILL, step.precision.attn)
     infer[core.key] += model.layers
     assert train == infer
+
+
+@pytest.mark.parametrize("name", ["gemma-2-9b", "mistral-7b"])
+def test_windowed_training_forward_cores_equal_inference_prefill_cores(name):
+    # a prompt longer than the window: every sliding layer prices only its window's pairs
+    model = load_model(name)
+    tokens = 2 * model.sliding_window
+    step = TrainStep(sharding=Sharding(tp=1), micro_batch=1, seq_len=tokens)
+    shard = inference_sharding(tp=1, gpus_per_node=8)
+    train: Counter[str] = Counter()
+    infer: Counter[str] = Counter()
+    for kind in model.layer_kinds:
+        for n in layer_block(model, step, moe=False, attention=kind).fwd:
+            if n.core:
+                train[n.op.key] += n.count
+        for op, count in attention_specs(model, shard, TokenBatch(seqs=1, q_len=tokens),
+                                         LayerPhase.PREFILL, step.precision.attn, kind):
+            infer[op.key] += count
+    assert train == infer
+    assert AttentionKind.SLIDING in model.layer_kinds and len(infer) > 1
 
 
 def _shape(op) -> tuple[str, tuple]:
