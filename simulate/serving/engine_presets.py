@@ -44,6 +44,7 @@ class EnginePreset:
     scheduler: Scheduler
     chunk_prompts: bool  # long prompts are split over steps
     reserve_output_kv: bool  # admission reserves KV for the whole output (no eviction later)
+    window_kv: bool  # sliding/chunked layers hold only their window's blocks (hybrid KV manager)
     max_batched_tokens: int
     max_num_seqs: int
     block_size: int
@@ -113,7 +114,8 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
         engine=ServingEngine(engine), version=str(data["version"]),
         scheduler=Scheduler(pick("scheduler")),
         chunk_prompts=bool(pick("chunk_prompts")),
-        reserve_output_kv=bool(pick("reserve_output_kv")), max_batched_tokens=budget,
+        reserve_output_kv=bool(pick("reserve_output_kv")), window_kv=bool(pick("window_kv")),
+        max_batched_tokens=budget,
         max_num_seqs=max_seqs, block_size=int(pick("block_size")),
         gpu_memory_utilization=util, memory_rule=MemoryRule(pick("memory_rule")),
         prefix_caching=bool(pick("prefix_caching")), cuda_graph_max_bs=graph_bs,

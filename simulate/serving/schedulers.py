@@ -23,6 +23,7 @@ GUARANTEED_NO_EVICT capacity policy), so it never needs preemption.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +43,9 @@ class SchedulerConfig:
     decode_q: int = 1  # KV slots a decode step appends per sequence (k+1 with speculation)
     chunk_prompts: bool = True  # chunked_prefill: split prompts over steps
     reserve_output: bool = False  # admission reserves KV for prompt + whole output
+    # (layer share, span) of windowed layers that keep only their window's blocks (engine
+    # preset `window_kv`; vLLM's SlidingWindowManager); empty: every layer keeps every token
+    kv_windows: tuple[tuple[float, int], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_batched_tokens", "block_size", "decode_q"):
@@ -65,8 +69,18 @@ class SchedulerState:
         self.preemptions = 0
         self.kv_bytes_per_token = 0.0  # set by the loop for swap accounting
 
+    def held_blocks(self, tokens: int) -> int:
+        """Blocks (of every layer) a sequence of ``tokens`` cached tokens occupies: a windowed
+        layer keeps at most its span plus the block being filled."""
+        windows, size = self.config.kv_windows, self.pool.block_size
+        if not windows:
+            return blocks_for(tokens, size)
+        full = 1.0 - sum(share for share, _ in windows)
+        held = full * tokens + sum(share * min(tokens, span + size) for share, span in windows)
+        return blocks_for(math.ceil(held - 1e-9), size)
+
     def _blocks_needed(self, seq: Sequence, new_tokens: int) -> int:
-        return blocks_for(seq.prefilled + new_tokens, self.pool.block_size) - seq.blocks
+        return self.held_blocks(seq.prefilled + new_tokens) - seq.blocks
 
     def grow(self, seq: Sequence, new_tokens: int) -> bool:
         """Allocate blocks so `seq` can hold `new_tokens` more; False if the pool is short."""
@@ -125,7 +139,7 @@ def _admit(state: SchedulerState, batch: Batch, budget: int, *, chunked: bool,
         if seq not in state.running and len(state.running) >= cfg.max_num_seqs:
             break
         if seq.swapped:  # swapped-out KV comes back whole; no recompute
-            need = blocks_for(seq.prefilled, state.pool.block_size)
+            need = state.held_blocks(seq.prefilled)
             if not state.pool.can_allocate(need):
                 break
             state.pool.allocate(need)

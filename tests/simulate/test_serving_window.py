@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Serving prices sliding-window layers by their window (issue #25 item 5): a window longer
-than every context changes nothing, and past the window a windowed layer's decode stops
-growing with the context."""
+than every context changes nothing, past the window a windowed layer's decode stops growing
+with the context, and an engine that frees out-of-window blocks holds less KV."""
 
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ from analytical.model import load_model
 from simulate.engines import EngineChain
 from simulate.inference.layer_ops import inference_sharding
 from simulate.inference.step_cost import MeteredCost, build_tables
+from simulate.serving.engine_presets import engine_preset
+from simulate.serving.kv_cache import BlockPool, blocks_for
 from simulate.serving.loop import Tenant, run_tenants
 from simulate.serving.metrics import summarize_tenant
-from simulate.serving.schedulers import SchedulerConfig
+from simulate.serving.schedulers import SchedulerConfig, SchedulerState
 from simulate.serving.state import Batch, Sequence, step_shape
 from simulate.serving.workload import Request, make_workload
 
@@ -112,3 +114,19 @@ def test_long_prefill_of_a_windowed_model_costs_less_than_full() -> None:
     assert pairs == 8192 * mistral.sliding_window
     assert times[0] < 0.5 * times[1]
 
+
+
+def test_windowed_layers_hold_only_their_window_when_the_engine_frees_blocks() -> None:
+    gib = 80 * 2**30
+    freeing = {e: engine_preset(e, memory_bytes=gib, device="h100-sxm").window_kv
+               for e in ("vllm", "sglang", "trtllm")}
+    assert freeing == {"vllm": True, "sglang": False, "trtllm": False}
+    windows = tuple((w.share, w.span) for w in _tables(load_model("gemma-2-9b")).windowed)
+    assert windows == ((0.5, 4096),)
+    state = SchedulerState(BlockPool(10_000, 16), SchedulerConfig(kv_windows=windows))
+    plain = SchedulerState(BlockPool(10_000, 16), SchedulerConfig())
+    for tokens in (1, 100, 4096, 4112):  # within window + one block: every layer holds all
+        assert state.held_blocks(tokens) == plain.held_blocks(tokens) == blocks_for(tokens, 16)
+    # past it the full half grows, the sliding half stays at window + one block
+    assert state.held_blocks(40_000) == blocks_for(20_000 + (4096 + 16) // 2, 16)
+    assert state.held_blocks(40_000) < plain.held_blocks(40_000)
