@@ -96,10 +96,11 @@ def attention_fraction(hw: HardwareSpec, framework: str, *, backward: bool,
 # of Quack performance typically" on H100 (PyTorch blog, "SOTA Normalization Performance with
 # torch.compile", Zhang et al. 2025,
 # https://pytorch.org/blog/sota-normalization-performance-with-torch-compile/, before the
-# Inductor fixes it describes; the torchtitan corpus rows ran torch builds of 2024-12 and 2025-06). Softmax and
-# cross entropy: QuACK "33%-50% faster than torch.compile and Liger" on H100 (Guo, Zadouri &
-# Dao 2025, QuACK announcement / README), the middle of the range: 1 / 1.4. Hopper only, as
-# those measurements; other frameworks run fused TE / Apex / flash-attn kernels (no figure).
+# Inductor fixes it describes; the torchtitan corpus rows ran torch builds of 2024-12 and
+# 2025-06). Softmax and cross entropy: QuACK "33%-50% faster than torch.compile and Liger" on
+# H100 (Guo, Zadouri & Dao 2025, QuACK announcement / README), the middle of the range: 1/1.4.
+# Hopper only, as those measurements; other frameworks run fused TE / Apex / flash-attn
+# kernels, for which no published bandwidth was found.
 PYTORCH_REDUCTIONS: dict[MemoryOpKind, float] = {
     MemoryOpKind.RMSNORM: 0.5, MemoryOpKind.LAYERNORM: 0.5,
     MemoryOpKind.SOFTMAX: 1 / 1.4, MemoryOpKind.CROSS_ENTROPY: 1 / 1.4,
