@@ -16,6 +16,7 @@ from typing import Any
 from unittest import mock
 
 import analytical.memory as memory
+import simulate.efficiency as efficiency
 import simulate.graph as graph
 import simulate.training as training
 from analytical.activations import activation_bytes_per_layer
@@ -85,6 +86,8 @@ EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
      [(pub, "_get", _no_triton)]),
     ("DP gradient reduction in fp32 (Megatron bf16, Composer, torchtitan)",
      [(training, "grad_reduce_dtype", lambda fw, act: act)]),
+    ("PyTorch-generated reductions at their bandwidth fraction (torchtitan, Hopper)",
+     [(efficiency, "FRAMEWORK_REDUCTIONS", {})]),
 ]
 
 

@@ -12,6 +12,9 @@ FlashAttention-2 on sm90); torchtitan runs PyTorch SDPA, whose flash backend is
 FlashAttention-2 (PyTorch 2.2 release notes); Composer/llm-foundry (``attn_impl: flash``) and
 DeepSpeed call the flash-attn 2 package.
 
+Memory-bound reductions (`reduction_fraction`): PyTorch-generated norms, softmax and cross
+entropy reach a fraction of a hand-written kernel's bandwidth.
+
 fp8 quantisation passes (`fp8_cast_nodes`): an fp8 linear layer's GEMMs read fp8 copies of
 their input, weight and output gradient, made by cast kernels the GEMM count does not include.
 """
@@ -31,7 +34,8 @@ from analytical.roofline import roofline_estimate
 from simulate.engines import Estimate
 
 __all__ = ["AttentionBackend", "attention_backend", "attention_fraction", "fp8_cast_nodes",
-           "framework_estimates", "grad_reduce_dtype"]
+           "framework_estimates", "grad_reduce_dtype",
+           "reduction_fraction"]
 
 
 class AttentionBackend(StrEnum):
@@ -85,24 +89,62 @@ def attention_fraction(hw: HardwareSpec, framework: str, *, backward: bool,
     return HOPPER_ATTENTION[attention_backend(framework)][int(backward)]
 
 
+# Memory-bound reductions as PyTorch generates them (torchtitan: its RMSNorm module and plain
+# cross entropy, eager or torch.compile/Inductor) reach a fraction of the hand-written kernels'
+# bandwidth, which the hardware file's memory efficiency stands for (QuACK, Dao-AILab/quack:
+# RMSNorm / softmax / cross entropy near the H100's speed of light). Norms: "torch.compile ~50%
+# of Quack performance typically" on H100 (PyTorch blog, "SOTA Normalization Performance with
+# torch.compile", Zhang et al. 2025,
+# https://pytorch.org/blog/sota-normalization-performance-with-torch-compile/, before the
+# Inductor fixes it describes; the torchtitan corpus rows ran torch builds of 2024-12 and
+# 2025-06). Softmax and cross entropy: QuACK "33%-50% faster than torch.compile and Liger" on
+# H100 (Guo, Zadouri & Dao 2025, QuACK announcement / README), the middle of the range: 1/1.4.
+# Hopper only, as those measurements; other frameworks run fused TE / Apex / flash-attn
+# kernels, for which no published bandwidth was found.
+PYTORCH_REDUCTIONS: dict[MemoryOpKind, float] = {
+    MemoryOpKind.RMSNORM: 0.5, MemoryOpKind.LAYERNORM: 0.5,
+    MemoryOpKind.SOFTMAX: 1 / 1.4, MemoryOpKind.CROSS_ENTROPY: 1 / 1.4,
+}
+FRAMEWORK_REDUCTIONS: dict[Framework, dict[MemoryOpKind, float]] = {
+    Framework.TORCHTITAN: PYTORCH_REDUCTIONS,
+}
+
+
+def reduction_fraction(hw: HardwareSpec, framework: str, kind: MemoryOpKind) -> float:
+    """Fraction of the hardware file's memory bandwidth the framework's ``kind`` kernel reaches."""
+    if hw.name not in HOPPER:
+        return 1.0
+    return FRAMEWORK_REDUCTIONS.get(Framework(framework), {}).get(kind, 1.0)
+
+
+def _retimed(op: OpSpec, e: Estimate, hw: HardwareSpec, framework: str, kernel: str
+             ) -> Estimate:
+    """One roofline estimate at the framework's attention / reduction kernel speed."""
+    if isinstance(op, AttentionSpec):
+        base = hw.efficiency.attention
+        target = attention_fraction(hw, framework, backward=op.backward, kernel=kernel)
+        if target != base:
+            r = roofline_estimate(op, hw)
+            latency = max(r.compute_s * base / target, r.memory_s)
+            name = kernel if kernel == "flash-triton" else attention_backend(framework)
+            return replace(e, latency_s=latency, detail=f"{e.detail}; {name}")
+    elif isinstance(op, MemoryBoundSpec):
+        frac = reduction_fraction(hw, framework, op.kind)
+        if frac != 1.0:
+            r = roofline_estimate(op, hw)
+            latency = max(r.compute_s, r.memory_s / frac)
+            return replace(e, latency_s=latency, detail=f"{e.detail}; {frac:.2f} of bandwidth")
+    return e
+
+
 def framework_estimates(ops: Sequence[OpSpec], estimates: Sequence[Estimate],
                         hw: HardwareSpec, framework: str, *, kernel: str = "flash"
                         ) -> list[Estimate]:
     """``estimates`` of ``ops`` with roofline attention re-timed at the fraction of peak of the
     framework's backend (or of ``kernel``'s; compute term only, the memory term stays the
-    roofline's)."""
-    out = []
-    for op, e in zip(ops, estimates, strict=True):
-        if e.engine == "roofline" and isinstance(op, AttentionSpec):
-            base = hw.efficiency.attention
-            target = attention_fraction(hw, framework, backward=op.backward, kernel=kernel)
-            if target != base:
-                r = roofline_estimate(op, hw)
-                latency = max(r.compute_s * base / target, r.memory_s)
-                name = kernel if kernel == "flash-triton" else attention_backend(framework)
-                e = replace(e, latency_s=latency, detail=f"{e.detail}; {name}")
-        out.append(e)
-    return out
+    roofline's) and roofline reductions at the framework's fraction of bandwidth."""
+    return [_retimed(op, e, hw, framework, kernel) if e.engine == "roofline" else e
+            for op, e in zip(ops, estimates, strict=True)]
 
 
 # Transformer Engine's LayerNormLinear fuses the norm with the fp8 cast of its output (TE docs,

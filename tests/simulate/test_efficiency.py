@@ -8,12 +8,13 @@ import pytest
 
 from analytical.dtypes import DType
 from analytical.hardware import get_hardware
-from analytical.ops import AttentionSpec
+from analytical.ops import AttentionSpec, MemoryBoundSpec, MemoryOpKind
 from simulate.efficiency import (
     attention_fraction,
     fp8_cast_nodes,
     framework_estimates,
     grad_reduce_dtype,
+    reduction_fraction,
 )
 from simulate.engines import EngineChain, EngineOptions, Estimate
 from simulate.scenario import load_scenario
@@ -127,3 +128,14 @@ def test_search_equals_simulate_with_triton_attention():
     assert res.rows
     want = {r["layout"]["micro_batch"]: r["tokens_per_s"] for r in res.rows}
     assert want[1] == pytest.approx(slow.tokens_per_s, rel=1e-9)
+
+
+def test_pytorch_reductions_are_slower_on_hopper_only():
+    h100, a100 = get_hardware("h100-sxm"), get_hardware("a100-sxm-80gb")
+    op = MemoryBoundSpec(kind=MemoryOpKind.RMSNORM, rows=8192, cols=4096, dtype=DType.BF16)
+    roof = EngineChain.from_options(h100, ENGINES).estimate(op)
+    tt = framework_estimates([op], [roof], h100, "torchtitan")[0]
+    assert tt.latency_s > 1.8 * roof.latency_s  # ~50% of a hand-written kernel's bandwidth
+    assert framework_estimates([op], [roof], h100, "megatron")[0] == roof
+    assert reduction_fraction(a100, "torchtitan", MemoryOpKind.RMSNORM) == 1.0
+    assert reduction_fraction(h100, "torchtitan", MemoryOpKind.COPY) == 1.0
