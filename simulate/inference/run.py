@@ -104,6 +104,8 @@ def resolve_serving(serving: ServingSpec, hw: HardwareSpec, *, tp: int, pp: int)
         changes["step_overhead_s"] = preset.step_overhead_s
     if "step_overhead_per_seq_us" not in given:
         changes["step_overhead_per_seq_s"] = preset.step_overhead_per_seq_s
+    if "frontend_ms" not in given:
+        changes["frontend_s"] = preset.frontend_s
     return replace(serving, **changes)
 
 
@@ -194,6 +196,7 @@ def make_tenant(name: str, plan: InstancePlan, workload: Workload, serving: Serv
                     kv_bytes_per_token=plan.kv_bytes_per_token * plan.shard.tp,
                     step_overhead_s=serving.step_overhead_s,
                     step_overhead_per_seq_s=serving.step_overhead_per_seq_s,
+                    frontend_s=serving.frontend_s,
                     graph_sizes=cuda_graph_sizes(preset) if preset else (),
                     swap_bw_bytes_per_s=hw.pcie.bandwidth_bytes_per_s * plan.shard.tp,
                     speculation=speculation, attention_spans=_spans(plan.tables, speculation))

@@ -55,6 +55,7 @@ class EnginePreset:
     cuda_graph_padding: bool  # a step's token count is padded to the next captured size
     step_overhead_s: float
     step_overhead_per_seq_s: float  # host time per request scheduled in a step
+    frontend_s: float  # per request, API server to engine and back (HTTP, tokenize, stream)
 
 
 @functools.cache
@@ -121,7 +122,8 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
         prefix_caching=bool(pick("prefix_caching")), cuda_graph_max_bs=graph_bs,
         cuda_graph_padding=bool(pick("cuda_graph_padding")),
         step_overhead_s=float(pick("step_overhead_ms")) / 1e3,
-        step_overhead_per_seq_s=float(pick("step_overhead_per_seq_us")) / 1e6)
+        step_overhead_per_seq_s=float(pick("step_overhead_per_seq_us")) / 1e6,
+        frontend_s=float(pick("frontend_ms")) / 1e3)
 
 
 def cuda_graph_sizes(preset: EnginePreset) -> tuple[int, ...]:

@@ -62,6 +62,7 @@ class Tenant:
     kv_bytes_per_token: float
     step_overhead_s: float = 0.0  # scheduler / CPU time per step (calibratable)
     step_overhead_per_seq_s: float = 0.0  # plus this per request in the step (calibratable)
+    frontend_s: float = 0.0  # a request reaches the scheduler this long after the client sent it
     graph_sizes: tuple[int, ...] = ()  # CUDA-graph token counts a step is padded up to
     swap_bw_bytes_per_s: float = 0.0  # host link for swap preemption
     speculation: Speculation | None = None
@@ -69,6 +70,7 @@ class Tenant:
     # filled while running
     state: SchedulerState | None = None
     sequences: list[Sequence] = field(default_factory=list)
+    in_frontend: list[Sequence] = field(default_factory=list)  # sent, not yet at the scheduler
     kv_trace: list[tuple[float, float]] = field(default_factory=list)
     steps: int = 0
     busy_s: float = 0.0
@@ -195,15 +197,26 @@ def _admit_arrivals(tenant: Tenant, reqs: list[Request], cursor: list[int], ti: 
             break
         seq = Sequence(req)
         tenant.sequences.append(seq)
-        state.waiting.append(seq)
+        tenant.in_frontend.append(seq)
         cursor[ti] += 1
         in_system[ti] += 1
+    # the API server (HTTP, tokenization, hand-off to the engine) delays every request by
+    # frontend_s; TTFT and E2E are timed from the client's send (`req.arrival_s`)
+    ready = 0
+    for seq in tenant.in_frontend:
+        if seq.req.arrival_s + tenant.frontend_s > t:
+            break
+        ready += 1
+    if ready:
+        state.waiting.extend(tenant.in_frontend[:ready])
+        del tenant.in_frontend[:ready]
 
 
 def _next_arrival(tenants: Seq[Tenant], pending: list[list[Request]], cursor: list[int],
                   closed_next: list[int]) -> float | None:
     times = [pending[i][cursor[i]].arrival_s for i, t in enumerate(tenants)
              if cursor[i] < len(pending[i]) and not t.workload.closed]
+    times += [t.in_frontend[0].req.arrival_s + t.frontend_s for t in tenants if t.in_frontend]
     return min(times) if times else None
 
 

@@ -27,6 +27,9 @@ DEFAULT_PROMPTS_PER_CLIENT, MIN_PROMPTS = 5, 50
 # clients that report a steady-state window, not the start-up wave: AIPerf / genai-perf measure
 # over stable windows of perf_analyzer (its stability check), so the first wave is left out
 STEADY_STATE_TOOLS = ("aiperf", "genai-perf")
+# Clients that drive the engine in-process (vLLM's LLM class, TensorRT-LLM's LLM API): no API
+# server between them and the engine, so the engine's front-end time does not apply.
+IN_PROCESS_TOOLS = ("vllm-bench-latency", "vllm-bench-throughput", "trtllm-bench")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -176,6 +179,8 @@ def row_scenario(row: ServingRow, *, engine_presets: bool = True, max_prompts: i
         serving["engine"] = row.engine
     if row.gpu_memory_utilization is not None:
         serving["gpu_memory_utilization"] = row.gpu_memory_utilization
+    if row.tool in IN_PROCESS_TOOLS:
+        serving["frontend_ms"] = 0.0
     if step_overhead_ms is not None:
         serving["step_overhead_ms"] = step_overhead_ms
     if step_overhead_per_seq_us is not None:

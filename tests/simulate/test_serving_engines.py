@@ -458,3 +458,23 @@ def test_vllm_pads_a_step_to_the_next_cuda_graph_size() -> None:
                     decode_kv=0, decode_q=1)
     assert _padded(big, sizes).dense_tokens == 600  # eager above the largest graph
     assert cuda_graph_sizes(_preset("trtllm", "h100-sxm")) == ()
+
+
+def test_frontend_time_delays_first_token_and_the_closed_loop() -> None:
+    base = _closed("llama-2-7b", "vllm", concurrency=1, n=4)
+    base["serving"]["frontend_ms"] = 0.0
+    slow = json.loads(json.dumps(base))
+    slow["serving"]["frontend_ms"] = 10.0
+    a = run(base, use_store=False, use_predictors=False).data
+    b = run(slow, use_store=False, use_predictors=False).data
+    # one client: every request waits 10 ms in the API server before its prefill
+    assert b["ttft_s"]["mean"] - a["ttft_s"]["mean"] == pytest.approx(10e-3, rel=1e-6)
+    assert b["tpot_s"]["mean"] == pytest.approx(a["tpot_s"]["mean"], rel=1e-9)
+    assert b["throughput_tokens_per_s"] < a["throughput_tokens_per_s"]
+    # vLLM's preset carries a front-end time; an in-process benchmark row switches it off
+    assert _preset("vllm", "h100-sxm").frontend_s > 0
+    assert _preset("trtllm", "h100-sxm").frontend_s == 0
+    latency = next(r for r in load_corpus() if r.tool == "vllm-bench-latency")
+    assert row_scenario(latency)["serving"]["frontend_ms"] == 0.0
+    served = next(r for r in load_corpus() if r.tool == "vllm-bench-serve")
+    assert "frontend_ms" not in row_scenario(served)["serving"]
