@@ -1,0 +1,38 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Published `benchmark_serving.py --save-result` files (not written by us) through llmsim's
+vLLM-bench importers; the file and its source are in datasets/traces/README.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from analytical.errors import SpecError
+from simulate.serving.trace_formats import TraceFormat, detect_format, trace_workload
+from simulate.validate.serving_corpus import rows_from_vllm_bench
+
+TRACES = Path(__file__).resolve().parents[2] / "datasets" / "traces"
+INFERENCEX = TRACES / "inferencex-gpt-oss-120b-conc16-vllm-bench-result.json"
+
+
+def test_inferencex_summary_result_imports_as_one_closed_loop_row() -> None:
+    # the GPU and engine are not in the file; the caller names them (not checked here)
+    rows = rows_from_vllm_bench([INFERENCEX], model="gpt-oss-120b", gpu="gb200", num_gpus=16)
+    assert len(rows) == 1
+    row = rows[0]
+    # 160 completed, 163840 input and output tokens, --max-concurrency 16 (as stored)
+    assert (row.mode, row.concurrency, row.num_prompts) == ("closed", 16, 160)
+    assert (row.input_len, row.output_len) == (1024, 1024)
+    assert row.section == "20260428-110159"  # the file's "date"
+    assert row.measured["ttft_ms"] == pytest.approx(185.00612755160546)
+    assert row.measured["tpot_ms"] == pytest.approx(9.043755853690438)
+    assert row.measured["e2e_ms"] == pytest.approx(9436.768365876924)
+    assert row.measured["output_tok_s"] == pytest.approx(1725.5812148243967)
+
+
+def test_summary_result_without_per_request_lengths_is_no_trace() -> None:
+    # saved without --save-detailed: no input_lens/output_lens, so no requests to replay
+    assert detect_format(INFERENCEX) == TraceFormat.VLLM_BENCH
+    with pytest.raises(SpecError, match="input_lens and output_lens"):
+        trace_workload(INFERENCEX, {"qps": 4.0, "seed": 0})
