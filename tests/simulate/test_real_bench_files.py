@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Published `benchmark_serving.py --save-result` files (not written by us) through llmsim's
-vLLM-bench importers; the file and its source are in datasets/traces/README.md."""
+vLLM-bench importers; the files and their sources are in datasets/traces/README.md."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from simulate.validate.serving_corpus import rows_from_vllm_bench
 
 TRACES = Path(__file__).resolve().parents[2] / "datasets" / "traces"
 INFERENCEX = TRACES / "inferencex-gpt-oss-120b-conc16-vllm-bench-result.json"
+INFERENCEX_LENS = TRACES / "inferencex-qwen3.5-397b-conc64-vllm-bench-result.json"
 
 
 def test_inferencex_summary_result_imports_as_one_closed_loop_row() -> None:
@@ -36,3 +37,20 @@ def test_summary_result_without_per_request_lengths_is_no_trace() -> None:
     assert detect_format(INFERENCEX) == TraceFormat.VLLM_BENCH
     with pytest.raises(SpecError, match="input_lens and output_lens"):
         trace_workload(INFERENCEX, {"qps": 4.0, "seed": 0})
+
+
+def test_inferencex_per_request_result_replays_its_64_requests() -> None:
+    # a result that kept input_lens/output_lens: 64 requests, 468058 / 59194 tokens (as stored);
+    # it has no start_times, so arrivals come from the scenario's process
+    assert detect_format(INFERENCEX_LENS) == TraceFormat.VLLM_BENCH
+    reqs = sorted(trace_workload(INFERENCEX_LENS, {"qps": 4.0, "seed": 0}).requests,
+                  key=lambda r: r.id)
+    assert len(reqs) == 64
+    assert sum(r.input_len for r in reqs) == 468058
+    assert sum(r.output_len for r in reqs) == 59194
+    assert [(r.input_len, r.output_len) for r in reqs[:3]] == [(7239, 921), (7114, 859),
+                                                                (7771, 1002)]
+    row = rows_from_vllm_bench([INFERENCEX_LENS], model="qwen3.5-397b", gpu="mi355x",
+                               num_gpus=4)[0]
+    assert (row.mode, row.concurrency, row.input_len, row.output_len) == ("closed", 64, 7313, 925)
+    assert row.measured["ttft_ms"] == pytest.approx(5923.282071953508)
