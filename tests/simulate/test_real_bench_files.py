@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Published `benchmark_serving.py --save-result` files (not written by us) through llmsim's
-vLLM-bench importers; the files and their sources are in datasets/traces/README.md."""
+"""Published files (not written by us) through llmsim's importers: `benchmark_serving.py
+--save-result` results and a ShareGPT-derived length table; sources in datasets/traces/README.md."""
 
 from __future__ import annotations
 
@@ -54,3 +54,15 @@ def test_inferencex_per_request_result_replays_its_64_requests() -> None:
                                num_gpus=4)[0]
     assert (row.mode, row.concurrency, row.input_len, row.output_len) == ("closed", 64, 7313, 925)
     assert row.measured["ttft_ms"] == pytest.approx(5923.282071953508)
+
+
+def test_sarathi_sharegpt_length_table_loads_its_rows() -> None:
+    # ShareGPT-derived (num_prefill_tokens, num_decode_tokens) table: 200 rows, 398909 / 99179
+    # tokens (as stored), no arrival column, so arrivals come from the scenario's process
+    path = TRACES / "sarathi-sharegpt-8k-lengths-head200.csv"
+    assert detect_format(path) == TraceFormat.LENGTHS
+    reqs = sorted(trace_workload(path, {"qps": 4.0, "seed": 0}).requests, key=lambda r: r.id)
+    assert len(reqs) == 200
+    assert sum(r.input_len for r in reqs) == 398909
+    assert sum(r.output_len for r in reqs) == 99179
+    assert [(r.input_len, r.output_len) for r in reqs[:2]] == [(74, 918), (290, 905)]
