@@ -13,13 +13,9 @@ $L db import-parquet datasets/measurements
 step "2/4 profile this CPU (GEMM, attention, memory-bound ops)"
 $L profile run datasets/sweeps/cpu-smoke.yaml --no-progress
 $L db info
-step "3/4 train, evaluate and register XGBoost predictors in MLflow: H100 collectives, and the cross-GPU models"
+step "3/4 train, evaluate and register an XGBoost predictor (H100 collectives) in MLflow"
 $L train --hardware h100-sxm --op collective --configs 4 --max-train-rows 3000
 $L train report
-# One model per family over every GPU of the store, scored leave-one-GPU-out (the gate of the
-# champion alias): it prices every curated GPU and any GPU with a hardware YAML (about 1.5 min
-# on 2 busy cores with 3,000 rows per GPU; predictors/README.md, "Transfer predictor").
-$L train transfer --op gemm --op attention --op memory --op collective --loo --rows-per-gpu 3000
 step "4/4 predict: Llama-3-70B training on 1,024 H100, Llama-2-7B serving on one A100"
 $L simulate datasets/scenarios/llama3-70b-tp8-pp4-selective-h100.yaml
 $L simulate datasets/scenarios/llama2-7b-continuous-qps8-a100.yaml
