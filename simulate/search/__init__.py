@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
 """Design-space search (training layouts, serving configurations), LoRA and dynamic SP."""
 
-__all__ = ["answers", "dynamic_sp", "evaluator", "executors", "fast_pipeline", "pareto", "prune",
-           "serving_search", "space", "training_search", "worker_cache"]
+__all__ = ["answers", "batch_pipeline", "dynamic_sp", "evaluator", "executors", "pareto",
+           "pipeline_trace", "prune", "serving_search", "space", "training_search", "worker_cache"]

@@ -3,7 +3,7 @@
 once: `simulate.schedule.simulate_pipeline`'s result for each, computed with numpy over layouts.
 
 Why it is exact. Every task starts at max(its stage's previous task end, its input's arrival)
-and a send waits for its stage's p2p stream (see `fast_pipeline`), so the start times are a
+and a send waits for its stage's p2p stream (`pipeline_trace`), so the start times are a
 longest path over a task graph that depends only on the class, not on the durations. Tasks are
 grouped by their depth in that graph (a level holds at most one task per stage and never a task
 and its input), so one level is a handful of numpy operations over (layouts x its tasks), each
@@ -22,7 +22,7 @@ import numpy as np
 
 from analytical.parallel import Schedule
 from simulate.schedule import PipelineResult
-from simulate.search.fast_pipeline import _order
+from simulate.search.pipeline_trace import task_trace
 
 __all__ = ["batch_pipeline", "levels"]
 
@@ -39,11 +39,10 @@ class _Levels:
     """
 
     def __init__(self, schedule: Schedule, pp: int, vpp: int, m: int):
-        order = _order(schedule, pp, vpp, m)
         stage_lvl = [-1] * pp
         made: dict[int, tuple[int, int]] = {}  # key -> (level, history row)
         lvls, stages, cols, deps, sends_out, lasts = [], [], [], [], [], []
-        for s, is_bwd, ch, dep, send, target, is_last in order.trace():
+        for s, is_bwd, ch, dep, send, target, is_last in task_trace(schedule, pp, vpp, m):
             if dep >= 0:
                 dl, row = made[dep]
                 lvl = (dl if dl > stage_lvl[s] else stage_lvl[s]) + 1

@@ -6,7 +6,7 @@
   tp, sp, cp, ep, micro-batch, recompute, precision, ZeRO-3 group) and the overlap settings, so
   they are computed once per shape (one `estimate_many` call for its distinct operators);
 - the pipeline schedule depends only on (schedule, pp, vpp, micro-batches, stage costs, p2p),
-  cached per class and computed by `fast_pipeline` (exact, steady state skipped);
+  cached per class and computed by `batch_pipeline` (exact, all layouts of a class at once);
 - the DP gradient sync, optimizer step and parameter gather of a stage depend on its parameters
   and its last-backward window, not on when the window starts (`share_link` is
   shift-invariant), so stages and layouts with the same ones share one computation.
