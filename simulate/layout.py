@@ -121,7 +121,7 @@ def _check_batch_and_schedule(training: TrainingSpec, source: str | None) -> Non
 def _check_sequence(training: TrainingSpec, source: str | None) -> None:
     """The sequence splits over context-parallel ranks (fused attention) and tp under sp."""
     par = training.parallel
-    if training.attention == "unfused" and par.cp > 1:
+    if not training.fused_attention and par.cp > 1:
         raise SpecError("training.attention", "context parallelism is modelled with fused "
                         "(flash) attention only", source=source)
     split = 2 * par.cp if par.cp > 1 else 1

@@ -50,7 +50,7 @@ def _layer_bytes(model, t: TrainingSpec) -> tuple[LayerBytes, int]:
                                  shard=par.shard_group,
                                  grad_dtype_bytes=framework_grad_bytes(t.framework))
     kw: dict[str, Any] = dict(micro_batch=t.micro_batch, seq_len=t.seq_len,
-                              flash_attention=t.attention != "unfused",
+                              flash_attention=t.fused_attention,
                               dropout=model.norm == "layernorm")
     kinds = set(stage.layer_is_moe) or {False}
     stored = max(activation_bytes_per_layer(model, par, recompute=t.recompute, moe_layer=k, **kw)

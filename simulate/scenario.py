@@ -99,6 +99,11 @@ class TrainingSpec:
     def num_microbatches(self) -> int:
         return self.global_batch // (self.micro_batch * self.parallel.dp)
 
+    @property
+    def fused_attention(self) -> bool:
+        """A fused kernel (no [s, s] scores kept): every `ATTENTION_KERNELS` entry but unfused."""
+        return self.attention != "unfused"
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Scenario:

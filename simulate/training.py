@@ -86,7 +86,7 @@ def memory_before_offload(model, t: TrainingSpec) -> TrainingMemory:
                            recompute=t.recompute, schedule=t.schedule,
                            num_microbatches=t.num_microbatches,
                            dropout=model.norm == "layernorm",
-                           flash_attention=t.attention != "unfused",
+                           flash_attention=t.fused_attention,
                            framework=t.framework, fp8=t.precision == DType.FP8,
                            grad_dtype_bytes=framework_grad_bytes(t.framework),
                            lora_params=(lora_trainable_params(model, t.lora_rank, t.lora_targets)
