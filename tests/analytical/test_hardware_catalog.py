@@ -30,13 +30,7 @@ SHIPPED = ("a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-80gb", "h100-sxm", "h100
 LLMSIM = Path(sys.executable).parent / "llmsim"
 
 
-@pytest.fixture(autouse=True)
-def _isolated_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("LLMSIM_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("LLMSIM_HARDWARE_PATH", raising=False)
-    get_hardware.cache_clear()
-    yield
-    get_hardware.cache_clear()
+pytestmark = pytest.mark.usefixtures("isolated_hardware_home")  # tests/conftest.py
 
 
 def test_catalog_holds_exactly_the_shipped_files():

@@ -17,13 +17,7 @@ from profiler import calibrate as cal
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def _isolated_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("LLMSIM_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("LLMSIM_HARDWARE_PATH", raising=False)
-    get_hardware.cache_clear()
-    yield
-    get_hardware.cache_clear()
+pytestmark = pytest.mark.usefixtures("isolated_hardware_home")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")
