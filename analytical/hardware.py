@@ -17,6 +17,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,24 @@ US = 1e-6
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HARDWARE_DIR = REPO_ROOT / "datasets" / "hardware"
+
+
+class Architecture(StrEnum):
+    """The chip generation, for effects a kernel library switches on by generation (e.g. the
+    Hopper-only FlashAttention-3 / cuDNN numbers in `simulate.efficiency`), not by part name:
+    NVIDIA's generations as on https://developer.nvidia.com/cuda-gpus (Ampere: compute
+    capability 8.0/8.6, Ada Lovelace 8.9, Hopper 9.0, Blackwell 10.x/12.0), AMD's CDNA
+    generations. ``unknown`` for a file that does not say (a calibrated device without a
+    reference)."""
+
+    AMPERE = "ampere"
+    ADA_LOVELACE = "ada-lovelace"
+    HOPPER = "hopper"
+    BLACKWELL = "blackwell"
+    CDNA3 = "cdna3"
+    CDNA4 = "cdna4"
+    X86_64 = "x86-64"
+    UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,6 +80,7 @@ class HardwareSpec:
     name: str  # catalog key, e.g. "h100-sxm"
     vendor: str
     kind: str  # "gpu" or "cpu"
+    architecture: Architecture = Architecture.UNKNOWN
     peak_flops_fp32: float  # FLOP/s, dense
     peak_flops_tf32: float
     peak_flops_bf16: float
@@ -108,6 +128,7 @@ _TOP_KEYS = {
     "name",
     "vendor",
     "kind",
+    "architecture",
     "sources",
     "peak_dense_tflops",
     "memory",
@@ -179,6 +200,14 @@ def _texts(values: dict[str, Any], source: str) -> dict[str, str]:
     return values
 
 
+def _architecture(value: Any, source: str) -> Architecture:
+    try:
+        return Architecture(value)
+    except ValueError:
+        raise SpecError("architecture", f"{value!r}; allowed: "
+                        f"{', '.join(a.value for a in Architecture)}", source=source) from None
+
+
 def hardware_from_dict(data: Any, *, source: str = "<dict>") -> HardwareSpec:
     """Build a HardwareSpec from the YAML schema of ``datasets/hardware/*.yaml``."""
     r = _Reader(source)
@@ -214,6 +243,7 @@ def hardware_from_dict(data: Any, *, source: str = "<dict>") -> HardwareSpec:
         name=r.text(top, "name"),
         vendor=r.text(top, "vendor"),
         kind=kind,
+        architecture=_architecture(top.get("architecture", Architecture.UNKNOWN.value), source),
         peak_flops_fp32=peaks[DType.FP32],
         peak_flops_tf32=peaks.get(DType.TF32, peaks[DType.FP32]),
         peak_flops_bf16=peaks[DType.BF16],
@@ -256,7 +286,8 @@ def hardware_to_dict(hw: HardwareSpec) -> dict[str, Any]:
                 "latency_us": _human(x.latency_s / US)}
 
     data: dict[str, Any] = {
-        "name": hw.name, "vendor": hw.vendor, "kind": hw.kind, "sources": list(hw.sources),
+        "name": hw.name, "vendor": hw.vendor, "kind": hw.kind,
+        "architecture": hw.architecture.value, "sources": list(hw.sources),
         "peak_dense_tflops": {str(d): _human(v / 1e12) for d, v in peaks.items()
                               if v > 0 or d in (DType.FP32, DType.BF16)},
         "memory": {"capacity_gib": _human(hw.memory_bytes / GIB),
@@ -268,6 +299,8 @@ def hardware_to_dict(hw: HardwareSpec) -> dict[str, Any]:
         "efficiency": {f: getattr(hw.efficiency, f) for f in
                        ("gemm", "attention", "memory", "intra_node", "inter_node")},
     }
+    if hw.architecture == Architecture.UNKNOWN:
+        del data["architecture"]
     if hw.memory_type:
         data["memory"]["type"] = hw.memory_type
     if hw.network:

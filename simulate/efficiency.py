@@ -26,7 +26,7 @@ from dataclasses import replace
 from enum import StrEnum
 
 from analytical.dtypes import DType
-from analytical.hardware import HardwareSpec
+from analytical.hardware import Architecture, HardwareSpec
 from analytical.layer_spec import Node, Param, Stream
 from analytical.memory import Framework
 from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind, OpSpec
@@ -61,7 +61,13 @@ HOPPER_ATTENTION: dict[AttentionBackend, tuple[float, float]] = {
     AttentionBackend.FLASH2: (333 / 989.4, 320 / 989.4),
     AttentionBackend.CUDNN: (529 / 989.4, 515 / 989.4),
 }
-HOPPER = frozenset({"h100-sxm", "h100-pcie", "h100-hbm2e-96gb", "h200", "gh200", "h20"})
+
+
+def is_hopper(hw: HardwareSpec) -> bool:
+    """Gated on the hardware file's ``architecture``, not on a list of names: every Hopper
+    part (H100 SXM/PCIe/NVL, H200, GH200, H20, a calibrated file made from one) has it."""
+    return hw.architecture == Architecture.HOPPER
+
 
 # FlashAttention's Triton port (`training.attention: flash-triton`; llm-foundry's `attn_impl:
 # triton` runs flash_attn/flash_attn_triton.py copied from the flash-attention repository at
@@ -82,9 +88,9 @@ def attention_fraction(hw: HardwareSpec, framework: str, *, backward: bool,
     ``kernel="flash-triton"``, the Triton port) runs on ``hw``."""
     if kernel == "flash-triton":
         flash2 = (HOPPER_ATTENTION[AttentionBackend.FLASH2][int(backward)]
-                  if hw.name in HOPPER else hw.efficiency.attention)
+                  if is_hopper(hw) else hw.efficiency.attention)
         return flash2 / TRITON_SLOWDOWN[int(backward)]
-    if hw.name not in HOPPER:
+    if not is_hopper(hw):
         return hw.efficiency.attention
     return HOPPER_ATTENTION[attention_backend(framework)][int(backward)]
 
@@ -112,7 +118,7 @@ FRAMEWORK_REDUCTIONS: dict[Framework, dict[MemoryOpKind, float]] = {
 
 def reduction_fraction(hw: HardwareSpec, framework: str, kind: MemoryOpKind) -> float:
     """Fraction of the hardware file's memory bandwidth the framework's ``kind`` kernel reaches."""
-    if hw.name not in HOPPER:
+    if not is_hopper(hw):
         return 1.0
     return FRAMEWORK_REDUCTIONS.get(Framework(framework), {}).get(kind, 1.0)
 

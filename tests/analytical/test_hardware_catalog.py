@@ -17,6 +17,7 @@ from analytical.dtypes import DType
 from analytical.errors import SpecError, UnknownNameError
 from analytical.hardware import (
     HARDWARE_DIR,
+    Architecture,
     get_hardware,
     hardware_from_dict,
     hardware_names,
@@ -166,8 +167,10 @@ def _mutate(change) -> dict:
     (lambda d: d["efficiency"].update(gemm=1.2), "efficiency.gemm"),
     (lambda d: d["efficiency"].update(memory="high"), "efficiency.memory"),
     (lambda d: d.update(kind="tpu"), "kind"),
+    (lambda d: d.update(architecture="hopper-ish"), "architecture"),
 ], ids=["unknown-top-key", "unknown-nested-key", "missing-bandwidth", "missing-bf16",
-        "negative-bandwidth", "efficiency-above-1", "efficiency-not-number", "bad-kind"])
+        "negative-bandwidth", "efficiency-above-1", "efficiency-not-number", "bad-kind",
+        "bad-architecture"])
 def test_bad_file_names_file_and_field(tmp_path, change, field):
     path = _write(tmp_path, _mutate(change))
     with pytest.raises(SpecError) as info:
@@ -198,6 +201,22 @@ def test_user_file_shadows_the_catalog(tmp_path, monkeypatch):
     monkeypatch.setenv("LLMSIM_HARDWARE_PATH", str(folder))
     get_hardware.cache_clear()
     assert get_hardware("h100-sxm").efficiency.gemm == 0.5
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_file_states_its_architecture(name):
+    """Generation-gated effects (`simulate.efficiency.is_hopper`) read this field, so no
+    shipped file may leave it unknown, and every GH100 part must say Hopper."""
+    hw = get_hardware(name)
+    assert hw.architecture != Architecture.UNKNOWN
+    hopper = name.startswith(("h100", "h200", "h20", "gh200"))
+    assert (hw.architecture == Architecture.HOPPER) == hopper
+
+
+def test_a_file_without_architecture_loads_as_unknown():
+    data = _valid()
+    del data["architecture"]
+    assert hardware_from_dict(data).architecture == Architecture.UNKNOWN
 
 
 def test_round_trip_through_dict():

@@ -45,6 +45,28 @@ def test_flash_attention_2_is_slower_than_cudnn_on_hopper_only():
             a100.efficiency.attention)
 
 
+@pytest.mark.parametrize("name", ["h100-nvl", "h200", "gh200", "h20", "h100-pcie"])
+def test_every_hopper_part_gets_the_hopper_attention_numbers(name):
+    """Gated on the file's architecture, not a name list (which once missed h100-nvl)."""
+    h100 = get_hardware("h100-sxm")
+    hw = get_hardware(name)
+    for backward in (False, True):
+        assert attention_fraction(hw, "megatron", backward=backward) == attention_fraction(
+            h100, "megatron", backward=backward)
+    assert reduction_fraction(hw, "torchtitan", MemoryOpKind.RMSNORM) == 0.5
+
+
+def test_a_calibrated_copy_of_a_hopper_file_stays_hopper():
+    """`llmsim hardware calibrate --reference h100-sxm` starts from `hardware_to_dict` of the
+    reference under a new name; the old name list missed such files."""
+    from analytical.hardware import hardware_from_dict, hardware_to_dict
+
+    hw = hardware_from_dict({**hardware_to_dict(get_hardware("h100-sxm")), "name": "my-h100"})
+    assert attention_fraction(hw, "torchtitan", backward=False) < hw.efficiency.attention
+    l40s = get_hardware("l40s")
+    assert attention_fraction(l40s, "torchtitan", backward=False) == l40s.efficiency.attention
+
+
 def test_only_roofline_attention_is_retimed():
     hw = get_hardware("h100-sxm")
     op = AttentionSpec(batch=1, q_len=8192, kv_len=8192, heads=32, kv_heads=8, head_dim=128)
