@@ -11,12 +11,13 @@ bandwidth, link bandwidth and latency for collectives), not the chain's `rooflin
 per-GPU efficiency factors are guesses an unseen GPU's YAML would carry into every answer. The
 floor is the
 alpha term of an alpha-beta model for kernels (collectives carry their link latency already and
-get none): the median over the training GPUs of each GPU's 1st-percentile latency, about 2-3
-us for TensorRT-LLM GEMMs and 6-11 us for its attention kernels in the curated set. Without it
-TensorRT-LLM decode attention is a median 14x its vendor-peak roofline on H100 and B200 and
-2.3x on L40S: the ratio then encodes the GPU's bandwidth, not how well the kernel uses it
-(leave-one-out attention MAPE on L40S in an exploratory run, 2,000 rows per GPU and 300
-trees: 120% without the floor, 60% with it).
+get none), per (stack, dtype, and phase for attention; `launch_floor`): the smallest over the
+training GPUs of each GPU's 1st-percentile latency, about 2-3 us for TensorRT-LLM bf16 GEMMs,
+12 us for its fp8 ones, 11 us for Vidur's PyTorch GEMMs, 6-15 us for attention kernels in the
+curated set. Without a floor TensorRT-LLM decode attention is a median 14x its vendor-peak
+roofline on H100 and B200 and 2.3x on L40S: the ratio then encodes the GPU's bandwidth, not how
+well the kernel uses it (leave-one-out attention MAPE on L40S in an exploratory run, 2,000 rows
+per GPU and 300 trees: 120% without the floor, 60% with it).
 
 At inference the stack is the one measured on the most training GPUs (``default_stack``).
 Saved as ``model.ubj`` (XGBoost's own format, never pickle) + ``schema.json`` (schema version,
@@ -30,16 +31,17 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from analytical.dtypes import DType
 from analytical.errors import LlmsimError
 from analytical.hardware import HardwareSpec
-from analytical.ops import OpSpec
+from analytical.ops import AttentionSpec, OpSpec
 from predictors.domain import Domain, outside_domain, training_domain
 from predictors.model import HyperParams, fit_booster
 from predictors.transfer_data import TransferData
@@ -87,7 +89,7 @@ class TransferModel:
 
     def __init__(self, *, booster: xgb.Booster, family: str, gpus: Sequence[str], stacks: Sequence[str],
                  default_stack: str, params: HyperParams, domain: Domain,
-                 vendors: Sequence[str], floor_s: float, rows: int = 0,
+                 vendors: Sequence[str], floor_s: Mapping[str, float], rows: int = 0,
                  schema_version: int = TRANSFER_SCHEMA_VERSION) -> None:
         self.booster = booster
         self.family = family
@@ -97,7 +99,7 @@ class TransferModel:
         self.params = params
         self.domain = domain
         self.vendors = tuple(vendors)
-        self.floor_s = float(floor_s)
+        self.floor_s = {str(k): float(v) for k, v in sorted(floor_s.items())}
         self.rows = rows
         self.schema_version = schema_version
 
@@ -122,9 +124,10 @@ class TransferModel:
 
         if not ops:
             return np.empty(0)
+        stacks = [self.default_stack] * len(ops) if stacks is None else stacks
         matrix = xgb.DMatrix(self.features(ops, hw, stacks), nthread=1)
         raw = self.booster.predict(matrix).astype(np.float64)
-        seconds: np.ndarray = np.exp(raw) * (ideal_seconds(ops, hw) + self.floor_s)
+        seconds: np.ndarray = np.exp(raw) * (ideal_seconds(ops, hw) + floors(self.floor_s, ops, stacks))
         return seconds
 
     def outside_domain(self, op: OpSpec, hw: HardwareSpec) -> str | None:
@@ -144,7 +147,8 @@ class TransferModel:
                "features": self.feature_names, "stacks": list(self.stacks),
                "default_stack": self.default_stack, "gpus": list(self.gpus),
                "vendors": list(self.vendors), "domain": self.domain, "rows": self.rows,
-               "target": "log_roofline_ratio", "floor_s": self.floor_s.hex(),
+               "target": "log_roofline_ratio",
+               "floor_s": {k: v.hex() for k, v in self.floor_s.items()},
                "params": asdict(self.params),
                "n_trees": self.n_trees}
         (folder / SCHEMA_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
@@ -164,7 +168,8 @@ class TransferModel:
         return cls(booster=booster, family=doc["family"], gpus=doc["gpus"],
                    stacks=doc["stacks"], default_stack=doc["default_stack"],
                    params=HyperParams(**doc["params"]), domain=doc["domain"],
-                   vendors=doc["vendors"], floor_s=float.fromhex(doc["floor_s"]),
+                   vendors=doc["vendors"],
+                   floor_s={k: float.fromhex(v) for k, v in doc["floor_s"].items()},
                    rows=int(doc.get("rows", 0)),
                    schema_version=doc["schema_version"])
 
@@ -251,7 +256,8 @@ def fit_transfer(data: TransferData, config: TransferConfig = TransferConfig(), 
     default = max(vocabulary, key=lambda s: (gpus_per_stack[s], rows_per_stack[s], s))
     floor = launch_floor(data.family, train)
     x = np.hstack([train.features, stack_columns(train.stacks.tolist(), vocabulary)])
-    booster = fit_booster(x, np.log(train.latency_s / (train.ideal_s + floor)), config.params,
+    target = np.log(train.latency_s / (train.ideal_s + floors(floor, train.ops, train.stacks.tolist())))
+    booster = fit_booster(x, target, config.params,
                           seed=config.seed, nthread=config.nthread)
     return TransferModel(booster=booster, family=data.family, gpus=gpus, stacks=vocabulary,
                          default_stack=default, params=config.params,
@@ -260,10 +266,49 @@ def fit_transfer(data: TransferData, config: TransferConfig = TransferConfig(), 
                          floor_s=floor, rows=len(train.ops))
 
 
-def launch_floor(family: str, rows: Rows) -> float:
-    """Seconds added to the roofline before the ratio (see the module doc): 0 for collectives,
-    else the median over GPUs of each GPU's 1st-percentile latency."""
+def _floor_key(stack: str, op: OpSpec) -> str:
+    """``stack/dtype``, and ``/phase`` for attention (decode and prefill are different kernels:
+    XQA / masked MHA against the context FMHA in TensorRT-LLM)."""
+    phase = getattr(op, "phase", None) if isinstance(op, AttentionSpec) else None
+    return f"{stack}/{op.dtype}" + (f"/{phase}" if phase is not None else "")
+
+
+def launch_floor(family: str, rows: Rows) -> dict[str, float]:
+    """Seconds added to the roofline before the ratio (see the module doc), per `_floor_key`:
+    none for collectives, else the smallest over the training GPUs of each GPU's
+    1st-percentile latency (the smallest: a GPU whose sample has no tiny shapes, as Vidur's
+    A40 GEMMs, overstates the floor). Per stack because each harness times differently
+    (Vidur's PyTorch GEMMs: 11-13 us at least on A100 and H100, TensorRT-LLM's: 2-3 us); per
+    dtype because TensorRT-LLM's fp8 and fp4 GEMMs time more than the MMA kernel (activation
+    quantisation, scales): their shortest rows are 12 us on H100, B200 and L40S against 2-3 us
+    for bf16."""
     if family == "collective":
-        return 0.0
-    per_gpu = [np.quantile(rows.latency_s[rows.gpu == g], 0.01) for g in np.unique(rows.gpu)]
-    return float(np.median(per_gpu))
+        return {}
+    keys = np.array([_floor_key(s, op) for s, op in zip(rows.stacks, rows.ops, strict=True)])
+    out = {}
+    for key in sorted(set(keys.tolist())):
+        mine = keys == key
+        out[key] = float(np.min([np.quantile(rows.latency_s[mine & (rows.gpu == g)], 0.01)
+                                 for g in np.unique(rows.gpu[mine])]))
+    return out
+
+
+def floors(floor_s: Mapping[str, float], ops: Sequence[OpSpec],
+           stacks: Sequence[str]) -> np.ndarray:
+    """Each op's floor (`launch_floor`); for a key no training GPU ran, the floor of the same
+    stack (and phase) whose dtype is nearest in bits per element (fp4 -> fp8, the lower
+    precision on a tie), else the median of every floor."""
+    if not floor_s:
+        return np.zeros(len(ops))
+    split = {k: k.split("/") for k in floor_s}
+
+    def one(stack: str, op: OpSpec) -> float:
+        key = _floor_key(stack, op)
+        if key in floor_s:
+            return floor_s[key]
+        want = key.split("/")
+        near = [(abs(DType(p[1]).bytes - op.dtype.bytes), DType(p[1]).bytes, floor_s[k])
+                for k, p in split.items() if p[0] == want[0] and p[2:] == want[2:]]
+        return min(near)[2] if near else float(np.median(list(floor_s.values())))
+
+    return np.array([one(s, op) for s, op in zip(stacks, ops, strict=True)], dtype=np.float64)

@@ -47,7 +47,6 @@ from analytical.ops import (
 )
 from analytical.roofline import gemm_tile_efficiency
 from predictors.features import (
-    _DTYPES,
     _log2,
     _peak_flops,
     fill_rows,
@@ -55,7 +54,7 @@ from predictors.features import (
     row_alignment_log2,
 )
 
-TRANSFER_SCHEMA_VERSION = 2  # 2: target relative to the vendor-peak roofline
+TRANSFER_SCHEMA_VERSION = 3  # 2: target relative to the vendor-peak roofline; 3: dtype as bits, floor per dtype
 TRANSFER_FAMILIES = ("gemm", "attention", "collective", "memory")
 
 # CTA output tiles of CUTLASS/cuBLAS GEMMs (128x128 default, 128x256 and 256x128 Hopper wide
@@ -93,10 +92,15 @@ _WORK = ["log2_flops", "log2_bytes", "log2_intensity", "log2_intensity_over_ridg
 
 
 def _dtype(op: OpSpec) -> list[float]:
-    return [1.0 if op.dtype == d else 0.0 for d in _DTYPES]
+    """Bits per element and whether the dtype is a scaled low-precision one (fp8, fp4, int):
+    numbers, not a one-hot, so a dtype no training GPU ran (fp4 exists only on Blackwell) is
+    placed beside its nearest relative (fp8, also a quantised GEMM with scales and an
+    activation-quantisation step) instead of on an all-zero row the trees never saw."""
+    bits = 8.0 * op.dtype.bytes
+    return [bits, 1.0 if bits <= 8 else 0.0]
 
 
-_DTYPE = [f"dtype_{d.value}" for d in _DTYPES]
+_DTYPE = ["dtype_bits", "dtype_quantised"]
 
 
 def gemm_row(op: GemmSpec, hw: HardwareSpec) -> list[float]:

@@ -253,3 +253,28 @@ def test_target_is_relative_to_the_datasheet_roofline():
         op.flops / hw.peak_flops(DType.BF16))
     with pytest.raises(SpecError):
         ideal_seconds([replace(op, dtype=DType.FP8)], hw)
+
+
+def _rows(gpus, stacks, ops, latency):
+    from predictors.transfer import Rows
+
+    n = len(ops)
+    return Rows(gpu=np.array(gpus), ops=tuple(ops), stacks=np.array(stacks),
+                features=np.zeros((n, 1)), latency_s=np.array(latency), ideal_s=np.zeros(n))
+
+
+def test_floor_is_per_stack_and_dtype_and_an_unseen_dtype_borrows_the_nearest():
+    from predictors.transfer import floors, launch_floor
+
+    bf16, fp8, fp4 = (GemmSpec(m=8, n=8, k=8, dtype=d) for d in (DType.BF16, DType.FP8,
+                                                                  DType.FP4))
+    rows = _rows(["a", "a", "b", "b", "a"], ["trt", "trt", "trt", "trt", "vidur"],
+                 [bf16, fp8, bf16, fp8, bf16], [2e-6, 12e-6, 3e-6, 13e-6, 11e-6])
+    floor = launch_floor("gemm", rows)
+    # the smallest GPU's floor: a GPU with no tiny shapes in its sample overstates it
+    assert floor == {"trt/bf16": 2e-6, "trt/fp8": 12e-6, "vidur/bf16": 11e-6}
+    got = floors(floor, [bf16, fp4, bf16, fp8], ["trt", "trt", "vidur", "vidur"])
+    # fp4 has no floor of its own: the same stack's fp8 (4 bits from it, bf16 is 12); an
+    # unseen (stack, dtype) pair with no same-stack dtype near it takes that stack's nearest
+    np.testing.assert_allclose(got, [2e-6, 12e-6, 11e-6, 11e-6])
+    assert launch_floor("collective", rows) == {}
