@@ -53,6 +53,20 @@ class Architecture(StrEnum):
     UNKNOWN = "unknown"
 
 
+class LinkFabric(StrEnum):
+    """What a link is physically, as NCCL's tuning model tells links apart (its NVLINK, PCI
+    and NET latency classes, NVIDIA/nccl src/graph/tuning.cc ``hwLatencies``): ``nvlink``
+    (NVLink, NVSwitch, an NVLink bridge; AMD's xGMI counts as ``xgmi``), ``pcie`` (GPU to
+    GPU through PCIe switches or the host), ``network`` (NIC, TCP). ``unknown`` where a file
+    does not say."""
+
+    NVLINK = "nvlink"
+    XGMI = "xgmi"
+    PCIE = "pcie"
+    NETWORK = "network"
+    UNKNOWN = "unknown"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Link:
     """A point-to-point link as one GPU sees it."""
@@ -60,6 +74,7 @@ class Link:
     name: str
     bandwidth_bytes_per_s: float  # per GPU, per direction
     latency_s: float  # one-hop start-up latency (alpha term)
+    fabric: LinkFabric = LinkFabric.UNKNOWN
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,6 +110,9 @@ class HardwareSpec:
     intra_node: Link  # NVLink / xGMI per GPU
     pcie: Link
     inter_node: Link  # network per GPU (NIC share)
+    # NVLink bridge between two PCIe cards (A40, A100 PCIe, H100 NVL): a 2-GPU group on it
+    # does not go through PCIe; None where the part has none or the node does not fit them
+    pair_bridge: Link | None = None
     gpus_per_node: int
     efficiency: Efficiency
     sources: tuple[str, ...] = ()
@@ -184,11 +202,17 @@ class _Reader:
 
 
 def _link(r: _Reader, data: Any, field: str) -> Link:
-    m = r.mapping(data, field, {"name", "bandwidth_gb_per_s", "latency_us", "generation"})
+    m = r.mapping(data, field, {"name", "bandwidth_gb_per_s", "latency_us", "generation",
+                                "fabric"})
+    fabric = m.get("fabric", LinkFabric.UNKNOWN.value)
+    if fabric not in {f.value for f in LinkFabric}:
+        raise SpecError(f"{field}.fabric", f"{fabric!r}; allowed: "
+                        f"{', '.join(f.value for f in LinkFabric)}", source=r.source)
     return Link(
         name=str(m.get("name", m.get("generation", field.rsplit(".", 1)[-1]))),
         bandwidth_bytes_per_s=r.number(m, "bandwidth_gb_per_s", field) * GB,
         latency_s=r.number(m, "latency_us", field, default=1.0) * US,
+        fabric=LinkFabric(fabric),
     )
 
 
@@ -222,7 +246,8 @@ def hardware_from_dict(data: Any, *, source: str = "<dict>") -> HardwareSpec:
         if required not in peaks:
             raise SpecError(f"peak_dense_tflops.{required}", "missing", source=source)
     memory = r.mapping(top.get("memory"), "memory", {"capacity_gib", "bandwidth_gb_per_s", "type"})
-    inter = r.mapping(top.get("interconnect"), "interconnect", {"intra_node", "pcie", "inter_node"})
+    inter = r.mapping(top.get("interconnect"), "interconnect",
+                      {"intra_node", "pcie", "inter_node", "pair_bridge"})
     node = r.mapping(top.get("node", {}), "node", {"gpus_per_node", "network"})
     eff = r.mapping(top.get("efficiency"), "efficiency",
                     {"gemm", "attention", "memory", "intra_node", "inter_node"})
@@ -258,6 +283,8 @@ def hardware_from_dict(data: Any, *, source: str = "<dict>") -> HardwareSpec:
         intra_node=_link(r, inter.get("intra_node"), "interconnect.intra_node"),
         pcie=_link(r, inter.get("pcie"), "interconnect.pcie"),
         inter_node=_link(r, inter.get("inter_node"), "interconnect.inter_node"),
+        pair_bridge=(_link(r, inter["pair_bridge"], "interconnect.pair_bridge")
+                     if "pair_bridge" in inter else None),
         gpus_per_node=int(r.number(node, "gpus_per_node", "node", default=1.0)),
         efficiency=Efficiency(**eff_values),
         sources=tuple(sources),
@@ -282,8 +309,9 @@ def hardware_to_dict(hw: HardwareSpec) -> dict[str, Any]:
              DType.FP4: hw.peak_flops_fp4}
 
     def link(x: Link) -> dict[str, Any]:
-        return {"name": x.name, "bandwidth_gb_per_s": _human(x.bandwidth_bytes_per_s / GB),
-                "latency_us": _human(x.latency_s / US)}
+        out = {"name": x.name, "bandwidth_gb_per_s": _human(x.bandwidth_bytes_per_s / GB),
+               "latency_us": _human(x.latency_s / US)}
+        return out if x.fabric == LinkFabric.UNKNOWN else {**out, "fabric": x.fabric.value}
 
     data: dict[str, Any] = {
         "name": hw.name, "vendor": hw.vendor, "kind": hw.kind,
@@ -301,6 +329,8 @@ def hardware_to_dict(hw: HardwareSpec) -> dict[str, Any]:
     }
     if hw.architecture == Architecture.UNKNOWN:
         del data["architecture"]
+    if hw.pair_bridge is not None:
+        data["interconnect"]["pair_bridge"] = link(hw.pair_bridge)
     if hw.memory_type:
         data["memory"]["type"] = hw.memory_type
     if hw.network:

@@ -168,9 +168,11 @@ def _mutate(change) -> dict:
     (lambda d: d["efficiency"].update(memory="high"), "efficiency.memory"),
     (lambda d: d.update(kind="tpu"), "kind"),
     (lambda d: d.update(architecture="hopper-ish"), "architecture"),
+    (lambda d: d["interconnect"]["intra_node"].update(fabric="nvswitch"),
+     "interconnect.intra_node.fabric"),
 ], ids=["unknown-top-key", "unknown-nested-key", "missing-bandwidth", "missing-bf16",
         "negative-bandwidth", "efficiency-above-1", "efficiency-not-number", "bad-kind",
-        "bad-architecture"])
+        "bad-architecture", "bad-fabric"])
 def test_bad_file_names_file_and_field(tmp_path, change, field):
     path = _write(tmp_path, _mutate(change))
     with pytest.raises(SpecError) as info:
@@ -211,6 +213,21 @@ def test_every_shipped_file_states_its_architecture(name):
     assert hw.architecture != Architecture.UNKNOWN
     hopper = name.startswith(("h100", "h200", "h20", "gh200"))
     assert (hw.architecture == Architecture.HOPPER) == hopper
+
+
+def test_link_fabrics_and_pair_bridges():
+    """NCCL tells NVLink from PCIe paths (its latency classes); PCIe cards sold NVLink-bridged
+    in pairs carry the bridge as its own link, cited from their datasheets."""
+    from analytical.hardware import LinkFabric
+
+    assert get_hardware("h100-sxm").intra_node.fabric == LinkFabric.NVLINK
+    assert get_hardware("l40s").intra_node.fabric == LinkFabric.PCIE
+    assert get_hardware("l40s").pair_bridge is None
+    nvl = get_hardware("h100-nvl")
+    assert nvl.intra_node.fabric == LinkFabric.PCIE
+    assert nvl.pair_bridge is not None and nvl.pair_bridge.fabric == LinkFabric.NVLINK
+    assert nvl.pair_bridge.bandwidth_bytes_per_s == pytest.approx(300e9)  # 600 GB/s bidir
+    assert get_hardware("a40").pair_bridge.bandwidth_bytes_per_s == pytest.approx(56.25e9)
 
 
 def test_a_file_without_architecture_loads_as_unknown():
