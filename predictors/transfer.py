@@ -11,9 +11,9 @@ bandwidth, link bandwidth and latency for collectives), not the chain's `rooflin
 per-GPU efficiency factors are guesses an unseen GPU's YAML would carry into every answer. The
 floor is the
 alpha term of an alpha-beta model for kernels (collectives carry their link latency already and
-get none), per (stack, dtype, and phase for attention; `launch_floor`): the smallest over the
-training GPUs of each GPU's 1st-percentile latency, about 2-3 us for TensorRT-LLM bf16 GEMMs,
-12 us for its fp8 ones, 11 us for Vidur's PyTorch GEMMs, 6-15 us for attention kernels in the
+get none), per (stack, dtype, and phase for attention; `launch_floor`): the smallest over
+the training GPUs of each GPU's 1st-percentile latency, about 2-3 us for TensorRT-LLM bf16 GEMMs,
+12 us for its fp8 ones, 10-17 us for Vidur's PyTorch GEMMs, 6-15 us for attention kernels in the
 curated set. Without a floor TensorRT-LLM decode attention is a median 14x its vendor-peak
 roofline on H100 and B200 and 2.3x on L40S: the ratio then encodes the GPU's bandwidth, not how
 well the kernel uses it (leave-one-out attention MAPE on L40S in an exploratory run, 2,000 rows
@@ -276,9 +276,10 @@ def _floor_key(stack: str, op: OpSpec) -> str:
 def launch_floor(family: str, rows: Rows) -> dict[str, float]:
     """Seconds added to the roofline before the ratio (see the module doc), per `_floor_key`:
     none for collectives, else the smallest over the training GPUs of each GPU's
-    1st-percentile latency (the smallest: a GPU whose sample has no tiny shapes, as Vidur's
-    A40 GEMMs, overstates the floor). Per stack because each harness times differently
-    (Vidur's PyTorch GEMMs: 11-13 us at least on A100 and H100, TensorRT-LLM's: 2-3 us); per
+    1st-percentile latency: a floor is a lower bound, and a GPU whose sample has no tiny
+    shapes (Vidur's A40 GEMMs: 29 us) overstates it (the median instead: predictors/README.md
+    has both). Per stack because each harness times differently
+    (Vidur's PyTorch GEMMs: 10-17 us on H100 and A100, TensorRT-LLM's: 2-3 us); per
     dtype because TensorRT-LLM's fp8 and fp4 GEMMs time more than the MMA kernel (activation
     quantisation, scales): their shortest rows are 12 us on H100, B200 and L40S against 2-3 us
     for bf16."""

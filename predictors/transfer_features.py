@@ -143,13 +143,34 @@ def attention_row(op: AttentionSpec, hw: HardwareSpec) -> list[float]:
     row += _waves(op.batch * op.kv_heads, hw)
     # bytes of K and V one CTA streams per query block: the kernel's inner loop
     row += [_log2(2.0 * op.kv_len * op.head_dim * e)]
+    row += _flash_traffic(op, hw)
     return row + _dtype(op)
+
+
+def _flash_traffic(op: AttentionSpec, hw: HardwareSpec) -> list[float]:
+    """Time bounds of attention as FlashAttention runs it (Dao 2023, arXiv 2307.08691,
+    Algorithm 1): every (batch, head, 128-query tile) CTA re-reads its KV head's keys and
+    values (the causal mask halves what it reads on average: score pairs / queries keys per
+    query), so K/V traffic from L2 or HBM is q tiles x that, and the time to stream it at
+    HBM bandwidth; and the decode bound when the CTAs (one per batch x KV head without a
+    split) cover fewer SMs than the GPU has, so only that share of the bandwidth is drawn
+    (Flash-Decoding, Dao et al. 2023, splits the KV sequence for exactly this case)."""
+    e = op.dtype.bytes
+    keys = op.score_pairs / op.q_len
+    tiles = math.ceil(op.q_len / _ATTN_Q_BLOCK)
+    kv_traffic = 2.0 * op.batch * op.heads * tiles * keys * op.head_dim * e
+    bw = hw.memory_bw_bytes_per_s
+    ctas = op.batch * op.kv_heads
+    share = min(1.0, ctas / hw.compute_units)
+    return [_log2(kv_traffic / bw), _log2(op.bytes / (bw * share)),
+            _log2(max(op.flops / _peak_flops(op, hw), kv_traffic / bw))]
 
 
 _ATTENTION = (["log2_batch", "log2_q_len", "log2_kv_len", "log2_heads", "log2_kv_heads",
                "log2_head_dim", "gqa_ratio", "causal", "decode", "backward",
                "log2_score_pairs"] + _WORK + _wave_names("qblock")
               + _wave_names("kvsplit") + _wave_names("kvhead") + ["log2_kv_bytes_per_cta"]
+              + ["log2_flash_kv_traffic_s", "log2_unsplit_decode_s", "log2_flash_roofline_s"]
               + _DTYPE)
 
 
@@ -284,3 +305,4 @@ def ideal_seconds(ops: Sequence[OpSpec], hw: HardwareSpec) -> np.ndarray:
             raise SpecError(f"{op.family}.dtype", f"{op.dtype} is not supported on {hw.name}")
     return np.array([nccl_seconds(op, hw) if isinstance(op, CollectiveSpec)
                      else ideal_time_s(op, hw) for op in ops], dtype=np.float64)
+

@@ -271,8 +271,8 @@ def test_floor_is_per_stack_and_dtype_and_an_unseen_dtype_borrows_the_nearest():
     rows = _rows(["a", "a", "b", "b", "a"], ["trt", "trt", "trt", "trt", "vidur"],
                  [bf16, fp8, bf16, fp8, bf16], [2e-6, 12e-6, 3e-6, 13e-6, 11e-6])
     floor = launch_floor("gemm", rows)
-    # the smallest GPU's floor: a GPU with no tiny shapes in its sample overstates it
-    assert floor == {"trt/bf16": 2e-6, "trt/fp8": 12e-6, "vidur/bf16": 11e-6}
+    # the smallest GPU's: a GPU with no tiny shapes in its sample overstates a floor
+    assert floor == pytest.approx({"trt/bf16": 2e-6, "trt/fp8": 12e-6, "vidur/bf16": 11e-6})
     got = floors(floor, [bf16, fp4, bf16, fp8], ["trt", "trt", "vidur", "vidur"])
     # fp4 has no floor of its own: the same stack's fp8 (4 bits from it, bf16 is 12); an
     # unseen (stack, dtype) pair with no same-stack dtype near it takes that stack's nearest
@@ -297,3 +297,27 @@ def test_nccl_model_latency_protocols_and_bridge():
     assert nccl_seconds(big, nvl) == pytest.approx(big.bytes / 300e9, rel=0.01)  # the bridge
     four = replace(big, group_size=4, ranks_per_node=4)
     assert nccl_seconds(four, nvl) == pytest.approx(four.bytes / 64e9, rel=0.01)  # PCIe
+
+
+def test_flash_attention_traffic_and_unsplit_decode_bound():
+    """K/V re-read once per 128-query tile (causal: half the keys on average); a decode whose
+    batch x KV heads covers a quarter of the SMs draws a quarter of the bandwidth."""
+    from analytical.ops import AttentionSpec, Phase
+    from predictors.transfer_features import transfer_feature_names, transfer_matrix
+
+    hw = get_hardware("h100-sxm")  # 132 SMs
+    names = transfer_feature_names("attention")
+    col = {n: names.index(n) for n in ("log2_flash_kv_traffic_s", "log2_unsplit_decode_s",
+                                       "log2_memory_s")}
+    short = AttentionSpec(batch=1, q_len=128, kv_len=4096, heads=8, kv_heads=8, head_dim=128,
+                          causal=False)
+    long = replace(short, q_len=1024)
+    causal = replace(long, causal=True)
+    x = transfer_matrix("attention", [short, long, causal], hw)
+    kv = col["log2_flash_kv_traffic_s"]
+    assert x[1, kv] - x[0, kv] == pytest.approx(3.0)  # 8 query tiles, 8x the K/V traffic
+    assert x[1, kv] > x[2, kv]  # causal reads fewer keys per query
+    decode = AttentionSpec(batch=33, q_len=1, kv_len=4096, heads=8, kv_heads=1, head_dim=128,
+                           phase=Phase.DECODE)
+    d = transfer_matrix("attention", [decode], hw)[0]
+    assert d[col["log2_unsplit_decode_s"]] - d[col["log2_memory_s"]] == pytest.approx(2.0)
