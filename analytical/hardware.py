@@ -86,6 +86,9 @@ class Efficiency:
     memory: float  # HBM streaming bandwidth
     intra_node: float  # NVLink / xGMI bus bandwidth
     inter_node: float  # network bus bandwidth
+    # Fixed time of one compute kernel on top of its bandwidth/FLOP time (the alpha term of an
+    # alpha-beta kernel model; file key ``kernel_latency_us``, 0 where not measured).
+    kernel_latency_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -250,7 +253,8 @@ def hardware_from_dict(data: Any, *, source: str = "<dict>") -> HardwareSpec:
                       {"intra_node", "pcie", "inter_node", "pair_bridge"})
     node = r.mapping(top.get("node", {}), "node", {"gpus_per_node", "network"})
     eff = r.mapping(top.get("efficiency"), "efficiency",
-                    {"gemm", "attention", "memory", "intra_node", "inter_node"})
+                    {"gemm", "attention", "memory", "intra_node", "inter_node",
+                     "kernel_latency_us"})
     eff_values = {k: r.number(eff, k, "efficiency") for k in
                   ("gemm", "attention", "memory", "intra_node", "inter_node")}
     for k, v in eff_values.items():
@@ -286,7 +290,8 @@ def hardware_from_dict(data: Any, *, source: str = "<dict>") -> HardwareSpec:
         pair_bridge=(_link(r, inter["pair_bridge"], "interconnect.pair_bridge")
                      if "pair_bridge" in inter else None),
         gpus_per_node=int(r.number(node, "gpus_per_node", "node", default=1.0)),
-        efficiency=Efficiency(**eff_values),
+        efficiency=Efficiency(**eff_values, kernel_latency_s=r.number(
+            eff, "kernel_latency_us", "efficiency", default=0.0, positive=False) * US),
         sources=tuple(sources),
         memory_type=texts["memory.type"],
         network=texts["node.network"],
@@ -331,6 +336,8 @@ def hardware_to_dict(hw: HardwareSpec) -> dict[str, Any]:
         del data["architecture"]
     if hw.pair_bridge is not None:
         data["interconnect"]["pair_bridge"] = link(hw.pair_bridge)
+    if hw.efficiency.kernel_latency_s:
+        data["efficiency"]["kernel_latency_us"] = _human(hw.efficiency.kernel_latency_s / US)
     if hw.memory_type:
         data["memory"]["type"] = hw.memory_type
     if hw.network:

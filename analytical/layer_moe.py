@@ -1,7 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """The routed-expert block of one MoE layer on one rank (part of `analytical.layers`).
 
-Routing is taken as balanced: every expert gets tokens * top_k / experts. Two token layouts:
+Routing is taken as balanced and uniform: every expert is equally likely to be picked. With few
+tokens (decode) not every expert gets one: `experts_touched` is the expected number of distinct
+experts the tokens reach, and only their weights are read (fused-MoE kernels launch thread blocks
+only for experts that received tokens, see `experts_touched`); with many tokens it is all of them
+and every touched expert gets tokens * top_k / experts. Two token layouts:
 
 * Tokens split over TP (sequence parallelism; or tp = 1): Megatron-Core's all-to-all token
   dispatcher (megatron/core/transformer/moe/token_dispatcher.py): permute, all-to-all over the
@@ -16,6 +20,7 @@ Routing is taken as balanced: every expert gets tokens * top_k / experts. Two to
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from analytical.errors import SpecError
@@ -28,9 +33,34 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _experts(c: Ctx, per_expert: int) -> list[Node]:
+def experts_touched(tokens: int, top_k: int, experts: int, local: int) -> int:
+    """Expected number of this rank's `local` experts (of `experts` in all) that at least one of
+    `tokens` tokens is routed to, each token picking `top_k` distinct experts uniformly:
+    local * (1 - (1 - top_k/experts)^tokens), rounded up, in [1, local].
+
+    The fused-MoE kernels read only those experts' weights: vLLM's and SGLang's Triton
+    `fused_moe_kernel` run over the token-expert pairs sorted and padded per expert by
+    `moe_align_block_size` (grid = padded pairs / BLOCK_SIZE_M x N / BLOCK_SIZE_N; an expert
+    with no tokens gets no block, so its weight tiles are never loaded):
+    vllm-project/vllm vllm/model_executor/layers/fused_moe/fused_moe.py,
+    sgl-project/sglang python/sglang/srt/layers/moe/fused_moe_triton/fused_moe.py. At decode
+    with a few requests this is far below `local` (Qwen3-235B-A22B, 128 experts, top-8: 8 at
+    one token, 61 at 10, all 128 from about 100).
+    """
+    if tokens <= 0 or local <= 0:
+        return max(local, 1)
+    untouched = (1.0 - top_k / experts) ** tokens
+    return min(local, max(1, math.ceil(local * (1.0 - untouched) - 1e-9)))
+
+
+def _experts(c: Ctx, tokens: int) -> list[Node]:
+    """Grouped expert GEMMs over the experts `tokens` (entering this rank's experts) touch."""
     m, sh = c.model, c.sh
     local = m.num_experts // sh.ep
+    touched = experts_touched(tokens, m.top_k, m.num_experts, local)
+    # routed rows reaching this rank's experts (balanced) spread over the touched experts
+    per_expert = max(1, _ceil_div(tokens * m.top_k * local, m.num_experts * touched))
+    local = touched
     f = m.moe_ffn_hidden // sh.expert_tp
     up = 2 * f if m.gated_mlp else f
     return [*gemm("experts.up_gate" if m.gated_mlp else "experts.up", per_expert, up, m.hidden,
@@ -79,10 +109,10 @@ def moe_block(c: Ctx) -> list[Node]:
                                 routed_bytes * etp, etp, sh.etp_rpn, Stream.EP, act))
             comm_out.insert(0, coll("experts.etp_reduce_scatter", CollectiveKind.REDUCE_SCATTER,
                                     routed_bytes * etp, etp, sh.etp_rpn, Stream.EP, act))
-        per_expert = _ceil_div(rows * k * sh.ep * etp, e)
+        routed_tokens = rows * sh.ep * etp
     else:
-        per_expert = _ceil_div(rows * k, e)
-    nodes += comm_in + _experts(c, max(1, per_expert)) + comm_out
+        routed_tokens = rows
+    nodes += comm_in + _experts(c, routed_tokens) + comm_out
     nodes.append(Node(name="combine", op=MoESpec(kind=MoEOpKind.COMBINE, **moe)))
     if m.shared_ffn_hidden:
         shared = dense_mlp(c, m.shared_ffn_hidden, "shared_expert", lora=False)

@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """Roofline time of one operator on one device: the analytical engine of last resort.
 
-``latency = max(compute_s, memory_s)`` where compute_s = FLOPs / (peak(dtype) * efficiency) and
-memory_s = bytes / (HBM bandwidth * memory efficiency) (Williams, Waterman & Patterson,
-"Roofline", CACM 2009). The efficiency factors are data from the hardware file; GEMMs are further
+``latency = max(compute_s, memory_s) + kernel_latency`` where compute_s = FLOPs / (peak(dtype) *
+efficiency) and memory_s = bytes / (HBM bandwidth * memory efficiency) (Williams, Waterman &
+Patterson, "Roofline", CACM 2009), and kernel_latency is the hardware file's fixed time of one
+kernel (``efficiency.kernel_latency_us``: launch, ramp-up and tail that no bandwidth hides; what
+dominates a decode step's many small kernels). The efficiency factors are data from the hardware file; GEMMs are further
 derated for tile and wave quantisation. Collectives are not memory-bound kernels: their time comes
 from `analytical.comm`. Learned and measured engines live in predictors/ and profiler/.
 """
@@ -124,7 +126,8 @@ def roofline_estimate(op: OpSpec, hw: HardwareSpec) -> RooflineEstimate:
     memory_s = bytes_moved / (hw.memory_bw_bytes_per_s * hw.efficiency.memory)
     bound = Bound.COMPUTE if compute_s >= memory_s else Bound.MEMORY
     return RooflineEstimate(compute_s=compute_s, memory_s=memory_s,
-                            latency_s=max(compute_s, memory_s), bound=bound)
+                            latency_s=max(compute_s, memory_s) + hw.efficiency.kernel_latency_s,
+                            bound=bound)
 
 
 def roofline_time(op: OpSpec, hw: HardwareSpec) -> float:

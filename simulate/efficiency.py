@@ -131,14 +131,14 @@ def _retimed(op: OpSpec, e: Estimate, hw: HardwareSpec, framework: str, kernel: 
         target = attention_fraction(hw, framework, backward=op.backward, kernel=kernel)
         if target != base:
             r = roofline_estimate(op, hw)
-            latency = max(r.compute_s * base / target, r.memory_s)
+            latency = max(r.compute_s * base / target, r.memory_s) + hw.efficiency.kernel_latency_s
             name = kernel if kernel == "flash-triton" else attention_backend(framework)
             return replace(e, latency_s=latency, detail=f"{e.detail}; {name}")
     elif isinstance(op, MemoryBoundSpec):
         frac = reduction_fraction(hw, framework, op.kind)
         if frac != 1.0:
             r = roofline_estimate(op, hw)
-            latency = max(r.compute_s, r.memory_s / frac)
+            latency = max(r.compute_s, r.memory_s / frac) + hw.efficiency.kernel_latency_s
             return replace(e, latency_s=latency, detail=f"{e.detail}; {frac:.2f} of bandwidth")
     return e
 

@@ -9,7 +9,7 @@ import pytest
 
 from analytical.dtypes import DType
 from analytical.errors import SpecError
-from analytical.hardware import HardwareSpec, hardware_from_dict
+from analytical.hardware import HardwareSpec, hardware_from_dict, hardware_to_dict
 from analytical.ops import (
     AttentionSpec,
     CollectiveKind,
@@ -177,3 +177,23 @@ def test_catalog_devices() -> None:
     assert ridge_point(h100, DType.BF16) == pytest.approx(989e12 / 3.35e12, rel=0.01)
     with pytest.raises(SpecError, match="a100"):
         roofline_time(GemmSpec(m=4096, n=4096, k=4096, dtype=DType.FP8), a100)
+
+
+def test_kernel_latency_is_added_to_every_compute_kernel_but_not_to_collectives() -> None:
+    """``efficiency.kernel_latency_us``: a fixed time per kernel on top of max(compute, memory)
+    (the store's small-M GEMMs fit t = 3.7 us + roofline on H100 and B200); collectives keep
+    their link model."""
+    base = _hw("h100-test", bf16=989, fp8=1979, bw=3350, sms=132)
+    doc = {**hardware_to_dict(base)}
+    doc["efficiency"] = {**doc["efficiency"], "kernel_latency_us": 3.7}
+    slow = hardware_from_dict(doc)
+    gemv = GemmSpec(m=1, n=4096, k=4096, dtype=DType.BF16)
+    norm = MemoryBoundSpec(kind=MemoryOpKind.RMSNORM, rows=1, cols=4096, dtype=DType.BF16)
+    for op in (gemv, norm):
+        assert roofline_time(op, slow) == pytest.approx(roofline_time(op, base) + 3.7e-6)
+    # a 4096-wide bf16 GEMV reads 32 MiB: ~10 us at 3.35 TB/s, so the alpha term is a third
+    assert roofline_time(gemv, slow) / roofline_time(gemv, base) > 1.3
+    ar = CollectiveSpec(kind=CollectiveKind.ALL_REDUCE, size_bytes=8192, group_size=8,
+                        ranks_per_node=8, dtype=DType.BF16)
+    assert roofline_time(ar, slow) == roofline_time(ar, base)
+    assert hardware_from_dict(hardware_to_dict(slow)) == slow

@@ -478,3 +478,21 @@ def test_frontend_time_delays_first_token_and_the_closed_loop() -> None:
     assert row_scenario(latency)["serving"]["frontend_ms"] == 0.0
     served = next(r for r in load_corpus() if r.tool == "vllm-bench-serve")
     assert "frontend_ms" not in row_scenario(served)["serving"]
+
+
+def test_sglang_cookbook_rows_load_with_run_means_and_simulate() -> None:
+    """SGLang cookbook Qwen3-235B-A22B on 8xB200: lengths are the run's means (total tokens /
+    successful requests, as printed), and a one-client row runs through the SGLang preset."""
+    rows = [r for r in load_corpus() if r.source == "sglang-cookbook"]
+    assert len(rows) == 9
+    first = rows[0]
+    assert (first.model, first.gpu, first.tp, first.engine, first.concurrency) == (
+        "qwen3-235b-a22b", "b200", 8, "sglang", 1)
+    assert (first.input_len, first.output_len) == (round(6101 / 10), round(4210 / 10))
+    assert first.measured["tpot_ms"] == pytest.approx(10.12)
+    assert row_scenario(first)["serving"]["engine"] == "sglang"
+    scored = score_serving([first], use_store=False, max_prompts=2)
+    result = scored["rows"][0]
+    assert result["fits"] is True
+    # decode of 22B active parameters over 8 GPUs: a few ms per token, not the all-experts read
+    assert 2.0 < result["predicted"]["tpot_ms"] < 20.0
