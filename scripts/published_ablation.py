@@ -101,6 +101,8 @@ EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
      [(efficiency, "FRAMEWORK_REDUCTIONS", {})]),
     ("interleaved 1F1B activations per stage, capped at m micro-batches (Megatron-Core warm-up)",
      [(memory, "_inflight_factor", _uncapped_inflight)]),
+    ("TE userbuffers: forward TP reduce-scatter pipelined in 4 chunks (Megatron/NeMo)",
+     [(training, "tp_overlap_rs_splits", lambda fw: 0)]),
 ]
 
 

@@ -22,7 +22,7 @@ from analytical.ops import CollectiveKind, CollectiveSpec, MemoryBoundSpec, Memo
 from analytical.parallel import ParallelConfig
 from analytical.stage import StageParams, chunk_layers, is_moe_layer, stage_params
 from simulate.costs import BlockCost, OpEvent, add_engine_time, block_cost, pass_timeline
-from simulate.efficiency import framework_estimates, grad_reduce_dtype
+from simulate.efficiency import framework_estimates, grad_reduce_dtype, tp_overlap_rs_splits
 from simulate.engines import ENGINE_ORDER, EngineChain
 from simulate.graph import Block, TrainStep, embedding_block, head_block, layer_block
 from simulate.layout import validate_layout
@@ -180,8 +180,10 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
                    framework_estimates(ops, chain.estimate_many(ops), hw, t.framework,
                                        kernel=t.attention),
                    strict=True))
+    splits = tp_overlap_rs_splits(t.framework)
     costs: dict[Any, BlockCost] = {k: block_cost(b, est, tp_overlap=t.overlap.tp_comm,
-                                                 slowdown=slowdown) for k, b in blocks.items()}
+                                                 slowdown=slowdown, rs_splits=splits)
+                                   for k, b in blocks.items()}
     costs = offload_costs(costs, model, t, hw)
     p2p_s = est[p2p.key].latency_s if par.pp > 1 else 0.0
 

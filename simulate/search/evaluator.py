@@ -25,7 +25,7 @@ from analytical.hardware import GIB, HardwareSpec
 from analytical.ops import CollectiveKind, MemoryBoundSpec, MemoryOpKind
 from analytical.stage import StageParams, stage_params
 from simulate.costs import BlockCost, add_engine_time, block_cost
-from simulate.efficiency import framework_estimates
+from simulate.efficiency import framework_estimates, tp_overlap_rs_splits
 from simulate.engines import ENGINE_ORDER, EngineChain
 from simulate.graph import TrainStep
 from simulate.offload import offload_costs
@@ -91,8 +91,9 @@ class LayoutEvaluator:
                                                 self.chain.estimate_many(list(ops.values())),
                                                 self.hw, step.framework, kernel=step.attention),
                        strict=True))
-        costs = {k: block_cost(b, est, tp_overlap=tp_overlap, slowdown=slowdown)
-                 for k, b in blocks.items()}
+        splits = tp_overlap_rs_splits(step.framework)
+        costs = {k: block_cost(b, est, tp_overlap=tp_overlap, slowdown=slowdown,
+                               rs_splits=splits) for k, b in blocks.items()}
         self._blocks[key] = costs
         self.stats["block_shapes"] += 1
         return costs
