@@ -65,7 +65,11 @@ def stage_layers(layers: int, *, pp: int, vpp: int = 1, stage: int = 0,
     if not 0 <= stage < pp:
         raise SpecError("stage", f"must be in [0, {pp}), got {stage}")
     chunks = chunk_layers(layers, pp * vpp, split)
-    return [i for v in range(vpp) for i in chunks[v * pp + stage]]
+    held = [i for v in range(vpp) for i in chunks[v * pp + stage]]
+    if not held:
+        raise SpecError("parallel.pp", f"pipeline stage {stage} of pp={pp}, vpp={vpp} holds no "
+                        f"layer of {layers} ({split} split)")
+    return held
 
 
 def stage_params(model: ModelSpec, *, tp: int = 1, pp: int = 1, vpp: int = 1, ep: int = 1,

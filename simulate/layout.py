@@ -12,6 +12,7 @@ from analytical.dtypes import DType
 from analytical.errors import SpecError
 from analytical.hardware import HardwareSpec
 from analytical.parallel import PipelineSplit, Schedule
+from analytical.stage import chunk_layers
 from simulate.scenario import ClusterSpec, TrainingSpec
 
 P = "training.parallel"
@@ -69,6 +70,12 @@ def _check_stages(model, par, source: str | None) -> list[str]:
         raise SpecError(f"{P}.pp", f"layers={model.layers} in chunks of {per_chunk} "
                         f"(ceil(layers / (pp*vpp={chunks}))) leave pipeline stage {par.pp - 1} "
                         "without layers", source=source)
+    parts = chunk_layers(model.layers, chunks, par.pipeline_split)
+    for stage in (0, par.pp - 1):  # an embedding-loss split can leave an end stage no layer
+        if not any(parts[v * par.pp + stage] for v in range(par.vpp)):
+            raise SpecError(f"{P}.pp", f"pipeline stage {stage} holds no layer of "
+                            f"{model.layers} ({par.pipeline_split} split over pp*vpp={chunks})",
+                            source=source)
     if slots % chunks:
         # Allowed, as Megatron's uneven first/last stages are: each virtual stage takes
         # ceil(layers / (pp*vpp)) layers and the last ones take the rest.

@@ -51,3 +51,11 @@ def test_split_memory_is_the_heavier_of_stage_0_and_stage_1():
     even, split = _memory(PipelineSplit.EVEN), _memory(SPLIT)
     assert split < even
     assert split / even == pytest.approx(8 * (16 + 13 / 4) / (8 * (16 + 15 / 4)), rel=0.01)
+
+
+def test_a_stage_left_with_only_the_embedding_is_rejected():
+    from analytical.errors import SpecError
+    from analytical.stage import stage_params
+    # 32 layers + 2 slots over pp 34, one slot each: stage 0 would hold only the embedding.
+    with pytest.raises(SpecError, match="holds no layer"):
+        stage_params(load_model("llama-2-7b"), pp=34, stage=0, split=SPLIT)

@@ -40,3 +40,15 @@ def test_scenario_pipeline_split_is_read_and_checked():
     assert parse_parallel({"pp": 4}, None)[0].pipeline_split == PipelineSplit.EVEN
     with pytest.raises(SpecError, match="pipeline_split"):
         parse_parallel({"pp": 4, "pipeline_split": "uneven"}, None)
+
+
+def test_layout_check_names_an_end_stage_left_without_layers():
+    from analytical.errors import SpecError
+    from simulate.api import run
+
+    scenario = {"name": "x", "model": "llama-2-7b",
+                "hardware": {"gpu": "h100-sxm", "num_gpus": 34, "gpus_per_node": 34},
+                "training": {"parallel": {"pp": 34, "pipeline_split": "embedding-loss"},
+                             "global_batch": 34, "micro_batch": 1, "seq_len": 4096}}
+    with pytest.raises(SpecError, match="training.parallel.pp: pipeline stage 0 holds no layer"):
+        run(scenario, use_store=False, use_predictors=False)
