@@ -28,7 +28,7 @@ from analytical.inference_memory import (  # re-exported: inference callers impo
     weight_bytes,
 )
 from analytical.model_spec import ModelSpec
-from analytical.parallel import ParallelConfig, Recompute, Schedule
+from analytical.parallel import ParallelConfig, PipelineSplit, Recompute, Schedule
 from analytical.stage import StageParams, stage_params
 
 __all__ = [
@@ -144,12 +144,17 @@ def model_states_bytes(params: float, *, zero_stage: int, shard: int,
             states / shard if zero_stage >= 1 else states)
 
 
-def _inflight_factor(parallel: ParallelConfig, schedule: Schedule, num_microbatches: int) -> float:
-    """Micro-batches of activations the first stage holds at its peak.
+def _inflight_factor(parallel: ParallelConfig, schedule: Schedule, num_microbatches: int,
+                     stage: int = 0) -> float:
+    """Micro-batches of activations pipeline ``stage`` holds at its peak.
 
-    1F1B: min(pp, m) (Narayanan et al. 2021, PipeDream-Flush); GPipe: all m; interleaved 1F1B:
-    pp * (1 + (pp-1)/(pp*vpp)) (Narayanan et al. 2021 section 2.2; Korthikanti et al. 2022
-    section 4.2.3).
+    1F1B: min(pp - stage, m) (Narayanan et al. 2021, PipeDream-Flush); GPipe: all m; interleaved
+    1F1B: min(pp + (pp - 1 - 2*stage)/vpp, m) stage-sized micro-batches, i.e. the chunks of
+    Megatron-Core's warm-up, (pp - stage - 1) * 2 + (vpp - 1) * pp, plus the one forward before
+    the first backward, but never more than all m * vpp chunks (with m == pp every forward runs
+    first: ``forward_backward_pipelining_with_interleaving``, megatron/core/pipeline_parallel/
+    schedules.py, ``all_warmup_microbatches``); stage 0: pp * (1 + (pp-1)/(pp*vpp)) (Narayanan
+    et al. 2021 section 2.2; Korthikanti et al. 2022 section 4.2.3) when m > pp.
     """
     pp, vpp = parallel.pp, parallel.vpp
     if schedule == Schedule.GPIPE:
@@ -160,10 +165,10 @@ def _inflight_factor(parallel: ParallelConfig, schedule: Schedule, num_microbatc
         if num_microbatches % pp:
             raise SpecError("training.num_microbatches", f"interleaved needs a multiple of "
                             f"pp={pp}, got {num_microbatches}")
-        return min(pp, num_microbatches) * (1.0 + (pp - 1) / (pp * vpp))
+        return min(pp + (pp - 1 - 2 * stage) / vpp, float(num_microbatches))
     if vpp > 1:
         raise SpecError("parallel.vpp", f"vpp={vpp} needs schedule 'interleaved', got {schedule}")
-    return float(min(pp, num_microbatches))
+    return float(min(pp - stage, num_microbatches))
 
 
 def _positive(value: int, field: str) -> None:
@@ -178,7 +183,8 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
                     flash_attention: bool = True, dropout: bool = False,
                     framework: Framework = Framework.MEGATRON,
                     fp8: bool = False) -> TrainingMemory:
-    """Training memory of the first pipeline stage's GPU (the most loaded one).
+    """Training memory of the most loaded pipeline stage's GPU: the first, or under an
+    ``embedding-loss`` pipeline split (one layer less on the first stage) the first or second.
 
     ``grad_dtype_bytes`` is 2 for bf16 gradients (the ZeRO paper) or 4 for fp32 main gradients
     (Megatron-LM's default). With ``lora_params`` (trainable adapter parameters of the whole
@@ -191,21 +197,27 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
     _positive(micro_batch, "training.micro_batch")
     _positive(seq_len, "training.seq_len")
     _positive(num_microbatches, "training.num_microbatches")
-    stage = stage_params(model, tp=parallel.tp, pp=parallel.pp, vpp=parallel.vpp,
-                         ep=parallel.ep, stage=0, etp=parallel.etp)
+    # Under an embedding-loss split stage 0 holds a layer less: stage 1 may be the most loaded.
+    ranks = (0,) if parallel.pipeline_split == PipelineSplit.EVEN or parallel.pp == 1 else (0, 1)
+    stages = [stage_params(model, tp=parallel.tp, pp=parallel.pp, vpp=parallel.vpp,
+                           ep=parallel.ep, stage=rank, etp=parallel.etp,
+                           split=parallel.pipeline_split) for rank in ranks]
     if parallel.shard_group % parallel.ep:
         raise SpecError("parallel.ep", f"ep={parallel.ep} must divide "
                         f"dp*cp={parallel.shard_group} (experts are tensor-parallel over tp)")
-    weights, grads, opt = _model_states(model, parallel, stage, param_dtype_bytes,
-                                        grad_dtype_bytes, optimizer, lora_params)
     layer = _LayerActivations(model=model, parallel=parallel, micro_batch=micro_batch,
                               seq_len=seq_len, flash_attention=flash_attention, dropout=dropout,
                               framework=framework, fp8=fp8)
-    return TrainingMemory(weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=opt,
-                          activations_bytes=_stage_activations(
-                              layer, stage, recompute, schedule, num_microbatches),
-                          other_bytes=_gathered_weights(parallel, stage, framework,
-                                                        param_dtype_bytes))
+    out = []
+    for rank, stage in zip(ranks, stages, strict=True):
+        weights, grads, opt = _model_states(model, parallel, stage, param_dtype_bytes,
+                                            grad_dtype_bytes, optimizer, lora_params)
+        out.append(TrainingMemory(
+            weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=opt,
+            activations_bytes=_stage_activations(layer, stage, recompute, schedule,
+                                                 num_microbatches, rank),
+            other_bytes=_gathered_weights(parallel, stage, framework, param_dtype_bytes)))
+    return max(out, key=lambda m: m.total_bytes)
 
 
 def _model_states(model: ModelSpec, parallel: ParallelConfig, stage: StageParams,
@@ -236,7 +248,7 @@ def _model_states(model: ModelSpec, parallel: ParallelConfig, stage: StageParams
 
 
 def _stage_activations(layer: _LayerActivations, stage: StageParams, recompute: Recompute,
-                       schedule: Schedule, num_microbatches: int) -> float:
+                       schedule: Schedule, num_microbatches: int, rank: int = 0) -> float:
     """Peak activations: stored tensors of the stage's layers, embedding and head times the
     micro-batches in flight, plus one layer's recomputed tensors during its backward."""
     model, parallel = layer.model, layer.parallel
@@ -244,7 +256,7 @@ def _stage_activations(layer: _LayerActivations, stage: StageParams, recompute: 
     per_mb += _embedding_and_head_activations(model, parallel, stage, layer.micro_batch,
                                               layer.seq_len, layer.dropout,
                                               _logit_bytes(layer.framework))
-    activations = per_mb * _inflight_factor(parallel, schedule, num_microbatches)
+    activations = per_mb * _inflight_factor(parallel, schedule, num_microbatches, rank)
     if recompute != Recompute.NONE:
         # Backward re-runs one layer at a time, so what recompute dropped exists for one layer.
         activations += max(layer.stored(is_moe, Recompute.NONE) - layer.stored(is_moe, recompute)

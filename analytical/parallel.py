@@ -29,6 +29,16 @@ class Schedule(StrEnum):
     GPIPE = "gpipe"
 
 
+class PipelineSplit(StrEnum):
+    """How layers are cut into pipeline chunks. ``embedding-loss`` counts the embedding and the
+    loss as one layer each (Megatron-Core ``account_for_embedding_in_pipeline_split`` and
+    ``account_for_loss_in_pipeline_split``; Llama 3, arXiv 2407.21783 section 3.3.2: "we reduce
+    one Transformer layer each from the first and the last stages")."""
+
+    EVEN = "even"
+    EMBEDDING_LOSS = "embedding-loss"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ParallelConfig:
     """Degrees of each parallel axis, plus the sharding of optimizer state."""
@@ -43,6 +53,7 @@ class ParallelConfig:
     sp: bool = False  # sequence parallel for the TP region (norms, dropout)
     zero: int = 0  # ZeRO stage 0-3 over dp (and cp)
     fsdp: bool = False  # fully sharded (equivalent to ZeRO-3 for memory)
+    pipeline_split: PipelineSplit = PipelineSplit.EVEN
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "ep", "vpp"):

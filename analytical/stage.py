@@ -3,7 +3,8 @@
 
 Layout (Megatron-LM / Megatron-Core conventions): layers are cut into pp * vpp contiguous chunks
 and stage i holds chunks i, i + pp, i + 2*pp, ... (a stage gets ceil(layers / (pp*vpp)) layers
-per chunk, the last ones fewer); the embedding sits on the first stage, the final norm and LM
+per chunk, the last ones fewer; `PipelineSplit` may count the embedding and the loss as a layer
+each); the embedding sits on the first stage, the final norm and LM
 head on the last. Attention, MLP, expert and vocabulary matrices are split over tp; norms and
 routers are replicated. Routed experts are split over ep, each expert also over ``etp`` ranks
 (0 = tp, Megatron-Core's default; see `analytical.parallel`). Memory totals live in
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from analytical.activations import check_tensor_parallel
 from analytical.errors import SpecError
 from analytical.model_spec import ModelSpec
+from analytical.parallel import PipelineSplit
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,19 +45,36 @@ def is_moe_layer(model: ModelSpec, index: int) -> bool:
     return index in model.moe_layer_indices
 
 
-def stage_layers(layers: int, *, pp: int, vpp: int = 1, stage: int = 0) -> list[int]:
+def chunk_layers(layers: int, n_virtual: int,
+                 split: PipelineSplit = PipelineSplit.EVEN) -> list[range]:
+    """0-based layer indices of each virtual chunk (stage v % pp, chunk v // pp), in order:
+    ceil(slots / n_virtual) slots per chunk, the last ones fewer, where the slots are the layers
+    plus, under ``embedding-loss``, one for the embedding (first) and one for the loss (last)."""
+    extra = 1 if split == PipelineSplit.EMBEDDING_LOSS else 0
+    slots = layers + 2 * extra
+    if slots < n_virtual:
+        raise SpecError("parallel.pp", f"pp*vpp={n_virtual} exceeds layers={layers}")
+    per = math.ceil(slots / n_virtual)
+    return [range(max(0, v * per - extra), max(0, min((v + 1) * per - extra, layers)))
+            for v in range(n_virtual)]
+
+
+def stage_layers(layers: int, *, pp: int, vpp: int = 1, stage: int = 0,
+                 split: PipelineSplit = PipelineSplit.EVEN) -> list[int]:
     """0-based layer indices held by pipeline ``stage`` (see the module docstring)."""
     if not 0 <= stage < pp:
         raise SpecError("stage", f"must be in [0, {pp}), got {stage}")
-    if layers < pp * vpp:
-        raise SpecError("parallel.pp", f"pp*vpp={pp * vpp} exceeds layers={layers}")
-    chunk = math.ceil(layers / (pp * vpp))
-    return [i for v in range(vpp) for j in range(chunk)
-            if (i := (v * pp + stage) * chunk + j) < layers]
+    chunks = chunk_layers(layers, pp * vpp, split)
+    held = [i for v in range(vpp) for i in chunks[v * pp + stage]]
+    if not held:
+        raise SpecError("parallel.pp", f"pipeline stage {stage} of pp={pp}, vpp={vpp} holds no "
+                        f"layer of {layers} ({split} split)")
+    return held
 
 
 def stage_params(model: ModelSpec, *, tp: int = 1, pp: int = 1, vpp: int = 1, ep: int = 1,
-                 stage: int = 0, etp: int = 0) -> StageParams:
+                 stage: int = 0, etp: int = 0,
+                 split: PipelineSplit = PipelineSplit.EVEN) -> StageParams:
     """Parameters of ``stage`` on one GPU; raises SpecError naming the parallel degree that does
     not divide the model."""
     for name, value in (("tp", tp), ("pp", pp), ("vpp", vpp), ("ep", ep)):
@@ -75,7 +94,7 @@ def stage_params(model: ModelSpec, *, tp: int = 1, pp: int = 1, vpp: int = 1, ep
     shared = model.shared_expert_params / tp
     moe_dense = shared + model.router_params_per_layer
 
-    indices = stage_layers(model.layers, pp=pp, vpp=vpp, stage=stage)
+    indices = stage_layers(model.layers, pp=pp, vpp=vpp, stage=stage, split=split)
     flags = tuple(is_moe_layer(model, i) for i in indices)
     n_moe = sum(flags)
     n_dense = len(flags) - n_moe

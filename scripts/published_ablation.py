@@ -60,6 +60,17 @@ def _no_triton(row, key):
     return "" if key == "attention" and value == "flash-triton" else value
 
 
+_inflight_factor = memory._inflight_factor
+
+
+def _uncapped_inflight(parallel, schedule, num_microbatches, stage=0):
+    """Before the cap: stage 0's pp * (1 + (pp-1)/(pp*vpp)) micro-batches even when m == pp."""
+    if schedule == "interleaved":
+        pp = parallel.pp
+        return pp * (1.0 + (pp - 1) / (pp * parallel.vpp))
+    return _inflight_factor(parallel, schedule, num_microbatches, stage)
+
+
 # (label, patches that switch the effect OFF); applied cumulatively from the last one backwards.
 EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
     ("mfu vs training-precision peak", []),  # handled in the runner wrapper
@@ -88,6 +99,10 @@ EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
      [(training, "grad_reduce_dtype", lambda fw, act: act)]),
     ("PyTorch-generated reductions at their bandwidth fraction (torchtitan, Hopper)",
      [(efficiency, "FRAMEWORK_REDUCTIONS", {})]),
+    ("interleaved 1F1B activations per stage, capped at m micro-batches (Megatron-Core warm-up)",
+     [(memory, "_inflight_factor", _uncapped_inflight)]),
+    ("TE userbuffers: forward TP reduce-scatter pipelined in 4 chunks (Megatron/NeMo)",
+     [(training, "tp_overlap_rs_splits", lambda fw: 0)]),
 ]
 
 

@@ -40,7 +40,7 @@ class BlockCost:
 
 
 def _pass(nodes: Sequence[Node], est: Mapping[str, Estimate], *, tp_overlap: bool,
-          slowdown: float) -> PassCost:
+          slowdown: float, rs_splits: int = 0) -> PassCost:
     compute = attention = 0.0
     comm: dict[str, float] = {}
     engine_s: dict[str, float] = {}
@@ -64,7 +64,7 @@ def _pass(nodes: Sequence[Node], est: Mapping[str, Estimate], *, tp_overlap: boo
             elapsed += cp_s
     tp_s = comm.get("tp", 0.0)
     if tp_s:
-        elapsed += _paired_tp_s(nodes, est, slowdown) if tp_overlap else tp_s
+        elapsed += _paired_tp_s(nodes, est, slowdown, rs_splits) if tp_overlap else tp_s
     elapsed += comm.get("ep", 0.0)
     fsdp_s = comm.get("fsdp", 0.0)
     if fsdp_s:
@@ -72,12 +72,15 @@ def _pass(nodes: Sequence[Node], est: Mapping[str, Estimate], *, tp_overlap: boo
     return PassCost(elapsed_s=elapsed, compute_s=compute, engine_s=engine_s)
 
 
-def _paired_tp_s(nodes: Sequence[Node], est: Mapping[str, Estimate], slowdown: float) -> float:
+def _paired_tp_s(nodes: Sequence[Node], est: Mapping[str, Estimate], slowdown: float,
+                 rs_splits: int = 0) -> float:
     """Time TP collectives add when overlapped as TE userbuffers / async TP do it: each one is
     decomposed with the GEMM it feeds (an all-gather: the next GEMM) or drains (a reduce-scatter
     or all-reduce: the previous one), so it hides only behind that GEMM, each GEMM once
     (Wang et al. 2022, "Overlap communication with dependent computation via decomposition";
-    Transformer Engine userbuffers, Megatron-Core --tp-comm-overlap). Unpaired: exposed."""
+    Transformer Engine userbuffers, Megatron-Core --tp-comm-overlap). Unpaired: exposed. With
+    ``rs_splits`` a reduce-scatter follows its GEMM in that many chunks, so its last chunk has
+    no GEMM left to hide behind (`efficiency.tp_overlap_rs_splits`)."""
     gemms = [i for i, n in enumerate(nodes) if n.stream == Stream.COMPUTE and n.op.family == "gemm"]
     free = set(gemms)
     extra = 0.0
@@ -95,14 +98,17 @@ def _paired_tp_s(nodes: Sequence[Node], est: Mapping[str, Estimate], slowdown: f
         free.discard(order[0])
         g = nodes[order[0]]
         gemm = est[g.op.key].latency_s * g.count
-        extra += overlap_window(gemm, comm, slowdown)[0] - gemm
+        tail = comm / rs_splits if rs_splits and node.op.kind == "reduce_scatter" else 0.0  # type: ignore[union-attr]
+        extra += tail + overlap_window(gemm, comm - tail, slowdown)[0] - gemm
     return extra
 
 
 def block_cost(block: Block, est: Mapping[str, Estimate], *, tp_overlap: bool,
-               slowdown: float) -> BlockCost:
-    """Forward and backward cost of ``block`` given estimates keyed by ``op.key``."""
-    return BlockCost(fwd=_pass(block.fwd, est, tp_overlap=tp_overlap, slowdown=slowdown),
+               slowdown: float, rs_splits: int = 0) -> BlockCost:
+    """Forward and backward cost of ``block`` given estimates keyed by ``op.key``;
+    ``rs_splits`` applies to the forward reduce-scatters only (backward ones overlap whole)."""
+    return BlockCost(fwd=_pass(block.fwd, est, tp_overlap=tp_overlap, slowdown=slowdown,
+                               rs_splits=rs_splits),
                      bwd=_pass(block.bwd, est, tp_overlap=tp_overlap, slowdown=slowdown))
 
 

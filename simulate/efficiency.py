@@ -35,7 +35,7 @@ from simulate.engines import Estimate
 
 __all__ = ["AttentionBackend", "attention_backend", "attention_fraction", "fp8_cast_nodes",
            "framework_estimates", "grad_reduce_dtype",
-           "reduction_fraction"]
+           "reduction_fraction", "tp_overlap_rs_splits"]
 
 
 class AttentionBackend(StrEnum):
@@ -213,3 +213,20 @@ def grad_reduce_dtype(framework: str, act: DType) -> DType:
     if fw in GRAD_REDUCE_FP32 or (fw in GRAD_REDUCE_FP32_BF16 and act == DType.BF16):
         return DType.FP32
     return act
+
+
+# TP communication overlap as Transformer Engine userbuffers runs it (Megatron-Core / NeMo
+# --tp-comm-overlap): the forward reduce-scatters after the attention projection and FC2
+# (proj_fprop, fc2_fprop) use the "pipeline" method, the GEMM cut into num_splits = 4 chunks,
+# each chunk's reduce-scatter overlapping the next chunk's GEMM, so the last chunk's share is
+# exposed; the all-gathers (ring_exchange, tp chunks, the local one first) and the backward
+# "bulk" overlaps hide whole (transformer_engine/pytorch/module/base.py, initialize_ub defaults:
+# "num_splits": tp_size if method == "ring_exchange" else 4). Other frameworks keep the
+# paired-GEMM model (torchtitan's async TP: no published split count was read).
+TE_PIPELINE_SPLITS = 4
+TE_USERBUFFERS = frozenset({Framework.MEGATRON, Framework.NEMO})
+
+
+def tp_overlap_rs_splits(framework: str) -> int:
+    """Chunks a forward TP reduce-scatter is pipelined in (0: overlapped whole)."""
+    return TE_PIPELINE_SPLITS if Framework(framework) in TE_USERBUFFERS else 0

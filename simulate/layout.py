@@ -11,7 +11,8 @@ from analytical.activations import check_tensor_parallel
 from analytical.dtypes import DType
 from analytical.errors import SpecError
 from analytical.hardware import HardwareSpec
-from analytical.parallel import Schedule
+from analytical.parallel import PipelineSplit, Schedule
+from analytical.stage import chunk_layers
 from simulate.scenario import ClusterSpec, TrainingSpec
 
 P = "training.parallel"
@@ -56,18 +57,26 @@ def validate_layout(model, hw: HardwareSpec, cluster: ClusterSpec, training: Tra
 
 
 def _check_stages(model, par, source: str | None) -> list[str]:
-    """Layers over pp*vpp chunks: every stage needs a layer; an uneven split only warns."""
+    """Layers (plus embedding and loss under an ``embedding-loss`` split) over pp*vpp chunks:
+    every stage needs a layer; an uneven split only warns."""
     warnings = []
-    if model.layers < par.pp * par.vpp:
+    slots = model.layers + (2 if par.pipeline_split == PipelineSplit.EMBEDDING_LOSS else 0)
+    if slots < par.pp * par.vpp:
         raise SpecError(f"{P}.pp", f"pp*vpp={par.pp * par.vpp} exceeds layers={model.layers}",
                         source=source)
     chunks = par.pp * par.vpp
-    per_chunk = -(-model.layers // chunks)
-    if (par.pp - 1) * per_chunk >= model.layers:  # the last stage's first chunk is past the end
+    per_chunk = -(-slots // chunks)
+    if (par.pp - 1) * per_chunk >= slots:  # the last stage's first chunk is past the end
         raise SpecError(f"{P}.pp", f"layers={model.layers} in chunks of {per_chunk} "
                         f"(ceil(layers / (pp*vpp={chunks}))) leave pipeline stage {par.pp - 1} "
                         "without layers", source=source)
-    if model.layers % chunks:
+    parts = chunk_layers(model.layers, chunks, par.pipeline_split)
+    for stage in (0, par.pp - 1):  # an embedding-loss split can leave an end stage no layer
+        if not any(parts[v * par.pp + stage] for v in range(par.vpp)):
+            raise SpecError(f"{P}.pp", f"pipeline stage {stage} holds no layer of "
+                            f"{model.layers} ({par.pipeline_split} split over pp*vpp={chunks})",
+                            source=source)
+    if slots % chunks:
         # Allowed, as Megatron's uneven first/last stages are: each virtual stage takes
         # ceil(layers / (pp*vpp)) layers and the last ones take the rest.
         warnings.append(f"layers={model.layers} do not split evenly over pp*vpp="

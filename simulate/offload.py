@@ -45,7 +45,7 @@ def layer_bytes(model, t: TrainingSpec) -> tuple[LayerBytes, int]:
 def _layer_bytes(model, t: TrainingSpec) -> tuple[LayerBytes, int]:
     par = t.parallel
     stage = stage_params(model, tp=par.tp, pp=par.pp, vpp=par.vpp, ep=par.ep, stage=0,
-                         etp=par.etp)
+                         etp=par.etp, split=par.pipeline_split)
     w, g, o = model_states_bytes(stage.largest_layer, zero_stage=par.zero_stage,
                                  shard=par.shard_group,
                                  grad_dtype_bytes=framework_grad_bytes(t.framework))

@@ -21,7 +21,7 @@ from analytical.errors import SpecError
 from analytical.inputs import check_path, check_work, parse_json, parse_yaml, read_text, show_path
 from analytical.memory import Framework
 from analytical.offload import Offload
-from analytical.parallel import ParallelConfig, Recompute, Schedule
+from analytical.parallel import ParallelConfig, PipelineSplit, Recompute, Schedule
 from simulate.fields import check_keys, choice_field, float_field, int_field, optional_float
 from simulate.inference.setup import (
     ColocatedTenant,
@@ -37,7 +37,7 @@ TRAINING_KEYS = {"parallel", "global_batch", "micro_batch", "seq_len", "precisio
                  "schedule", "overlap", "dp_bucket_mb", "optimizer", "attention", "lora",
                  "framework", "offload"}
 PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "fsdp",
-                 "cp_algorithm"}
+                 "cp_algorithm", "pipeline_split"}
 OVERLAP_KEYS = {"tp_comm", "dp_grad", "param_gather", "compute_slowdown", "comm_sms"}
 OFFLOAD_KEYS = {"weights", "activations", "optimizer"}  # analytical.offload.Offload
 TRAIN_PRECISIONS = (DType.BF16, DType.FP16, DType.FP8)
@@ -152,7 +152,9 @@ def parse_parallel(block: Any, source: str | None, path: str = "training.paralle
     sp, fsdp = _bool(block, "sp", path, source, False), _bool(block, "fsdp", path, source, False)
     try:
         parallel = ParallelConfig(**kwargs, zero=zero, sp=sp, fsdp=fsdp,
-                                  etp=_int(block, "etp", path, source, 0, minimum=0))
+                                  etp=_int(block, "etp", path, source, 0, minimum=0),
+                                  pipeline_split=_choice(block, "pipeline_split", path, source,
+                                                         PipelineSplit, "even"))
     except SpecError as exc:
         raise SpecError(f"training.{exc.field}", exc.reason, source=source) from None
     return parallel, cp_algorithm

@@ -20,9 +20,9 @@ from analytical.memory import TrainingMemory, framework_grad_bytes, training_mem
 from analytical.model import load_model
 from analytical.ops import CollectiveKind, CollectiveSpec, MemoryBoundSpec, MemoryOpKind
 from analytical.parallel import ParallelConfig
-from analytical.stage import StageParams, is_moe_layer, stage_params
+from analytical.stage import StageParams, chunk_layers, is_moe_layer, stage_params
 from simulate.costs import BlockCost, OpEvent, add_engine_time, block_cost, pass_timeline
-from simulate.efficiency import framework_estimates, grad_reduce_dtype
+from simulate.efficiency import framework_estimates, grad_reduce_dtype, tp_overlap_rs_splits
 from simulate.engines import ENGINE_ORDER, EngineChain
 from simulate.graph import Block, TrainStep, embedding_block, head_block, layer_block
 from simulate.layout import validate_layout
@@ -180,8 +180,10 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
                    framework_estimates(ops, chain.estimate_many(ops), hw, t.framework,
                                        kernel=t.attention),
                    strict=True))
+    splits = tp_overlap_rs_splits(t.framework)
     costs: dict[Any, BlockCost] = {k: block_cost(b, est, tp_overlap=t.overlap.tp_comm,
-                                                 slowdown=slowdown) for k, b in blocks.items()}
+                                                 slowdown=slowdown, rs_splits=splits)
+                                   for k, b in blocks.items()}
     costs = offload_costs(costs, model, t, hw)
     p2p_s = est[p2p.key].latency_s if par.pp > 1 else 0.0
 
@@ -241,14 +243,12 @@ def _blocks(model, par: ParallelConfig, step: TrainStep) -> dict[Any, Block]:
 def _chunk_blocks(model, par: ParallelConfig) -> list[list[Any]]:
     """Block keys of each virtual chunk v (stage v % pp, chunk v // pp), in forward order:
     embedding first, layers (as `analytical.stage.stage_layers`), head last."""
-    n_virtual = par.pp * par.vpp
-    per_chunk = math.ceil(model.layers / n_virtual)
+    chunks = chunk_layers(model.layers, par.pp * par.vpp, par.pipeline_split)
     out = []
-    for v in range(n_virtual):
+    for v, layers in enumerate(chunks):
         keys: list[Any] = ["embedding"] if v == 0 else []
-        keys += [_layer_key(model, i)
-                 for i in range(v * per_chunk, min((v + 1) * per_chunk, model.layers))]
-        out.append(keys + (["head"] if v == n_virtual - 1 else []))
+        keys += [_layer_key(model, i) for i in layers]
+        out.append(keys + (["head"] if v == len(chunks) - 1 else []))
     return out
 
 
@@ -298,7 +298,7 @@ def _after_pipeline(model, hw: HardwareSpec, t: TrainingSpec, chain: EngineChain
     finish, extra = [], []
     for s in range(par.pp):
         sp = stage_params(model, tp=par.tp, pp=par.pp, vpp=par.vpp, ep=par.ep, stage=s,
-                          etp=par.etp)
+                          etp=par.etp, split=par.pipeline_split)
         if t.lora_rank:  # only the adapters train: their share of this stage, split over tp
             sp = _lora_stage(model, t, sp)
         end = pipe.stage_end_s[s]

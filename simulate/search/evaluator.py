@@ -25,7 +25,7 @@ from analytical.hardware import GIB, HardwareSpec
 from analytical.ops import CollectiveKind, MemoryBoundSpec, MemoryOpKind
 from analytical.stage import StageParams, stage_params
 from simulate.costs import BlockCost, add_engine_time, block_cost
-from simulate.efficiency import framework_estimates
+from simulate.efficiency import framework_estimates, tp_overlap_rs_splits
 from simulate.engines import ENGINE_ORDER, EngineChain
 from simulate.graph import TrainStep
 from simulate.offload import offload_costs
@@ -59,7 +59,7 @@ class LayoutEvaluator:
         self._pipes: dict[tuple[Any, ...], Any] = {}
         self._tails: dict[tuple[Any, ...], tuple[float, float, float, list]] = {}
         self._params: dict[tuple[int, ...], StageParams] = {}
-        self._parts: dict[tuple[int, int], list[list[Any]]] = {}
+        self._parts: dict[tuple[Any, ...], list[list[Any]]] = {}
         self._shapes: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self._sums: dict[tuple[Any, ...], tuple[float, dict[str, float]]] = {}
         self._flops: dict[int, float] = {}
@@ -71,10 +71,11 @@ class LayoutEvaluator:
         return spec_memory(self.model, t).total_bytes
 
     def _sp(self, par, stage: int) -> StageParams:
-        key = (par.tp, par.pp, par.vpp, par.ep, par.etp, stage)
+        key = (par.tp, par.pp, par.vpp, par.ep, par.etp, stage, par.pipeline_split)
         if key not in self._params:
             self._params[key] = stage_params(self.model, tp=par.tp, pp=par.pp, vpp=par.vpp,
-                                             ep=par.ep, stage=stage, etp=par.etp)
+                                             ep=par.ep, stage=stage, etp=par.etp,
+                                             split=par.pipeline_split)
         return self._params[key]
 
     def _block_costs(self, par, step: TrainStep, tp_overlap: bool, slowdown: float
@@ -90,17 +91,19 @@ class LayoutEvaluator:
                                                 self.chain.estimate_many(list(ops.values())),
                                                 self.hw, step.framework, kernel=step.attention),
                        strict=True))
-        costs = {k: block_cost(b, est, tp_overlap=tp_overlap, slowdown=slowdown)
-                 for k, b in blocks.items()}
+        splits = tp_overlap_rs_splits(step.framework)
+        costs = {k: block_cost(b, est, tp_overlap=tp_overlap, slowdown=slowdown,
+                               rs_splits=splits) for k, b in blocks.items()}
         self._blocks[key] = costs
         self.stats["block_shapes"] += 1
         return costs
 
     def _chunk_parts(self, par) -> list[list[Any]]:
         """Block keys of each virtual stage, in `_simulate`'s order (cached per pp, vpp)."""
-        if (par.pp, par.vpp) not in self._parts:
-            self._parts[(par.pp, par.vpp)] = _chunk_blocks(self.model, par)
-        return self._parts[(par.pp, par.vpp)]
+        key = (par.pp, par.vpp, par.pipeline_split)
+        if key not in self._parts:
+            self._parts[key] = _chunk_blocks(self.model, par)
+        return self._parts[key]
 
     @staticmethod
     def _pipe_key(t: TrainingSpec, fwd, bwd, p2p_s: float) -> tuple[Any, ...]:

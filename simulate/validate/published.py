@@ -114,7 +114,8 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
         vpp = INTERLEAVED_VPP
     parallel = {k: int(_get(row, k)) for k in ("tp", "pp", "dp")}
     parallel.update(cp=_int(row, "cp"), ep=_int(row, "ep"), vpp=vpp, sp=_bool(row, "sp"),
-                    zero=_int(row, "zero"), fsdp=_bool(row, "fsdp"))
+                    zero=_int(row, "zero"), fsdp=_bool(row, "fsdp"),
+                    pipeline_split=_get(row, "pipeline_split") or "even")
     hardware: dict[str, Any] = {"gpu": _get(row, "gpu"), "num_gpus": int(_get(row, "num_gpus"))}
     if _get(row, "gpus_per_node"):
         hardware["gpus_per_node"] = int(_get(row, "gpus_per_node"))
