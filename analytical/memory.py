@@ -193,9 +193,9 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
     _positive(num_microbatches, "training.num_microbatches")
     stage = stage_params(model, tp=parallel.tp, pp=parallel.pp, vpp=parallel.vpp,
                          ep=parallel.ep, stage=0, etp=parallel.etp)
-    if parallel.shard_group % parallel.ep:
-        raise SpecError("parallel.ep", f"ep={parallel.ep} must divide "
-                        f"dp*cp={parallel.shard_group} (experts are tensor-parallel over tp)")
+    if not parallel.experts_tile_stage:
+        raise SpecError("parallel.ep", f"ep={parallel.ep} x expert tp={parallel.expert_tp} "
+                        f"must divide tp*cp*dp={parallel.tp * parallel.shard_group}")
     weights, grads, opt = _model_states(model, parallel, stage, param_dtype_bytes,
                                         grad_dtype_bytes, optimizer, lora_params)
     layer = _LayerActivations(model=model, parallel=parallel, micro_batch=micro_batch,

@@ -29,7 +29,7 @@ README_START = "<!-- validate-published:start -->"
 README_END = "<!-- validate-published:end -->"
 PEAK_MATCH_TOLERANCE = 0.01  # a stated peak within 1% of ours is the same denominator
 # Empty corpus fields and what the scorer assumes (datasets/validation/training/README.md).
-DEFAULTS: dict[str, Any] = {"cp": 1, "ep": 1, "vpp": 1, "zero": 0, "micro_batch": 1,
+DEFAULTS: dict[str, Any] = {"cp": 1, "ep": 1, "etp": 0, "vpp": 1, "zero": 0, "micro_batch": 1,
                             "recompute": "none", "sp": False, "fsdp": False,
                             "attention": "flash", "framework": "megatron",
                             "tp_comm_overlap": False}
@@ -113,8 +113,8 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
     elif schedule == "interleaved":
         vpp = INTERLEAVED_VPP
     parallel = {k: int(_get(row, k)) for k in ("tp", "pp", "dp")}
-    parallel.update(cp=_int(row, "cp"), ep=_int(row, "ep"), vpp=vpp, sp=_bool(row, "sp"),
-                    zero=_int(row, "zero"), fsdp=_bool(row, "fsdp"))
+    parallel.update(cp=_int(row, "cp"), ep=_int(row, "ep"), etp=_int(row, "etp"), vpp=vpp,
+                    sp=_bool(row, "sp"), zero=_int(row, "zero"), fsdp=_bool(row, "fsdp"))
     hardware: dict[str, Any] = {"gpu": _get(row, "gpu"), "num_gpus": int(_get(row, "num_gpus"))}
     if _get(row, "gpus_per_node"):
         hardware["gpus_per_node"] = int(_get(row, "gpus_per_node"))
