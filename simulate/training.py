@@ -71,7 +71,7 @@ _rpn = ranks_per_node
 
 
 def _gpn(scenario: Scenario, hw: HardwareSpec) -> int:
-    return scenario.cluster.gpus_per_node or hw.gpus_per_node
+    return scenario.cluster.node_size(hw.gpus_per_node)
 
 
 def spec_memory(model, t: TrainingSpec) -> TrainingMemory:

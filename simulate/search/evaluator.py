@@ -150,7 +150,7 @@ class LayoutEvaluator:
         and the p2p estimate, as `_simulate` builds them; cached per layout shape (everything
         but the batch, the schedule, the DP-side overlap switches and, without offload, the
         ZeRO stage below 3)."""
-        gpn = cluster.gpus_per_node or self.hw.gpus_per_node
+        gpn = cluster.node_size(self.hw.gpus_per_node)
         ov, par = t.overlap, t.parallel
         key = (par.tp, par.pp, par.dp, par.cp, par.ep, par.etp, par.vpp, par.sp,
                par.zero_stage if t.offload.any else par.zero_stage >= 3, t.micro_batch,

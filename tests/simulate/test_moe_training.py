@@ -1,0 +1,87 @@
+# SPDX-License-Identifier: Apache-2.0
+"""MoE training: the Megatron-Bridge corpus rows parse and simulate, Megatron-Core's expert
+layout rule (etp x ep tiles one stage's ranks), and a job inside one NVLink domain keeps its
+expert all-to-all on NVLink."""
+
+from __future__ import annotations
+
+import pytest
+
+from analytical.errors import SpecError
+from analytical.parallel import ParallelConfig
+from simulate.api import run
+from simulate.validate import published as pub
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLMSIM_HOME", str(tmp_path))
+    monkeypatch.setenv("LLMSIM_DB", str(tmp_path / "none.duckdb"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+
+
+def _bridge_rows() -> list[dict[str, str]]:
+    return [r for r in pub.load_corpus() if r["source"] == "megatron-bridge"]
+
+
+def _data(scenario) -> dict:
+    return run(scenario, use_store=False, use_predictors=False).data
+
+
+def test_bridge_rows_are_complete_moe_runs():
+    rows = _bridge_rows()
+    assert len(rows) >= 100
+    models = {r["model"] for r in rows}
+    assert {"qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "deepseek-v3"} <= models
+    for r in rows:
+        assert int(r["ep"]) > 1 and r["etp"] == "1" and r["tokens_per_s_per_gpu"]
+        gpus = int(r["num_gpus"])
+        assert int(r["tp"]) * int(r["pp"]) * int(r["dp"]) * int(r["cp"] or 1) == gpus
+        assert "4ab94dfa" in r["url"]
+
+
+def test_one_row_per_model_simulates():
+    seen: dict[str, dict[str, str]] = {}
+    for r in _bridge_rows():
+        seen.setdefault(r["model"], r)
+    runner = pub.simulate_runner(use_store=False, use_predictors=False)
+    for index, row in enumerate(seen.values()):
+        outcome = pub.score_row(row, index, runner)
+        assert outcome.error is None, outcome.error
+        assert outcome.fits and outcome.predicted_tps and outcome.predicted_tps > 0
+
+
+def test_expert_grid_follows_megatron_core():
+    # Qwen3-235B on H100 (Megatron-Bridge): TP 2, DP 16, EP 32 with expert TP 1 is valid.
+    assert ParallelConfig(tp=2, pp=8, dp=16, ep=32, etp=1, sp=True).experts_tile_stage
+    # With expert TP = TP (the default) the grid needs 64 ranks per stage: rejected.
+    assert not ParallelConfig(tp=2, pp=8, dp=16, ep=32, sp=True).experts_tile_stage
+    doc = _scenario(gpus=32, parallel={"tp": 2, "pp": 1, "dp": 16, "ep": 32, "sp": True})
+    with pytest.raises(SpecError) as info:
+        _data(doc)
+    assert info.value.field == "training.parallel.ep"
+    doc["training"]["parallel"]["etp"] = 1
+    assert _data(doc)["fits"] is True
+
+
+def _scenario(*, gpus: int, parallel: dict, gpu: str = "h100-sxm",
+              gpus_per_node: int | None = None) -> dict:
+    hardware = {"gpu": gpu, "num_gpus": gpus}
+    if gpus_per_node:
+        hardware["gpus_per_node"] = gpus_per_node
+    return {"name": "moe", "model": "qwen3-30b-a3b", "hardware": hardware,
+            "training": {"parallel": parallel, "global_batch": 2 * parallel["dp"],
+                         "micro_batch": 1, "seq_len": 2048, "precision": "bf16",
+                         "recompute": "full", "framework": "megatron"}}
+
+
+def test_job_inside_one_nvlink_domain_keeps_all_to_all_on_nvlink():
+    # 64 GPUs of a 72-GPU NVL72 domain: the EP-64 all-to-all is all NVLink. Declaring 8-GPU
+    # nodes puts 56 of the 64 peers behind the network, which must be slower.
+    parallel = {"tp": 1, "pp": 1, "dp": 64, "ep": 64}
+    one_domain = _data(_scenario(gpus=64, parallel=parallel, gpu="gb200"))
+    eight = _data(_scenario(gpus=64, parallel=parallel, gpu="gb200", gpus_per_node=8))
+    assert one_domain["tokens_per_s_per_gpu"] > 1.2 * eight["tokens_per_s_per_gpu"]
+    # Before, gcd(64, 72) = 8 ranks per node made the 72-GPU domain behave like 8-GPU nodes.
+    assert one_domain["breakdown"]["exposed_communication"] < \
+        0.5 * eight["breakdown"]["exposed_communication"]
