@@ -28,6 +28,7 @@ from simulate.costs import BlockCost, add_engine_time, block_cost
 from simulate.efficiency import framework_estimates
 from simulate.engines import ENGINE_ORDER, EngineChain
 from simulate.graph import TrainStep
+from simulate.moe_host import host_bound_costs
 from simulate.offload import offload_costs
 from simulate.overlap import default_compute_slowdown, share_link
 from simulate.scenario import ClusterSpec, Scenario, TrainingSpec
@@ -90,8 +91,9 @@ class LayoutEvaluator:
                                                 self.chain.estimate_many(list(ops.values())),
                                                 self.hw, step.framework, kernel=step.attention),
                        strict=True))
-        costs = {k: block_cost(b, est, tp_overlap=tp_overlap, slowdown=slowdown)
-                 for k, b in blocks.items()}
+        costs = host_bound_costs({k: block_cost(b, est, tp_overlap=tp_overlap,
+                                                slowdown=slowdown)
+                                  for k, b in blocks.items()}, blocks, step.framework)
         self._blocks[key] = costs
         self.stats["block_shapes"] += 1
         return costs

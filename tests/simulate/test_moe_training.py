@@ -85,3 +85,38 @@ def test_job_inside_one_nvlink_domain_keeps_all_to_all_on_nvlink():
     # Before, gcd(64, 72) = 8 ranks per node made the 72-GPU domain behave like 8-GPU nodes.
     assert one_domain["breakdown"]["exposed_communication"] < \
         0.5 * eight["breakdown"]["exposed_communication"]
+
+
+def _qwen_b200(seq_len: int, micro_batch: int, framework: str = "megatron") -> dict:
+    return {"name": "moe-host", "model": "qwen3-30b-a3b",
+            "hardware": {"gpu": "b200", "num_gpus": 8},
+            "training": {"parallel": {"tp": 1, "pp": 1, "dp": 8, "ep": 8},
+                         "global_batch": 8 * micro_batch * 4, "micro_batch": micro_batch,
+                         "seq_len": seq_len, "precision": "fp8", "recompute": "full",
+                         "framework": framework}}
+
+
+def test_small_micro_batches_of_moe_layers_are_host_bound(monkeypatch):
+    from simulate import moe_host
+
+    small, large = _qwen_b200(512, 1), _qwen_b200(4096, 4)
+    with_floor = [_data(s)["iteration_time_s"] for s in (small, large)]
+    monkeypatch.setattr(moe_host, "HOST_BOUND_FRAMEWORKS", frozenset())
+    without = [_data(s)["iteration_time_s"] for s in (small, large)]
+    # 512 tokens per micro-batch: ~300 kernels per layer at 15 us outlast the GPU work.
+    assert with_floor[0] > 1.5 * without[0]
+    # 16k tokens per micro-batch: the GPU is the bottleneck, the CPU keeps ahead.
+    assert with_floor[1] == pytest.approx(without[1], rel=1e-9)
+
+
+def test_host_floor_counts_each_local_expert_and_only_moe_frameworks():
+    from analytical.layer_spec import Node
+    from analytical.ops import GemmSpec
+    from simulate.moe_host import pass_kernels
+
+    gemm = Node(name="experts.up_gate", op=GemmSpec(m=64, n=64, k=64, batch=16))
+    other = Node(name="qkv_proj", op=GemmSpec(m=64, n=64, k=64))
+    assert pass_kernels([gemm, other], 16, routing=10) == 10 + 16 + 1
+    small = _qwen_b200(512, 1)
+    titan = _qwen_b200(512, 1, framework="torchtitan")
+    assert _data(small)["iteration_time_s"] > _data(titan)["iteration_time_s"]
