@@ -120,3 +120,22 @@ def test_host_floor_counts_each_local_expert_and_only_moe_frameworks():
     small = _qwen_b200(512, 1)
     titan = _qwen_b200(512, 1, framework="torchtitan")
     assert _data(small)["iteration_time_s"] > _data(titan)["iteration_time_s"]
+
+
+def test_expert_activations_follow_the_expert_tp_and_fp8_inputs():
+    from analytical.activations import activation_bytes_per_layer, fp8_saved_input_savings
+    from analytical.model import load_model
+
+    model = load_model("qwen3-235b-a22b")
+    kw = dict(micro_batch=1, seq_len=4096)
+    folded = ParallelConfig(tp=2, pp=8, dp=16, ep=32, etp=1, sp=True)
+    gathered = ParallelConfig(tp=2, pp=8, dp=32, ep=16, sp=True)  # etp = tp = 2
+    drop = (activation_bytes_per_layer(model, gathered, **kw)
+            - activation_bytes_per_layer(model, folded, **kw))
+    # Expert TP 1: a rank's experts hold half the routed copies (inputs and outputs, bf16).
+    routed = 2 * model.top_k * 2 * model.hidden * 4096
+    assert drop == pytest.approx(routed / 2)
+    dense_part = fp8_saved_input_savings(model, folded, moe_layer=False, **kw)
+    moe_part = fp8_saved_input_savings(model, folded, moe_layer=True, **kw)
+    # 8 routed copies of (hidden / 2 + moe_ffn / 2) outweigh the dense fc1 + fc2 inputs.
+    assert moe_part > 1.5 * dense_part
