@@ -139,3 +139,23 @@ def test_expert_activations_follow_the_expert_tp_and_fp8_inputs():
     moe_part = fp8_saved_input_savings(model, folded, moe_layer=True, **kw)
     # 8 routed copies of (hidden / 2 + moe_ffn / 2) outweigh the dense fc1 + fc2 inputs.
     assert moe_part > 1.5 * dense_part
+
+
+def test_several_local_experts_resort_received_tokens():
+    from analytical.attention_span import AttentionKind
+    from analytical.layer_spec import Sharding
+    from analytical.model import load_model
+    from simulate.graph import TrainStep, layer_block
+
+    model = load_model("qwen3-30b-a3b")
+
+    def names(ep: int) -> set[str]:
+        step = TrainStep(sharding=Sharding(ep=ep, ep_rpn=min(ep, 8)), micro_batch=1,
+                         seq_len=1024)
+        block = layer_block(model, step, moe=True, attention=AttentionKind.FULL,
+                            layer_params_per_rank=1)
+        return {n.name for n in (*block.fwd, *block.bwd)}
+
+    assert {"dispatch.sort_chunks", "combine.sort_chunks"} <= names(8)  # 16 local experts
+    assert not any("sort_chunks" in n for n in names(128))  # one expert per rank
+    assert not any("sort_chunks" in n for n in names(1))  # no all-to-all
