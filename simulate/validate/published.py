@@ -29,7 +29,7 @@ README_START = "<!-- validate-published:start -->"
 README_END = "<!-- validate-published:end -->"
 PEAK_MATCH_TOLERANCE = 0.01  # a stated peak within 1% of ours is the same denominator
 # Empty corpus fields and what the scorer assumes (datasets/validation/training/README.md).
-DEFAULTS: dict[str, Any] = {"cp": 1, "ep": 1, "etp": 0, "vpp": 1, "zero": 0, "micro_batch": 1,
+DEFAULTS: dict[str, Any] = {"cp": 1, "ep": 1, "vpp": 1, "zero": 0, "micro_batch": 1,
                             "recompute": "none", "sp": False, "fsdp": False,
                             "attention": "flash", "framework": "megatron",
                             "tp_comm_overlap": False}
@@ -113,8 +113,9 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
     elif schedule == "interleaved":
         vpp = INTERLEAVED_VPP
     parallel = {k: int(_get(row, k)) for k in ("tp", "pp", "dp")}
-    parallel.update(cp=_int(row, "cp"), ep=_int(row, "ep"), etp=_int(row, "etp"), vpp=vpp,
+    parallel.update(cp=_int(row, "cp"), ep=_int(row, "ep"), vpp=vpp,
                     sp=_bool(row, "sp"), zero=_int(row, "zero"), fsdp=_bool(row, "fsdp"))
+    parallel["etp"] = _int(row, "etp") if _get(row, "etp") else _ran_etp(parallel)
     hardware: dict[str, Any] = {"gpu": _get(row, "gpu"), "num_gpus": int(_get(row, "num_gpus"))}
     if _get(row, "gpus_per_node"):
         hardware["gpus_per_node"] = int(_get(row, "gpus_per_node"))
@@ -128,6 +129,18 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
     training["framework"] = framework
     training["overlap"] = {"tp_comm": _bool(row, "tp_comm_overlap")}
     return {"name": name, "model": _get(row, "model"), "hardware": hardware, "training": training}
+
+
+def _ran_etp(parallel: Mapping[str, Any]) -> int:
+    """Unstated expert TP of a run that ran: Megatron-Core's default (tp; 0 here) when the
+    etp x ep grid then tiles a stage's tp*cp*dp ranks, else the largest divisor of tp that
+    does (Megatron-Core refuses a grid that does not tile, so the run used such an etp)."""
+    tp, ep = parallel["tp"], parallel["ep"]
+    ranks = tp * parallel["cp"] * parallel["dp"]
+    if ranks % (tp * ep) == 0:
+        return 0
+    return max((d for d in range(1, tp + 1) if tp % d == 0 and ranks % (d * ep) == 0),
+               default=0)
 
 
 def _micro_batch(row: Mapping[str, str], parallel: Mapping[str, Any], framework: str) -> int:

@@ -159,3 +159,13 @@ def test_several_local_experts_resort_received_tokens():
     assert {"dispatch.sort_chunks", "combine.sort_chunks"} <= names(8)  # 16 local experts
     assert not any("sort_chunks" in n for n in names(128))  # one expert per rank
     assert not any("sort_chunks" in n for n in names(1))  # no all-to-all
+
+
+def test_unstated_expert_tp_is_one_the_run_could_have_used():
+    row = dict(_bridge_rows()[0])
+    row.update(tp="2", pp="8", dp="16", cp="1", ep="32", sp="true", num_gpus="256", etp="")
+    assert pub.row_scenario(row, "r")["training"]["parallel"]["etp"] == 1  # 2 x 32 > 32 ranks
+    row.update(dp="32", num_gpus="512")
+    assert pub.row_scenario(row, "r")["training"]["parallel"]["etp"] == 0  # default tp tiles
+    row.update(etp="2")
+    assert pub.row_scenario(row, "r")["training"]["parallel"]["etp"] == 2  # stated wins
