@@ -169,3 +169,13 @@ def test_unstated_expert_tp_is_one_the_run_could_have_used():
     assert pub.row_scenario(row, "r")["training"]["parallel"]["etp"] == 0  # default tp tiles
     row.update(etp="2")
     assert pub.row_scenario(row, "r")["training"]["parallel"]["etp"] == 2  # stated wins
+
+
+def test_unstated_placement_spreads_over_the_fewest_domains():
+    row = dict(_bridge_rows()[0])
+    row.update(gpu="gb200", num_gpus="256", gpus_per_node="")
+    assert pub.row_scenario(row, "r")["hardware"]["gpus_per_node"] == 64  # 4 NVL72 racks
+    row.update(num_gpus="64")
+    assert "gpus_per_node" not in pub.row_scenario(row, "r")["hardware"]  # one rack
+    row.update(gpus_per_node="72", num_gpus="144")
+    assert pub.row_scenario(row, "r")["hardware"]["gpus_per_node"] == 72  # stated wins
