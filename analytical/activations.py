@@ -117,7 +117,7 @@ def activation_bytes_per_layer(model: ModelSpec, parallel: ParallelConfig, *, mi
     per_token += e * h * rep  # input of the MLP norm
     per_token += e * h * rep  # input of the first MLP linear (and of the router)
     if moe:
-        per_token += _moe_stored(model, tp, e, rep)
+        per_token += _moe_stored(model, parallel, e)
     else:
         per_token += _mlp_stored(model.ffn_hidden / tp, model.gated_mlp, e)
     per_token += mask * h * rep  # dropout after the MLP
@@ -130,19 +130,29 @@ def activation_bytes_per_layer(model: ModelSpec, parallel: ParallelConfig, *, mi
     return total
 
 
-def _moe_stored(model: ModelSpec, tp: int, e: float, rep: float) -> float:
+def _routed_share(parallel: ParallelConfig) -> float:
+    """Routed token copies a rank's experts hold, per token of the micro-batch and top-k slot:
+    under SP the rank routes tokens/tp and its expert-TP all-gather collects etp such shares
+    (Megatron-Core's dispatcher), so etp/tp; 1 with tokens replicated over TP."""
+    return parallel.expert_tp / parallel.tp if parallel.sp else 1.0
+
+
+def _moe_stored(model: ModelSpec, parallel: ParallelConfig, e: float) -> float:
     """Per-token bytes of a routed-expert MLP beyond the shared norm/router input.
 
     Router probabilities (fp32, experts per token); each token reaches top_k experts, whose
-    inputs, intermediate activations (split over tp, the expert tensor-parallel degree) and
-    outputs (kept for the weighted combine) are stored once per copy; shared experts act like a
-    dense MLP of width shared_ffn_hidden.
+    inputs and outputs (kept for the weighted combine; `_routed_share` of them on this rank)
+    and intermediate activations (the expert width split over etp, for etp/tp of the tokens:
+    moe_ffn/tp either way) are stored once per copy; shared experts act like a dense MLP of
+    width shared_ffn_hidden.
     """
-    k = model.top_k
+    k, tp = model.top_k, parallel.tp
+    rep = 1.0 / tp if parallel.sp else 1.0
+    routed = k * e * model.hidden * _routed_share(parallel)
     stored = ROUTER_PROB_BYTES * model.num_experts * rep
-    stored += k * e * model.hidden  # dispatched expert inputs (gathered over the TP group)
+    stored += routed  # dispatched expert inputs
     stored += k * _mlp_stored(model.moe_ffn_hidden / tp, model.gated_mlp, e)
-    stored += k * e * model.hidden  # expert outputs for the combine backward
+    stored += routed  # expert outputs for the combine backward
     if model.shared_ffn_hidden:
         stored += _mlp_stored(model.shared_ffn_hidden / tp, model.gated_mlp, e)
     return stored
@@ -187,7 +197,9 @@ def fp8_saved_input_savings(model: ModelSpec, parallel: ParallelConfig, *, micro
     the weight-gradient GEMM (transformer_engine/pytorch/module/linear.py, layernorm_linear.py,
     layernorm_mlp.py: the saved ``inputmat``/``ln_out`` is the quantised tensor). So the inputs
     of QKV, the output projection, fc1 and fc2 take 1 byte instead of 2; norms' inputs and the
-    attention tensors stay bf16. MoE expert inputs are left at bf16 (not counted here).
+    attention tensors stay bf16. MoE layers: the grouped expert linears save their fp8 inputs
+    too (Megatron-Core MoE README at d98e8a64, "FP8 Training": "Stores linear layer inputs in
+    FP8 instead of BF16"): fc1's routed input and fc2's input, once per top-k copy.
     """
     tp = parallel.tp
     rep = 1.0 / tp if parallel.sp else 1.0
@@ -195,5 +207,8 @@ def fp8_saved_input_savings(model: ModelSpec, parallel: ParallelConfig, *, micro
     saved = model.hidden * rep + out  # QKV input, output-projection input
     if not moe_layer:
         saved += model.hidden * rep + model.ffn_hidden / tp  # fc1 input, fc2 input
+    else:
+        saved += model.top_k * (model.hidden * _routed_share(parallel)
+                                + model.moe_ffn_hidden / tp)
     tokens = micro_batch * seq_len / parallel.cp
     return (activation_dtype_bytes - 1.0) * saved * tokens

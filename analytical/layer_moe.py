@@ -12,6 +12,10 @@ and every touched expert gets tokens * top_k / experts. Two token layouts:
   ``ep`` ranks, all-gather over the expert-TP group when etp > 1, grouped expert GEMMs of width
   f/etp, reduce-scatter over expert TP, all-to-all back, un-permute. Shared experts are a TP MLP
   with SP (megatron/core/transformer/moe/shared_experts.py): all-gather in, reduce-scatter out.
+  With EP > 1 and several local experts the received tokens arrive grouped by source rank and
+  are re-sorted by local expert, and un-sorted before the combine ("permutation 2",
+  ``sort_chunks_by_idxs`` in MoEAlltoAllTokenDispatcher, Megatron-LM d98e8a64): one more read
+  and write of every routed copy each way.
 * Tokens replicated over TP (inference without SP): vLLM's FusedMoE
   (vllm/model_executor/layers/fused_moe/layer.py): the TP ranks hold E/ep experts each, split
   over etp = tp/ep ranks; no all-to-all (data parallel 1), one all-reduce over TP sums routed
@@ -110,6 +114,10 @@ def moe_block(c: Ctx) -> list[Node]:
             comm_out.insert(0, coll("experts.etp_reduce_scatter", CollectiveKind.REDUCE_SCATTER,
                                     routed_bytes * etp, etp, sh.etp_rpn, Stream.EP, act))
         routed_tokens = rows * sh.ep * etp
+        if sh.ep > 1 and e // sh.ep > 1:
+            comm_in.append(mem("dispatch.sort_chunks", MemoryOpKind.COPY, rows * k * etp, h, act))
+            comm_out.insert(0, mem("combine.sort_chunks", MemoryOpKind.COPY, rows * k * etp, h,
+                                   act))
     else:
         routed_tokens = rows
     nodes += comm_in + _experts(c, routed_tokens) + comm_out

@@ -202,9 +202,9 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
     stages = [stage_params(model, tp=parallel.tp, pp=parallel.pp, vpp=parallel.vpp,
                            ep=parallel.ep, stage=rank, etp=parallel.etp,
                            split=parallel.pipeline_split) for rank in ranks]
-    if parallel.shard_group % parallel.ep:
-        raise SpecError("parallel.ep", f"ep={parallel.ep} must divide "
-                        f"dp*cp={parallel.shard_group} (experts are tensor-parallel over tp)")
+    if not parallel.experts_tile_stage:
+        raise SpecError("parallel.ep", f"ep={parallel.ep} x expert tp={parallel.expert_tp} "
+                        f"must divide tp*cp*dp={parallel.tp * parallel.shard_group}")
     layer = _LayerActivations(model=model, parallel=parallel, micro_batch=micro_batch,
                               seq_len=seq_len, flash_attention=flash_attention, dropout=dropout,
                               framework=framework, fp8=fp8)

@@ -81,6 +81,12 @@ class ParallelConfig:
         return max(1, self.tp * self.dp * self.cp // (self.expert_tp * self.ep))
 
     @property
+    def experts_tile_stage(self) -> bool:
+        """Megatron-Core's rule (parallel_state.initialize_model_parallel): the etp x ep expert
+        grid tiles the tp*cp*dp ranks of one pipeline stage."""
+        return self.tp * self.dp * self.cp % (self.expert_tp * self.ep) == 0
+
+    @property
     def zero_stage(self) -> int:
         """FSDP shards parameters, gradients and optimizer state like ZeRO-3."""
         return 3 if self.fsdp else self.zero

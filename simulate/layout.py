@@ -91,9 +91,10 @@ def _check_experts(model, par, source: str | None) -> None:
         if model.num_experts % par.ep:
             raise SpecError(f"{P}.ep", f"num_experts={model.num_experts} is not divisible by "
                             f"ep={par.ep}", source=source)
-        if (par.dp * par.cp) % par.ep:
-            raise SpecError(f"{P}.ep", f"ep={par.ep} must divide dp*cp={par.dp * par.cp} "
-                            "(experts are spread over the data-parallel ranks)", source=source)
+        if not par.experts_tile_stage:
+            raise SpecError(f"{P}.ep", f"ep={par.ep} x expert tp={par.expert_tp} must divide "
+                            f"tp*cp*dp={par.tp * par.cp * par.dp} (experts are spread over one "
+                            "stage's ranks)", source=source)
         if par.tp > 1 and not par.sp:
             raise SpecError(f"{P}.sp", "MoE with tp > 1 needs sequence parallelism (sp: true), "
                             "as in Megatron-Core", source=source)

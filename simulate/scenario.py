@@ -59,6 +59,13 @@ class ClusterSpec:
     num_gpus: int
     gpus_per_node: int | None = None
 
+    def node_size(self, hw_gpus_per_node: int) -> int:
+        """GPUs that share one NVLink domain in this job: a job smaller than the hardware's
+        domain (64 GPUs of a GB200 NVL72) sits inside one, so every group of it is on NVLink;
+        `analytical.layer_spec.ranks_per_node` takes gcd(group, domain), which would put 8 of
+        an EP group of 64 on one 72-GPU domain."""
+        return min(self.num_gpus, self.gpus_per_node or hw_gpus_per_node)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OverlapSpec:

@@ -27,6 +27,7 @@ from simulate.engines import ENGINE_ORDER, EngineChain
 from simulate.graph import Block, TrainStep, embedding_block, head_block, layer_block
 from simulate.layout import validate_layout
 from simulate.lora import lora_trainable_params
+from simulate.moe_host import host_bound_costs
 from simulate.offload import offload_costs, offload_memory
 from simulate.overlap import default_compute_slowdown, share_link
 from simulate.scenario import Scenario, TrainingSpec
@@ -71,7 +72,7 @@ _rpn = ranks_per_node
 
 
 def _gpn(scenario: Scenario, hw: HardwareSpec) -> int:
-    return scenario.cluster.gpus_per_node or hw.gpus_per_node
+    return scenario.cluster.node_size(hw.gpus_per_node)
 
 
 def spec_memory(model, t: TrainingSpec) -> TrainingMemory:
@@ -184,7 +185,7 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
     costs: dict[Any, BlockCost] = {k: block_cost(b, est, tp_overlap=t.overlap.tp_comm,
                                                  slowdown=slowdown, rs_splits=splits)
                                    for k, b in blocks.items()}
-    costs = offload_costs(costs, model, t, hw)
+    costs = offload_costs(host_bound_costs(costs, blocks, t.framework), model, t, hw)
     p2p_s = est[p2p.key].latency_s if par.pp > 1 else 0.0
 
     fwd, bwd, compute, engine_s = _stage_passes(model, par, costs, m)

@@ -28,6 +28,7 @@ from simulate.costs import BlockCost, add_engine_time, block_cost
 from simulate.efficiency import framework_estimates, tp_overlap_rs_splits
 from simulate.engines import ENGINE_ORDER, EngineChain
 from simulate.graph import TrainStep
+from simulate.moe_host import host_bound_costs
 from simulate.offload import offload_costs
 from simulate.overlap import default_compute_slowdown, share_link
 from simulate.scenario import ClusterSpec, Scenario, TrainingSpec
@@ -92,8 +93,9 @@ class LayoutEvaluator:
                                                 self.hw, step.framework, kernel=step.attention),
                        strict=True))
         splits = tp_overlap_rs_splits(step.framework)
-        costs = {k: block_cost(b, est, tp_overlap=tp_overlap, slowdown=slowdown,
-                               rs_splits=splits) for k, b in blocks.items()}
+        costs = host_bound_costs({k: block_cost(b, est, tp_overlap=tp_overlap,
+                                                slowdown=slowdown, rs_splits=splits)
+                                  for k, b in blocks.items()}, blocks, step.framework)
         self._blocks[key] = costs
         self.stats["block_shapes"] += 1
         return costs
@@ -153,7 +155,7 @@ class LayoutEvaluator:
         and the p2p estimate, as `_simulate` builds them; cached per layout shape (everything
         but the batch, the schedule, the DP-side overlap switches and, without offload, the
         ZeRO stage below 3)."""
-        gpn = cluster.gpus_per_node or self.hw.gpus_per_node
+        gpn = cluster.node_size(self.hw.gpus_per_node)
         ov, par = t.overlap, t.parallel
         key = (par.tp, par.pp, par.dp, par.cp, par.ep, par.etp, par.vpp, par.sp,
                par.zero_stage if t.offload.any else par.zero_stage >= 3, t.micro_batch,

@@ -116,9 +116,12 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
     parallel.update(cp=_int(row, "cp"), ep=_int(row, "ep"), vpp=vpp, sp=_bool(row, "sp"),
                     zero=_int(row, "zero"), fsdp=_bool(row, "fsdp"),
                     pipeline_split=_get(row, "pipeline_split") or "even")
+    parallel["etp"] = _int(row, "etp") if _get(row, "etp") else _ran_etp(parallel)
     hardware: dict[str, Any] = {"gpu": _get(row, "gpu"), "num_gpus": int(_get(row, "num_gpus"))}
     if _get(row, "gpus_per_node"):
         hardware["gpus_per_node"] = int(_get(row, "gpus_per_node"))
+    elif (spread := _even_domains(hardware["gpu"], hardware["num_gpus"])) is not None:
+        hardware["gpus_per_node"] = spread
     framework = _get(row, "framework") or DEFAULTS["framework"]
     training = {"parallel": parallel, "global_batch": int(_get(row, "global_batch")),
                 "micro_batch": _micro_batch(row, parallel, framework),
@@ -129,6 +132,28 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
     training["framework"] = framework
     training["overlap"] = {"tp_comm": _bool(row, "tp_comm_overlap")}
     return {"name": name, "model": _get(row, "model"), "hardware": hardware, "training": training}
+
+
+def _even_domains(gpu: str, num_gpus: int) -> int | None:
+    """Unstated placement of a run that does not fill whole NVLink domains (256 GPUs on
+    72-GPU NVL72 racks): the GPUs spread evenly over the fewest domains that hold them, i.e. the
+    largest divisor of num_gpus not above the domain size. None where the domains fill."""
+    domain = get_hardware(gpu).gpus_per_node
+    if num_gpus <= domain or num_gpus % domain == 0:
+        return None
+    return max(d for d in range(1, domain + 1) if num_gpus % d == 0)
+
+
+def _ran_etp(parallel: Mapping[str, Any]) -> int:
+    """Unstated expert TP of a run that ran: Megatron-Core's default (tp; 0 here) when the
+    etp x ep grid then tiles a stage's tp*cp*dp ranks, else the largest divisor of tp that
+    does (Megatron-Core refuses a grid that does not tile, so the run used such an etp)."""
+    tp, ep = parallel["tp"], parallel["ep"]
+    ranks = tp * parallel["cp"] * parallel["dp"]
+    if ranks % (tp * ep) == 0:
+        return 0
+    return max((d for d in range(1, tp + 1) if tp % d == 0 and ranks % (d * ep) == 0),
+               default=0)
 
 
 def _micro_batch(row: Mapping[str, str], parallel: Mapping[str, Any], framework: str) -> int:

@@ -1,0 +1,181 @@
+# SPDX-License-Identifier: Apache-2.0
+"""MoE training: the Megatron-Bridge corpus rows parse and simulate, Megatron-Core's expert
+layout rule (etp x ep tiles one stage's ranks), and a job inside one NVLink domain keeps its
+expert all-to-all on NVLink."""
+
+from __future__ import annotations
+
+import pytest
+
+from analytical.errors import SpecError
+from analytical.parallel import ParallelConfig
+from simulate.api import run
+from simulate.validate import published as pub
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLMSIM_HOME", str(tmp_path))
+    monkeypatch.setenv("LLMSIM_DB", str(tmp_path / "none.duckdb"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+
+
+def _bridge_rows() -> list[dict[str, str]]:
+    return [r for r in pub.load_corpus() if r["source"] == "megatron-bridge"]
+
+
+def _data(scenario) -> dict:
+    return run(scenario, use_store=False, use_predictors=False).data
+
+
+def test_bridge_rows_are_complete_moe_runs():
+    rows = _bridge_rows()
+    assert len(rows) >= 100
+    models = {r["model"] for r in rows}
+    assert {"qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "deepseek-v3"} <= models
+    for r in rows:
+        assert int(r["ep"]) > 1 and r["etp"] == "1" and r["tokens_per_s_per_gpu"]
+        gpus = int(r["num_gpus"])
+        assert int(r["tp"]) * int(r["pp"]) * int(r["dp"]) * int(r["cp"] or 1) == gpus
+        assert "4ab94dfa" in r["url"]
+
+
+def test_one_row_per_model_simulates():
+    seen: dict[str, dict[str, str]] = {}
+    for r in _bridge_rows():
+        seen.setdefault(r["model"], r)
+    runner = pub.simulate_runner(use_store=False, use_predictors=False)
+    for index, row in enumerate(seen.values()):
+        outcome = pub.score_row(row, index, runner)
+        assert outcome.error is None, outcome.error
+        assert outcome.fits and outcome.predicted_tps and outcome.predicted_tps > 0
+
+
+def test_expert_grid_follows_megatron_core():
+    # Qwen3-235B on H100 (Megatron-Bridge): TP 2, DP 16, EP 32 with expert TP 1 is valid.
+    assert ParallelConfig(tp=2, pp=8, dp=16, ep=32, etp=1, sp=True).experts_tile_stage
+    # With expert TP = TP (the default) the grid needs 64 ranks per stage: rejected.
+    assert not ParallelConfig(tp=2, pp=8, dp=16, ep=32, sp=True).experts_tile_stage
+    doc = _scenario(gpus=32, parallel={"tp": 2, "pp": 1, "dp": 16, "ep": 32, "sp": True})
+    with pytest.raises(SpecError) as info:
+        _data(doc)
+    assert info.value.field == "training.parallel.ep"
+    doc["training"]["parallel"]["etp"] = 1
+    assert _data(doc)["fits"] is True
+
+
+def _scenario(*, gpus: int, parallel: dict, gpu: str = "h100-sxm",
+              gpus_per_node: int | None = None) -> dict:
+    hardware = {"gpu": gpu, "num_gpus": gpus}
+    if gpus_per_node:
+        hardware["gpus_per_node"] = gpus_per_node
+    return {"name": "moe", "model": "qwen3-30b-a3b", "hardware": hardware,
+            "training": {"parallel": parallel, "global_batch": 2 * parallel["dp"],
+                         "micro_batch": 1, "seq_len": 2048, "precision": "bf16",
+                         "recompute": "full", "framework": "megatron"}}
+
+
+def test_job_inside_one_nvlink_domain_keeps_all_to_all_on_nvlink():
+    # 64 GPUs of a 72-GPU NVL72 domain: the EP-64 all-to-all is all NVLink. Declaring 8-GPU
+    # nodes puts 56 of the 64 peers behind the network, which must be slower.
+    parallel = {"tp": 1, "pp": 1, "dp": 64, "ep": 64}
+    one_domain = _data(_scenario(gpus=64, parallel=parallel, gpu="gb200"))
+    eight = _data(_scenario(gpus=64, parallel=parallel, gpu="gb200", gpus_per_node=8))
+    assert one_domain["tokens_per_s_per_gpu"] > 1.2 * eight["tokens_per_s_per_gpu"]
+    # Before, gcd(64, 72) = 8 ranks per node made the 72-GPU domain behave like 8-GPU nodes.
+    assert one_domain["breakdown"]["exposed_communication"] < \
+        0.5 * eight["breakdown"]["exposed_communication"]
+
+
+def _qwen_b200(seq_len: int, micro_batch: int, framework: str = "megatron") -> dict:
+    return {"name": "moe-host", "model": "qwen3-30b-a3b",
+            "hardware": {"gpu": "b200", "num_gpus": 8},
+            "training": {"parallel": {"tp": 1, "pp": 1, "dp": 8, "ep": 8},
+                         "global_batch": 8 * micro_batch * 4, "micro_batch": micro_batch,
+                         "seq_len": seq_len, "precision": "fp8", "recompute": "full",
+                         "framework": framework}}
+
+
+def test_small_micro_batches_of_moe_layers_are_host_bound(monkeypatch):
+    from simulate import moe_host
+
+    small, large = _qwen_b200(512, 1), _qwen_b200(4096, 4)
+    with_floor = [_data(s)["iteration_time_s"] for s in (small, large)]
+    monkeypatch.setattr(moe_host, "HOST_BOUND_FRAMEWORKS", frozenset())
+    without = [_data(s)["iteration_time_s"] for s in (small, large)]
+    # 512 tokens per micro-batch: ~300 kernels per layer at 15 us outlast the GPU work.
+    assert with_floor[0] > 1.5 * without[0]
+    # 16k tokens per micro-batch: the GPU is the bottleneck, the CPU keeps ahead.
+    assert with_floor[1] == pytest.approx(without[1], rel=1e-9)
+
+
+def test_host_floor_counts_each_local_expert_and_only_moe_frameworks():
+    from analytical.layer_spec import Node
+    from analytical.ops import GemmSpec
+    from simulate.moe_host import pass_kernels
+
+    gemm = Node(name="experts.up_gate", op=GemmSpec(m=64, n=64, k=64, batch=16))
+    other = Node(name="qkv_proj", op=GemmSpec(m=64, n=64, k=64))
+    assert pass_kernels([gemm, other], 16, routing=10) == 10 + 16 + 1
+    small = _qwen_b200(512, 1)
+    titan = _qwen_b200(512, 1, framework="torchtitan")
+    assert _data(small)["iteration_time_s"] > _data(titan)["iteration_time_s"]
+
+
+def test_expert_activations_follow_the_expert_tp_and_fp8_inputs():
+    from analytical.activations import activation_bytes_per_layer, fp8_saved_input_savings
+    from analytical.model import load_model
+
+    model = load_model("qwen3-235b-a22b")
+    kw = dict(micro_batch=1, seq_len=4096)
+    folded = ParallelConfig(tp=2, pp=8, dp=16, ep=32, etp=1, sp=True)
+    gathered = ParallelConfig(tp=2, pp=8, dp=32, ep=16, sp=True)  # etp = tp = 2
+    drop = (activation_bytes_per_layer(model, gathered, **kw)
+            - activation_bytes_per_layer(model, folded, **kw))
+    # Expert TP 1: a rank's experts hold half the routed copies (inputs and outputs, bf16).
+    routed = 2 * model.top_k * 2 * model.hidden * 4096
+    assert drop == pytest.approx(routed / 2)
+    dense_part = fp8_saved_input_savings(model, folded, moe_layer=False, **kw)
+    moe_part = fp8_saved_input_savings(model, folded, moe_layer=True, **kw)
+    # 8 routed copies of (hidden / 2 + moe_ffn / 2) outweigh the dense fc1 + fc2 inputs.
+    assert moe_part > 1.5 * dense_part
+
+
+def test_several_local_experts_resort_received_tokens():
+    from analytical.attention_span import AttentionKind
+    from analytical.layer_spec import Sharding
+    from analytical.model import load_model
+    from simulate.graph import TrainStep, layer_block
+
+    model = load_model("qwen3-30b-a3b")
+
+    def names(ep: int) -> set[str]:
+        step = TrainStep(sharding=Sharding(ep=ep, ep_rpn=min(ep, 8)), micro_batch=1,
+                         seq_len=1024)
+        block = layer_block(model, step, moe=True, attention=AttentionKind.FULL,
+                            layer_params_per_rank=1)
+        return {n.name for n in (*block.fwd, *block.bwd)}
+
+    assert {"dispatch.sort_chunks", "combine.sort_chunks"} <= names(8)  # 16 local experts
+    assert not any("sort_chunks" in n for n in names(128))  # one expert per rank
+    assert not any("sort_chunks" in n for n in names(1))  # no all-to-all
+
+
+def test_unstated_expert_tp_is_one_the_run_could_have_used():
+    row = dict(_bridge_rows()[0])
+    row.update(tp="2", pp="8", dp="16", cp="1", ep="32", sp="true", num_gpus="256", etp="")
+    assert pub.row_scenario(row, "r")["training"]["parallel"]["etp"] == 1  # 2 x 32 > 32 ranks
+    row.update(dp="32", num_gpus="512")
+    assert pub.row_scenario(row, "r")["training"]["parallel"]["etp"] == 0  # default tp tiles
+    row.update(etp="2")
+    assert pub.row_scenario(row, "r")["training"]["parallel"]["etp"] == 2  # stated wins
+
+
+def test_unstated_placement_spreads_over_the_fewest_domains():
+    row = dict(_bridge_rows()[0])
+    row.update(gpu="gb200", num_gpus="256", gpus_per_node="")
+    assert pub.row_scenario(row, "r")["hardware"]["gpus_per_node"] == 64  # 4 NVL72 racks
+    row.update(num_gpus="64")
+    assert "gpus_per_node" not in pub.row_scenario(row, "r")["hardware"]  # one rack
+    row.update(gpus_per_node="72", num_gpus="144")
+    assert pub.row_scenario(row, "r")["hardware"]["gpus_per_node"] == 72  # stated wins
