@@ -18,6 +18,7 @@ from unittest import mock
 import analytical.memory as memory
 import simulate.efficiency as efficiency
 import simulate.graph as graph
+import simulate.torch_kernels as torch_kernels
 import simulate.training as training
 from analytical.activations import activation_bytes_per_layer
 from analytical.dtypes import DType, parse_dtype
@@ -88,6 +89,10 @@ EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
      [(training, "grad_reduce_dtype", lambda fw, act: act)]),
     ("PyTorch-generated reductions at their bandwidth fraction (torchtitan, Hopper)",
      [(efficiency, "FRAMEWORK_REDUCTIONS", {})]),
+    ("eager composite kernels where the source says so (column compile)",
+     [(torch_kernels, "EAGER_TRAFFIC", {})]),
+    ("torchao fp8 rowwise backward passes (column fp8_recipe)",
+     [(torch_kernels, "rowwise_nodes", lambda name, op: [])]),
 ]
 
 

@@ -117,7 +117,8 @@ def _train_step(t: TrainingSpec, gpn: int) -> TrainStep:
     lora = LoraSpec(rank=t.lora_rank, targets=t.lora_targets) if t.lora_rank else None
     return TrainStep(sharding=sh, micro_batch=t.micro_batch, seq_len=t.seq_len,
                      precision=precision, recompute=t.recompute,
-                     attention=t.attention, lora=lora, framework=t.framework)
+                     attention=t.attention, lora=lora, framework=t.framework,
+                     compiled=t.compile, fp8_recipe=t.fp8_recipe)
 
 
 def act_dtype(t: TrainingSpec) -> DType:
@@ -178,7 +179,7 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
     ops.append(p2p)
     est = dict(zip((o.key for o in ops),
                    framework_estimates(ops, chain.estimate_many(ops), hw, t.framework,
-                                       kernel=t.attention),
+                                       kernel=t.attention, compiled=t.compile),
                    strict=True))
     costs: dict[Any, BlockCost] = {k: block_cost(b, est, tp_overlap=t.overlap.tp_comm,
                                                  slowdown=slowdown) for k, b in blocks.items()}

@@ -88,7 +88,8 @@ class LayoutEvaluator:
         ops = {n.op.key: n.op for b in blocks.values() for n in (*b.fwd, *b.bwd)}
         est = dict(zip(ops, framework_estimates(list(ops.values()),
                                                 self.chain.estimate_many(list(ops.values())),
-                                                self.hw, step.framework, kernel=step.attention),
+                                                self.hw, step.framework, kernel=step.attention,
+                                                compiled=step.compiled),
                        strict=True))
         costs = {k: block_cost(b, est, tp_overlap=tp_overlap, slowdown=slowdown)
                  for k, b in blocks.items()}
