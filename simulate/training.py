@@ -24,6 +24,7 @@ from analytical.stage import StageParams, is_moe_layer, stage_params
 from simulate.costs import BlockCost, OpEvent, add_engine_time, block_cost, pass_timeline
 from simulate.efficiency import framework_estimates, grad_reduce_dtype
 from simulate.engines import ENGINE_ORDER, EngineChain
+from simulate.fsdp_root import fsdp_root_blocks, with_root_keys
 from simulate.graph import Block, TrainStep, embedding_block, head_block, layer_block
 from simulate.layout import validate_layout
 from simulate.lora import lora_trainable_params
@@ -236,7 +237,7 @@ def _blocks(model, par: ParallelConfig, step: TrainStep) -> dict[Any, Block]:
                                   layer_params_per_rank=one.largest_layer)
     blocks["embedding"] = embedding_block(model, step)
     blocks["head"] = head_block(model, step)
-    return blocks
+    return blocks | fsdp_root_blocks(model, step, pp=par.pp)
 
 
 def _chunk_blocks(model, par: ParallelConfig) -> list[list[Any]]:
@@ -250,7 +251,7 @@ def _chunk_blocks(model, par: ParallelConfig) -> list[list[Any]]:
         keys += [_layer_key(model, i)
                  for i in range(v * per_chunk, min((v + 1) * per_chunk, model.layers))]
         out.append(keys + (["head"] if v == n_virtual - 1 else []))
-    return out
+    return with_root_keys(out, par)
 
 
 def _stage_passes(model, par: ParallelConfig, costs: dict[Any, BlockCost], m: int):

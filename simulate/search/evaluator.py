@@ -27,6 +27,7 @@ from analytical.stage import StageParams, stage_params
 from simulate.costs import BlockCost, add_engine_time, block_cost
 from simulate.efficiency import framework_estimates
 from simulate.engines import ENGINE_ORDER, EngineChain
+from simulate.fsdp_root import has_fsdp_root
 from simulate.graph import TrainStep
 from simulate.offload import offload_costs
 from simulate.overlap import default_compute_slowdown, share_link
@@ -59,7 +60,7 @@ class LayoutEvaluator:
         self._pipes: dict[tuple[Any, ...], Any] = {}
         self._tails: dict[tuple[Any, ...], tuple[float, float, float, list]] = {}
         self._params: dict[tuple[int, ...], StageParams] = {}
-        self._parts: dict[tuple[int, int], list[list[Any]]] = {}
+        self._parts: dict[tuple[int, int, bool], list[list[Any]]] = {}
         self._shapes: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self._sums: dict[tuple[Any, ...], tuple[float, dict[str, float]]] = {}
         self._flops: dict[int, float] = {}
@@ -81,7 +82,7 @@ class LayoutEvaluator:
                      ) -> dict[Any, BlockCost]:
         """Layer / embedding / head costs of one layer shape (cached): `_blocks`' blocks, one
         `estimate_many` call for their distinct operators."""
-        key = (step, par.tp, par.ep, par.etp, tp_overlap, slowdown)
+        key = (step, par.tp, par.pp, par.ep, par.etp, tp_overlap, slowdown)
         if key in self._blocks:
             return self._blocks[key]
         blocks = _blocks(self.model, par, step)
@@ -99,9 +100,10 @@ class LayoutEvaluator:
 
     def _chunk_parts(self, par) -> list[list[Any]]:
         """Block keys of each virtual stage, in `_simulate`'s order (cached per pp, vpp)."""
-        if (par.pp, par.vpp) not in self._parts:
-            self._parts[(par.pp, par.vpp)] = _chunk_blocks(self.model, par)
-        return self._parts[(par.pp, par.vpp)]
+        key = (par.pp, par.vpp, has_fsdp_root(par))
+        if key not in self._parts:
+            self._parts[key] = _chunk_blocks(self.model, par)
+        return self._parts[key]
 
     @staticmethod
     def _pipe_key(t: TrainingSpec, fwd, bwd, p2p_s: float) -> tuple[Any, ...]:
@@ -156,7 +158,8 @@ class LayoutEvaluator:
         key = (par.tp, par.pp, par.dp, par.cp, par.ep, par.etp, par.vpp, par.sp,
                par.zero_stage if t.offload.any else par.zero_stage >= 3, t.micro_batch,
                t.seq_len, t.precision, t.recompute,
-               t.attention, t.cp_algorithm, t.framework, t.lora_rank, t.lora_targets,
+               t.attention, t.cp_algorithm, t.framework, t.compile, t.fp8_recipe,
+               t.lora_rank, t.lora_targets,
                ov.tp_comm, ov.compute_slowdown, ov.comm_sms, t.offload, gpn)
         hit = self._shapes.get(key)
         if hit is None:
