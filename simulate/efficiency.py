@@ -26,7 +26,7 @@ from dataclasses import replace
 from enum import StrEnum
 
 from analytical.dtypes import DType
-from analytical.hardware import HardwareSpec
+from analytical.hardware import HardwareSpec, get_hardware
 from analytical.layer_spec import Node, Param, Stream
 from analytical.memory import Framework
 from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind, OpSpec
@@ -63,6 +63,7 @@ HOPPER_ATTENTION: dict[AttentionBackend, tuple[float, float]] = {
     AttentionBackend.CUDNN: (529 / 989.4, 515 / 989.4),
 }
 HOPPER = frozenset({"h100-sxm", "h100-pcie", "h100-hbm2e-96gb", "h200", "gh200", "h20"})
+HOPPER_REFERENCE = "h100-sxm"  # the GPU of the FlashAttention-3 figures
 
 # FlashAttention's Triton port (`training.attention: flash-triton`; llm-foundry's `attn_impl:
 # triton` runs flash_attn/flash_attn_triton.py copied from the flash-attention repository at
@@ -87,7 +88,15 @@ def attention_fraction(hw: HardwareSpec, framework: str, *, backward: bool,
         return flash2 / TRITON_SLOWDOWN[int(backward)]
     if hw.name not in HOPPER:
         return hw.efficiency.attention
-    return HOPPER_ATTENTION[attention_backend(framework)][int(backward)]
+    return HOPPER_ATTENTION[attention_backend(framework)][int(backward)] * power_scale(hw)
+
+
+def power_scale(hw: HardwareSpec) -> float:
+    """The Hopper part's achieved fraction of its own peak against the H100 SXM5 at 700 W that
+    the FlashAttention-3 figures were measured on, read from their GEMM efficiencies (hardware
+    files): a power-limited part clocks every tensor-core kernel down alike (h100-hbm2e-96gb at
+    500 W: 0.63 / 0.75 = 0.84; h100-pcie 0.93; the others 1)."""
+    return hw.efficiency.gemm / get_hardware(HOPPER_REFERENCE).efficiency.gemm
 
 
 # Memory-bound reductions as PyTorch generates them (torchtitan: its RMSNorm module and plain

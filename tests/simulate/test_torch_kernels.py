@@ -94,3 +94,15 @@ def test_rowwise_fp8_is_slower_than_tensorwise():
 def test_bad_fields_name_themselves(field, value):
     with pytest.raises(SpecError, match=f"training.{field}"):
         load_scenario(_doc("torchtitan", **{field: value}))
+
+
+def test_power_limited_hopper_runs_attention_at_its_gemm_clock():
+    """The FlashAttention figures are the 700 W SXM's; the 500 W part's measured GEMM efficiency
+    (0.63 against 0.75) scales its attention too; other Hopper parts at the SXM's 0.75 keep 1."""
+    from simulate.efficiency import attention_fraction, power_scale
+
+    sxm, limited = get_hardware("h100-sxm"), get_hardware("h100-hbm2e-96gb")
+    assert power_scale(sxm) == 1.0 and power_scale(get_hardware("h200")) == 1.0
+    assert power_scale(limited) == pytest.approx(0.63 / 0.75)
+    assert attention_fraction(limited, "torchtitan", backward=True) == pytest.approx(
+        0.84 * attention_fraction(sxm, "torchtitan", backward=True))
