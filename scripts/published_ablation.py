@@ -18,6 +18,7 @@ from unittest import mock
 import analytical.memory as memory
 import simulate.efficiency as efficiency
 import simulate.graph as graph
+import simulate.torch_kernels as torch_kernels
 import simulate.training as training
 from analytical.activations import activation_bytes_per_layer
 from analytical.dtypes import DType, parse_dtype
@@ -89,7 +90,8 @@ EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
      [(training, "framework_estimates", lambda ops, est, hw, fw, **_: list(est))]),
     ("torchtitan per-op SAC recompute time",
      [(graph, "recompute_nodes", lambda fwd, rc, per_op=False: recompute_nodes(fwd, rc))]),
-    ("fp8 cast passes per framework", [(graph, "fp8_cast_nodes", lambda fwd, fw: ([], []))]),
+    ("fp8 cast passes per framework",
+     [(graph, "fp8_cast_nodes", lambda fwd, fw, recipe="tensorwise": ([], []))]),
     ("TP communication overlap where the source states it", [(pub, "_bool", _no_tp_overlap)]),
     ("FSDP reduce-scatter in fp32 (torchtitan, Composer)",
      [(graph, "grad_reduce_dtype", lambda fw, act: act)]),
@@ -103,6 +105,13 @@ EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
      [(memory, "_inflight_factor", _uncapped_inflight)]),
     ("TE userbuffers: forward TP reduce-scatter pipelined in 4 chunks (Megatron/NeMo)",
      [(training, "tp_overlap_rs_splits", lambda fw: 0)]),
+    ("eager composite kernels where the source says so (column compile)",
+     [(torch_kernels, "EAGER_TRAFFIC", {})]),
+    ("torchao fp8 rowwise backward passes (column fp8_recipe)",
+     [(torch_kernels, "rowwise_nodes", lambda name, op: [])]),
+    ("ZeRO-3/FSDP root unit (embedding / head) gathered and reduced exposed",
+     [(training, "fsdp_root_blocks", lambda model, step, pp: {}),
+      (training, "with_root_keys", lambda chunks, par: chunks)]),
 ]
 
 

@@ -26,12 +26,13 @@ from dataclasses import replace
 from enum import StrEnum
 
 from analytical.dtypes import DType
-from analytical.hardware import Architecture, HardwareSpec
+from analytical.hardware import Architecture, HardwareSpec, get_hardware
 from analytical.layer_spec import Node, Param, Stream
 from analytical.memory import Framework
 from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind, OpSpec
 from analytical.roofline import roofline_estimate
 from simulate.engines import Estimate
+from simulate.torch_kernels import Fp8Recipe, eager_traffic, rowwise_backward
 
 __all__ = ["AttentionBackend", "attention_backend", "attention_fraction", "fp8_cast_nodes",
            "framework_estimates", "grad_reduce_dtype",
@@ -61,6 +62,7 @@ HOPPER_ATTENTION: dict[AttentionBackend, tuple[float, float]] = {
     AttentionBackend.FLASH2: (333 / 989.4, 320 / 989.4),
     AttentionBackend.CUDNN: (529 / 989.4, 515 / 989.4),
 }
+HOPPER_REFERENCE = "h100-sxm"  # the GPU of the FlashAttention-3 figures
 
 
 def is_hopper(hw: HardwareSpec) -> bool:
@@ -92,7 +94,15 @@ def attention_fraction(hw: HardwareSpec, framework: str, *, backward: bool,
         return flash2 / TRITON_SLOWDOWN[int(backward)]
     if not is_hopper(hw):
         return hw.efficiency.attention
-    return HOPPER_ATTENTION[attention_backend(framework)][int(backward)]
+    return HOPPER_ATTENTION[attention_backend(framework)][int(backward)] * power_scale(hw)
+
+
+def power_scale(hw: HardwareSpec) -> float:
+    """The Hopper part's achieved fraction of its own peak against the H100 SXM5 at 700 W that
+    the FlashAttention-3 figures were measured on, read from their GEMM efficiencies (hardware
+    files): a power-limited part clocks every tensor-core kernel down alike (h100-hbm2e-96gb at
+    500 W: 0.63 / 0.75 = 0.84; h100-pcie 0.93; the others 1)."""
+    return hw.efficiency.gemm / get_hardware(HOPPER_REFERENCE).efficiency.gemm
 
 
 # Memory-bound reductions as PyTorch generates them (torchtitan: its RMSNorm module and plain
@@ -123,9 +133,10 @@ def reduction_fraction(hw: HardwareSpec, framework: str, kind: MemoryOpKind) -> 
     return FRAMEWORK_REDUCTIONS.get(Framework(framework), {}).get(kind, 1.0)
 
 
-def _retimed(op: OpSpec, e: Estimate, hw: HardwareSpec, framework: str, kernel: str
-             ) -> Estimate:
-    """One roofline estimate at the framework's attention / reduction kernel speed."""
+def _retimed(op: OpSpec, e: Estimate, hw: HardwareSpec, framework: str, kernel: str,
+             compiled: bool = True) -> Estimate:
+    """One roofline estimate at the framework's attention / reduction kernel speed (eager:
+    `torch_kernels.eager_traffic`'s composite traffic instead)."""
     if isinstance(op, AttentionSpec):
         base = hw.efficiency.attention
         target = attention_fraction(hw, framework, backward=op.backward, kernel=kernel)
@@ -135,6 +146,11 @@ def _retimed(op: OpSpec, e: Estimate, hw: HardwareSpec, framework: str, kernel: 
             name = kernel if kernel == "flash-triton" else attention_backend(framework)
             return replace(e, latency_s=latency, detail=f"{e.detail}; {name}")
     elif isinstance(op, MemoryBoundSpec):
+        traffic = eager_traffic(framework, compiled, op.kind, backward=op.backward)
+        if traffic != 1.0:
+            r = roofline_estimate(op, hw)
+            return replace(e, latency_s=max(r.compute_s, r.memory_s * traffic),
+                           detail=f"{e.detail}; eager x{traffic:.2f} traffic")
         frac = reduction_fraction(hw, framework, op.kind)
         if frac != 1.0:
             r = roofline_estimate(op, hw)
@@ -144,12 +160,13 @@ def _retimed(op: OpSpec, e: Estimate, hw: HardwareSpec, framework: str, kernel: 
 
 
 def framework_estimates(ops: Sequence[OpSpec], estimates: Sequence[Estimate],
-                        hw: HardwareSpec, framework: str, *, kernel: str = "flash"
-                        ) -> list[Estimate]:
+                        hw: HardwareSpec, framework: str, *, kernel: str = "flash",
+                        compiled: bool = True) -> list[Estimate]:
     """``estimates`` of ``ops`` with roofline attention re-timed at the fraction of peak of the
     framework's backend (or of ``kernel``'s; compute term only, the memory term stays the
-    roofline's) and roofline reductions at the framework's fraction of bandwidth."""
-    return [_retimed(op, e, hw, framework, kernel) if e.engine == "roofline" else e
+    roofline's) and roofline reductions at the framework's fraction of bandwidth (or, not
+    ``compiled``, at the eager composite's traffic)."""
+    return [_retimed(op, e, hw, framework, kernel, compiled) if e.engine == "roofline" else e
             for op, e in zip(ops, estimates, strict=True)]
 
 
@@ -171,10 +188,11 @@ def _cast(name: str, rows: int, cols: int) -> Node:
                                               dtype=DType.BF16))
 
 
-def fp8_cast_nodes(fwd: Sequence[Node], framework: str) -> tuple[list[Node], list[Node]]:
+def fp8_cast_nodes(fwd: Sequence[Node], framework: str, recipe: str = "tensorwise"
+                   ) -> tuple[list[Node], list[Node]]:
     """The forward and backward cast passes of a layer's fp8 weight GEMMs: the input (unless
     fused into the preceding norm), the weight (frameworks that cast it per call) and, in
-    backward, the output gradient."""
+    backward, the output gradient; ``recipe`` rowwise adds `torch_kernels.rowwise_backward`."""
     fw = Framework(framework)
     out_f: list[Node] = []
     out_b: list[Node] = []
@@ -192,6 +210,8 @@ def fp8_cast_nodes(fwd: Sequence[Node], framework: str) -> tuple[list[Node], lis
             out_b.append(_cast(f"{n.name}.fp8_cast_grad", rows, op.n))
         if n.stream == Stream.COMPUTE:
             prev = n
+    if Fp8Recipe(recipe) == Fp8Recipe.ROWWISE:
+        out_b += rowwise_backward(fwd)
     return out_f, out_b
 
 

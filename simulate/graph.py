@@ -53,6 +53,8 @@ class TrainStep:
     attention: str = "flash"  # a `scenario.ATTENTION_KERNELS` name
     lora: LoraSpec | None = None  # frozen base weights, trainable adapters
     framework: Framework = Framework.MEGATRON  # kernels and recompute policy it runs
+    compiled: bool = True  # torch.compile'd (PyTorch-native frameworks; `torch_kernels`)
+    fp8_recipe: str = "tensorwise"  # a `torch_kernels.Fp8Recipe` value
 
     @property
     def flash(self) -> bool:
@@ -82,7 +84,7 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
                          precision=step.precision, lora=step.lora, flash=step.flash,
                          attention=attention))
     bwd = list(backward_nodes(fwd, frozen_base=step.lora is not None))
-    cast_f, cast_b = fp8_cast_nodes(fwd, step.framework)
+    cast_f, cast_b = fp8_cast_nodes(fwd, step.framework, step.fp8_recipe)
     fwd, bwd = [*fwd, *cast_f], [*bwd, *cast_b]
     if sh.fsdp_group > 1 and layer_params_per_rank > 0:
         size = layer_params_per_rank * step.precision.act.bytes

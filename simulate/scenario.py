@@ -29,13 +29,14 @@ from simulate.inference.setup import (
     parse_colocation,
     parse_inference_setup,
 )
+from simulate.torch_kernels import Fp8Recipe
 
 TOP_KEYS = {"name", "description", "model", "hardware", "training", "inference", "serving",
             "colocate"}
 HARDWARE_KEYS = {"gpu", "num_gpus", "gpus_per_node"}
 TRAINING_KEYS = {"parallel", "global_batch", "micro_batch", "seq_len", "precision", "recompute",
                  "schedule", "overlap", "dp_bucket_mb", "optimizer", "attention", "lora",
-                 "framework", "offload"}
+                 "framework", "offload", "compile", "fp8_recipe"}
 PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "fsdp",
                  "cp_algorithm", "pipeline_split"}
 OVERLAP_KEYS = {"tp_comm", "dp_grad", "param_gather", "compute_slowdown", "comm_sms"}
@@ -101,6 +102,8 @@ class TrainingSpec:
     lora_targets: tuple[str, ...] = ()
     framework: Framework = Framework.MEGATRON  # whose memory behaviour (analytical.memory)
     offload: Offload = Offload()  # states kept in host memory (analytical.offload)
+    compile: bool = True  # torch.compile'd model; false: eager kernels (`torch_kernels`)
+    fp8_recipe: Fp8Recipe = Fp8Recipe.TENSORWISE  # fp8 scaling (`torch_kernels`)
 
     @property
     def num_microbatches(self) -> int:
@@ -215,6 +218,8 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
         attention=attention,
         framework=_choice(block, "framework", path, source, Framework, "megatron"),
         offload=_offload(block.get("offload"), source),
+        compile=_bool(block, "compile", path, source, True),
+        fp8_recipe=_choice(block, "fp8_recipe", path, source, Fp8Recipe, "tensorwise"),
     )
     check_work(f"{path}.global_batch", spec.num_microbatches, MAX_MICROBATCHES,
                "micro-batches per iteration", "raise micro_batch or dp, or lower global_batch")

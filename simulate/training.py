@@ -24,6 +24,7 @@ from analytical.stage import StageParams, chunk_layers, is_moe_layer, stage_para
 from simulate.costs import BlockCost, OpEvent, add_engine_time, block_cost, pass_timeline
 from simulate.efficiency import framework_estimates, grad_reduce_dtype, tp_overlap_rs_splits
 from simulate.engines import ENGINE_ORDER, EngineChain
+from simulate.fsdp_root import fsdp_root_blocks, with_root_keys
 from simulate.graph import Block, TrainStep, embedding_block, head_block, layer_block
 from simulate.layout import validate_layout
 from simulate.lora import lora_trainable_params
@@ -118,7 +119,8 @@ def _train_step(t: TrainingSpec, gpn: int) -> TrainStep:
     lora = LoraSpec(rank=t.lora_rank, targets=t.lora_targets) if t.lora_rank else None
     return TrainStep(sharding=sh, micro_batch=t.micro_batch, seq_len=t.seq_len,
                      precision=precision, recompute=t.recompute,
-                     attention=t.attention, lora=lora, framework=t.framework)
+                     attention=t.attention, lora=lora, framework=t.framework,
+                     compiled=t.compile, fp8_recipe=t.fp8_recipe)
 
 
 def act_dtype(t: TrainingSpec) -> DType:
@@ -179,7 +181,7 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
     ops.append(p2p)
     est = dict(zip((o.key for o in ops),
                    framework_estimates(ops, chain.estimate_many(ops), hw, t.framework,
-                                       kernel=t.attention),
+                                       kernel=t.attention, compiled=t.compile),
                    strict=True))
     splits = tp_overlap_rs_splits(t.framework)
     costs: dict[Any, BlockCost] = {k: block_cost(b, est, tp_overlap=t.overlap.tp_comm,
@@ -238,7 +240,7 @@ def _blocks(model, par: ParallelConfig, step: TrainStep) -> dict[Any, Block]:
                                   layer_params_per_rank=one.largest_layer)
     blocks["embedding"] = embedding_block(model, step)
     blocks["head"] = head_block(model, step)
-    return blocks
+    return blocks | fsdp_root_blocks(model, step, pp=par.pp)
 
 
 def _chunk_blocks(model, par: ParallelConfig) -> list[list[Any]]:
@@ -250,7 +252,7 @@ def _chunk_blocks(model, par: ParallelConfig) -> list[list[Any]]:
         keys: list[Any] = ["embedding"] if v == 0 else []
         keys += [_layer_key(model, i) for i in layers]
         out.append(keys + (["head"] if v == len(chunks) - 1 else []))
-    return out
+    return with_root_keys(out, par)
 
 
 def _stage_passes(model, par: ParallelConfig, costs: dict[Any, BlockCost], m: int):

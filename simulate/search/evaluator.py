@@ -27,6 +27,7 @@ from analytical.stage import StageParams, stage_params
 from simulate.costs import BlockCost, add_engine_time, block_cost
 from simulate.efficiency import framework_estimates, tp_overlap_rs_splits
 from simulate.engines import ENGINE_ORDER, EngineChain
+from simulate.fsdp_root import has_fsdp_root
 from simulate.graph import TrainStep
 from simulate.moe_host import host_bound_costs
 from simulate.offload import offload_costs
@@ -83,14 +84,15 @@ class LayoutEvaluator:
                      ) -> dict[Any, BlockCost]:
         """Layer / embedding / head costs of one layer shape (cached): `_blocks`' blocks, one
         `estimate_many` call for their distinct operators."""
-        key = (step, par.tp, par.ep, par.etp, tp_overlap, slowdown)
+        key = (step, par.tp, par.pp, par.ep, par.etp, tp_overlap, slowdown)
         if key in self._blocks:
             return self._blocks[key]
         blocks = _blocks(self.model, par, step)
         ops = {n.op.key: n.op for b in blocks.values() for n in (*b.fwd, *b.bwd)}
         est = dict(zip(ops, framework_estimates(list(ops.values()),
                                                 self.chain.estimate_many(list(ops.values())),
-                                                self.hw, step.framework, kernel=step.attention),
+                                                self.hw, step.framework, kernel=step.attention,
+                                                compiled=step.compiled),
                        strict=True))
         splits = tp_overlap_rs_splits(step.framework)
         costs = host_bound_costs({k: block_cost(b, est, tp_overlap=tp_overlap,
@@ -102,7 +104,7 @@ class LayoutEvaluator:
 
     def _chunk_parts(self, par) -> list[list[Any]]:
         """Block keys of each virtual stage, in `_simulate`'s order (cached per pp, vpp)."""
-        key = (par.pp, par.vpp, par.pipeline_split)
+        key = (par.pp, par.vpp, par.pipeline_split, has_fsdp_root(par))
         if key not in self._parts:
             self._parts[key] = _chunk_blocks(self.model, par)
         return self._parts[key]
@@ -160,7 +162,8 @@ class LayoutEvaluator:
         key = (par.tp, par.pp, par.dp, par.cp, par.ep, par.etp, par.vpp, par.sp,
                par.zero_stage if t.offload.any else par.zero_stage >= 3, t.micro_batch,
                t.seq_len, t.precision, t.recompute,
-               t.attention, t.cp_algorithm, t.framework, t.lora_rank, t.lora_targets,
+               t.attention, t.cp_algorithm, t.framework, t.compile, t.fp8_recipe,
+               t.lora_rank, t.lora_targets,
                ov.tp_comm, ov.compute_slowdown, ov.comm_sms, t.offload, gpn)
         hit = self._shapes.get(key)
         if hit is None:

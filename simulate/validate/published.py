@@ -32,7 +32,8 @@ PEAK_MATCH_TOLERANCE = 0.01  # a stated peak within 1% of ours is the same denom
 DEFAULTS: dict[str, Any] = {"cp": 1, "ep": 1, "vpp": 1, "zero": 0, "micro_batch": 1,
                             "recompute": "none", "sp": False, "fsdp": False,
                             "attention": "flash", "framework": "megatron",
-                            "tp_comm_overlap": False}
+                            "tp_comm_overlap": False, "compile": True,
+                            "fp8_recipe": "tensorwise"}
 INTERLEAVED_VPP = 2  # "interleaved" with no stated vpp: the smallest interleaving
 # A row that does not state its recompute policy takes the first of these that fits, as a
 # practitioner sizing the run would (and as NeMo's auto-configurator searches recompute).
@@ -131,6 +132,8 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
                 "schedule": schedule, "attention": _get(row, "attention") or DEFAULTS["attention"]}
     training["framework"] = framework
     training["overlap"] = {"tp_comm": _bool(row, "tp_comm_overlap")}
+    training["compile"] = _bool(row, "compile")
+    training["fp8_recipe"] = _get(row, "fp8_recipe") or DEFAULTS["fp8_recipe"]
     return {"name": name, "model": _get(row, "model"), "hardware": hardware, "training": training}
 
 

@@ -1,0 +1,108 @@
+# SPDX-License-Identifier: Apache-2.0
+"""PyTorch-native kernels outside the fused graph (`simulate.torch_kernels`): eager composite
+traffic and torchao's rowwise fp8 passes, switched by `training.compile` / `fp8_recipe`."""
+
+from __future__ import annotations
+
+import pytest
+
+from analytical.dtypes import DType
+from analytical.errors import SpecError
+from analytical.hardware import get_hardware
+from analytical.layer_spec import LayerPhase, Precision, Sharding, TokenBatch
+from analytical.layers import layer_ops
+from analytical.model import load_model
+from analytical.ops import MemoryBoundSpec, MemoryOpKind
+from simulate.efficiency import fp8_cast_nodes, framework_estimates
+from simulate.engines import EngineChain, EngineOptions
+from simulate.scenario import load_scenario
+from simulate.search.training_search import search_training
+from simulate.torch_kernels import eager_traffic
+from simulate.training import run_training
+
+ENGINES = EngineOptions(use_store=False, use_predictors=False)
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLMSIM_HOME", str(tmp_path))
+
+
+def _doc(framework: str, **training) -> dict:
+    return {"name": "x", "model": "llama-3-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+            "training": {"parallel": {"dp": 8, "zero": 3, "fsdp": True}, "global_batch": 16,
+                         "micro_batch": 1, "seq_len": 8192, "recompute": "selective",
+                         "framework": framework, **training}}
+
+
+def _tps(doc: dict) -> float:
+    out = run_training(load_scenario(doc), use_store=False, use_predictors=False).tokens_per_s
+    assert out is not None
+    return out
+
+
+def test_eager_traffic_only_for_composite_ops_of_pytorch_native_frameworks():
+    assert eager_traffic("torchtitan", False, MemoryOpKind.RMSNORM, backward=False) == 9.0
+    assert eager_traffic("torchtitan", False, MemoryOpKind.RMSNORM, backward=True) > 9.0
+    assert eager_traffic("composer", False, MemoryOpKind.ROTARY, backward=False) == 5.0
+    assert eager_traffic("torchtitan", True, MemoryOpKind.RMSNORM, backward=False) == 1.0
+    assert eager_traffic("megatron", False, MemoryOpKind.RMSNORM, backward=False) == 1.0
+    assert eager_traffic("torchtitan", False, MemoryOpKind.LAYERNORM, backward=False) == 1.0
+
+
+def test_eager_rmsnorm_moves_nine_times_the_fused_traffic():
+    hw = get_hardware("h100-sxm")
+    op = MemoryBoundSpec(kind=MemoryOpKind.RMSNORM, rows=8192, cols=4096, dtype=DType.BF16)
+    roof = EngineChain.from_options(hw, ENGINES).estimate(op)
+    eager = framework_estimates([op], [roof], hw, "torchtitan", compiled=False)[0]
+    assert eager.latency_s == pytest.approx(9.0 * roof.latency_s, rel=1e-6)
+
+
+def test_eager_torchtitan_is_slower_and_megatron_does_not_care():
+    compiled, eager = _tps(_doc("torchtitan")), _tps(_doc("torchtitan", compile=False))
+    assert eager < 0.95 * compiled
+    assert _tps(_doc("megatron", compile=False)) == pytest.approx(_tps(_doc("megatron")))
+
+
+def test_search_times_eager_as_simulate_does():
+    doc = _doc("torchtitan", compile=False)
+    want = _tps(doc)
+    doc["training"]["parallel"] = {"dp": [8], "zero": 3, "fsdp": True}
+    res = search_training(doc, executor="serial", engines=ENGINES)
+    got = {r["layout"]["micro_batch"]: r["tokens_per_s"] for r in res.rows}
+    assert got[1] == pytest.approx(want, rel=1e-9)
+
+
+def test_rowwise_adds_five_backward_passes_per_fp8_weight_gemm():
+    model = load_model("llama-3-8b")
+    fwd = layer_ops(model, Sharding(), TokenBatch(seqs=1, q_len=4096), LayerPhase.TRAIN,
+                    precision=Precision(gemm=DType.FP8))
+    tw_f, tw_b = fp8_cast_nodes(fwd, "torchtitan")
+    rw_f, rw_b = fp8_cast_nodes(fwd, "torchtitan", "rowwise")
+    assert rw_f == tw_f
+    assert len(rw_b) - len(tw_b) == 5 * len(tw_b)  # one grad cast per GEMM in tensorwise
+    bf16 = layer_ops(model, Sharding(), TokenBatch(seqs=1, q_len=4096), LayerPhase.TRAIN)
+    assert fp8_cast_nodes(bf16, "torchtitan", "rowwise") == ([], [])
+
+
+def test_rowwise_fp8_is_slower_than_tensorwise():
+    tensorwise = _tps(_doc("torchtitan", precision="fp8"))
+    assert _tps(_doc("torchtitan", precision="fp8", fp8_recipe="rowwise")) < 0.95 * tensorwise
+
+
+@pytest.mark.parametrize("field,value", [("compile", "no"), ("fp8_recipe", "blockwise")])
+def test_bad_fields_name_themselves(field, value):
+    with pytest.raises(SpecError, match=f"training.{field}"):
+        load_scenario(_doc("torchtitan", **{field: value}))
+
+
+def test_power_limited_hopper_runs_attention_at_its_gemm_clock():
+    """The FlashAttention figures are the 700 W SXM's; the 500 W part's measured GEMM efficiency
+    (0.63 against 0.75) scales its attention too; other Hopper parts at the SXM's 0.75 keep 1."""
+    from simulate.efficiency import attention_fraction, power_scale
+
+    sxm, limited = get_hardware("h100-sxm"), get_hardware("h100-hbm2e-96gb")
+    assert power_scale(sxm) == 1.0 and power_scale(get_hardware("h200")) == 1.0
+    assert power_scale(limited) == pytest.approx(0.63 / 0.75)
+    assert attention_fraction(limited, "torchtitan", backward=True) == pytest.approx(
+        0.84 * attention_fraction(sxm, "torchtitan", backward=True))
