@@ -199,6 +199,7 @@ def make_tenant(name: str, plan: InstancePlan, workload: Workload, serving: Serv
                     step_overhead_s=serving.step_overhead_s,
                     step_overhead_per_seq_s=serving.step_overhead_per_seq_s,
                     frontend_s=serving.frontend_s,
+                    host_overlap=preset.host_overlap if preset else False,
                     graph_sizes=cuda_graph_sizes(preset) if preset else (),
                     swap_bw_bytes_per_s=hw.pcie.bandwidth_bytes_per_s * plan.shard.tp,
                     speculation=speculation, attention_spans=_spans(plan.tables, speculation))

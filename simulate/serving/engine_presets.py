@@ -70,6 +70,7 @@ class EnginePreset:
     step_overhead_per_seq_s: float  # host time per request scheduled in a step
     frontend_s: float  # per request, API server to engine and back (HTTP, tokenize, stream)
     fp8_activation_quant: ActQuant = ActQuant.NONE
+    host_overlap: bool = False  # host work of a step runs while the GPU runs the previous one
 
 
 @functools.cache
@@ -138,7 +139,8 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
         step_overhead_s=float(pick("step_overhead_ms")) / 1e3,
         step_overhead_per_seq_s=float(pick("step_overhead_per_seq_us")) / 1e6,
         frontend_s=float(pick("frontend_ms")) / 1e3,
-        fp8_activation_quant=ActQuant(pick("fp8_activation_quant")))
+        fp8_activation_quant=ActQuant(pick("fp8_activation_quant")),
+        host_overlap=bool(pick("host_overlap")))
 
 
 def cuda_graph_sizes(preset: EnginePreset) -> tuple[int, ...]:

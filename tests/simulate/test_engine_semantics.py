@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Engine semantics beyond batch sizes: what KV dtype "auto" picks, and how each engine
-quantizes an fp8 linear layer's input (datasets/engines/*.yaml `fp8_activation_quant`)."""
+quantizes an fp8 linear layer's input, whether a step's host work overlaps the GPU step
+(datasets/engines/*.yaml `fp8_activation_quant`, `host_overlap`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ from analytical.model import load_model
 from analytical.ops import GemmSpec, MemoryBoundSpec, MemoryOpKind
 from simulate.inference.layer_ops import inference_sharding, step_ops
 from simulate.serving.engine_presets import ActQuant, engine_preset
-from simulate.validate.serving_corpus import load_corpus, row_scenario
+from simulate.serving.loop import Tenant, run_tenants
+from simulate.serving.schedulers import SchedulerConfig
+from simulate.serving.workload import Request, Workload
+from simulate.validate.serving_corpus import ServingRow, load_corpus, row_scenario
 
 
 def test_auto_kv_dtype_follows_the_checkpoint_declaration_else_the_activations() -> None:
@@ -69,3 +73,45 @@ def test_dynamic_fp8_quant_adds_a_pass_over_every_fp8_linear_input_only() -> Non
                     act_quant_bytes=5.0)
     assert _copy_bytes(bf16) == _copy_bytes(
         step_ops(model, tokens=tokens, shard=shard, weight_dtype=DType.BF16))
+
+
+def test_overlapping_engines_hide_host_time_under_the_gpu_step() -> None:
+    # vLLM async scheduling (default since PR #27614), SGLang's overlap scheduler
+    # (disable_overlap_schedule False), TensorRT-LLM's (disable_overlap_scheduler False).
+    assert all(_preset(e).host_overlap for e in ("vllm", "sglang", "trtllm"))
+    reqs = [Request(id=i, arrival_s=0.0, input_len=8, output_len=4) for i in range(4)]
+
+    def run_with(overlap: bool, host_ms: float) -> float:
+        tenant = Tenant(name="m", workload=Workload(requests=reqs), scheduler="continuous",
+                        config=SchedulerConfig(max_num_seqs=8, max_batched_tokens=64,
+                                               block_size=16),
+                        cost=_FlatCost(), kv_blocks=64, kv_bytes_per_token=1.0,
+                        step_overhead_s=host_ms / 1e3, host_overlap=overlap)
+        run_tenants([tenant])
+        return tenant.busy_s / tenant.steps * 1e3
+
+    assert run_with(False, 1.0) == pytest.approx(6.0)  # 5 ms GPU + 1 ms host
+    assert run_with(True, 1.0) == pytest.approx(5.0)  # hidden under the GPU step
+    assert run_with(True, 8.0) == pytest.approx(8.0)  # host outlasts the GPU: it sets the pace
+
+
+def test_loso_leaves_overlapping_engines_at_their_presets() -> None:
+    from simulate.validate.published_serving import score_serving_loso
+
+    rows = [ServingRow(id=f"{src}{c}", source=src, url="u", section="t", model="llama-2-7b",
+                       gpu="h100-sxm", num_gpus=1, engine="vllm", mode="closed", input_len=128,
+                       output_len=16, concurrency=c, measured={"tpot_ms": tpot})
+            for src, tpot in (("a", 7.0), ("b", 9.0)) for c in (1, 4)]
+
+    def fake(doc):
+        extra = doc["serving"].get("step_overhead_ms", 0.0)
+        return {"fits": True, "tpot_s": {"mean": (5.0 + extra) / 1e3}}
+
+    scored = score_serving_loso(rows, predict=fake)
+    assert scored["fitted_host_overhead"] == {"a": {}, "b": {}}
+    assert scored["loso"]["overall"] == scored["base"]["overall"]
+
+
+class _FlatCost:
+    def step_time(self, shape) -> float:
+        return 5e-3
