@@ -72,6 +72,9 @@ class Tenant:
     state: SchedulerState | None = None
     sequences: list[Sequence] = field(default_factory=list)
     in_frontend: list[Sequence] = field(default_factory=list)  # sent, not yet at the scheduler
+    # an overlapping engine formed the next batch when the running step started: requests that
+    # reached it later wait one more step (None: idle or not overlapping, admit up to now)
+    sched_cutoff_s: float | None = None
     kv_trace: list[tuple[float, float]] = field(default_factory=list)
     steps: int = 0
     busy_s: float = 0.0
@@ -125,10 +128,12 @@ def run_tenants(tenants: Seq[Tenant], *, record_steps: bool = False,
             batch = fn(state)
             if batch.empty:
                 _check_stuck(tenant, state)
+                tenant.sched_cutoff_s = None  # idle: the next batch is formed on arrival
                 continue
             dt = _step_time(tenant, batch)
             start = t
             t += dt
+            tenant.sched_cutoff_s = start if tenant.host_overlap else None
             tenant.busy_s += dt
             tenant.steps += 1
             finished = _apply(tenant, batch, t, rngs[ti])
@@ -160,6 +165,7 @@ def _start(tenant: Tenant) -> list[Request]:
                         f"unknown {tenant.scheduler!r}; known: {', '.join(SCHEDULERS)}")
     tenant.state = SchedulerState(BlockPool(tenant.kv_blocks, tenant.config.block_size),
                                   tenant.config)
+    tenant.sched_cutoff_s = None
     tenant.state.kv_bytes_per_token = tenant.kv_bytes_per_token
     reqs = list(tenant.workload.requests)
     if tenant.workload.closed:
@@ -202,10 +208,13 @@ def _admit_arrivals(tenant: Tenant, reqs: list[Request], cursor: list[int], ti: 
         cursor[ti] += 1
         in_system[ti] += 1
     # the API server (HTTP, tokenization, hand-off to the engine) delays every request by
-    # frontend_s; TTFT and E2E are timed from the client's send (`req.arrival_s`)
+    # frontend_s; TTFT and E2E are timed from the client's send (`req.arrival_s`). An engine
+    # scheduling one step ahead (async scheduling, overlap schedulers) formed this batch when
+    # the previous step started, so only requests that were there by then join it.
+    cutoff = t if tenant.sched_cutoff_s is None else tenant.sched_cutoff_s
     ready = 0
     for seq in tenant.in_frontend:
-        if seq.req.arrival_s + tenant.frontend_s > t:
+        if seq.req.arrival_s + tenant.frontend_s > cutoff:
             break
         ready += 1
     if ready:

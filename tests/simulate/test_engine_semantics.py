@@ -115,3 +115,23 @@ def test_loso_leaves_overlapping_engines_at_their_presets() -> None:
 class _FlatCost:
     def step_time(self, shape) -> float:
         return 5e-3
+
+
+def test_overlapping_engine_admits_a_request_one_step_later() -> None:
+    # vLLM's async scheduler forms step n+1 when step n starts (PR #19970: "the scheduler
+    # operate[s] one step ahead"): a request arriving during step n joins step n+2.
+    reqs = [Request(id=0, arrival_s=0.0, input_len=8, output_len=6),
+            Request(id=1, arrival_s=2.5e-3, input_len=8, output_len=2)]
+
+    def ttft_ms(overlap: bool) -> float:
+        tenant = Tenant(name="m", workload=Workload(requests=reqs), scheduler="continuous",
+                        config=SchedulerConfig(max_num_seqs=8, max_batched_tokens=64,
+                                               block_size=16),
+                        cost=_FlatCost(), kv_blocks=64, kv_bytes_per_token=1.0,
+                        host_overlap=overlap)
+        run_tenants([tenant])
+        late = next(s for s in tenant.sequences if s.req.id == 1)
+        return (late.first_token_s - late.req.arrival_s) * 1e3
+
+    assert ttft_ms(False) == pytest.approx(7.5)  # joins the step starting at 5 ms
+    assert ttft_ms(True) == pytest.approx(12.5)  # that step was formed at 0: joins the next
