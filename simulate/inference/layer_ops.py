@@ -28,7 +28,7 @@ from analytical.layer_spec import (
 )
 from analytical.layers import INT4_DEQUANT_MIN_TOKENS, attention_core, layer_ops
 from analytical.model import ModelSpec
-from analytical.ops import AttentionSpec, OpSpec
+from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind, OpSpec
 
 __all__ = ["INT4_DEQUANT_MIN_TOKENS", "LoraSpec", "Sharding", "attention_specs", "check_sharding",
            "heads_per_rank", "inference_sharding", "lm_head_ops", "step_ops"]
@@ -72,10 +72,12 @@ def _precision(weight_dtype: DType, act_dtype: DType) -> Precision:
 
 
 def step_ops(model: ModelSpec, *, tokens: int, shard: Sharding, weight_dtype: DType,
-             act_dtype: DType = DType.BF16,
-             lora: LoraSpec | None = None) -> list[tuple[OpSpec, float]]:
+             act_dtype: DType = DType.BF16, lora: LoraSpec | None = None,
+             act_quant_bytes: float = 0.0) -> list[tuple[OpSpec, float]]:
     """(operator, count) for `tokens` new tokens through all layers of one pipeline replica on
-    one TP rank, excluding the attention core and the LM head."""
+    one TP rank, excluding the attention core and the LM head. `act_quant_bytes`: memory
+    traffic per input element of quantizing each fp8 linear layer's bf16 input, a kernel of its
+    own (the engine's `fp8_activation_quant`, `engine_presets.ActQuant`)."""
     prec = _precision(weight_dtype, act_dtype)
     batch = TokenBatch(seqs=1, q_len=tokens)
     out: list[tuple[OpSpec, float]] = []
@@ -84,8 +86,18 @@ def step_ops(model: ModelSpec, *, tokens: int, shard: Sharding, weight_dtype: DT
             nodes = layer_ops(model, shard, batch, LayerPhase.PREFILL, moe=moe, precision=prec,
                               lora=lora)
             out += [(n.op, count * n.count) for n in nodes if not n.core]
+    if act_quant_bytes > 0:
+        out += [(_act_quant(op, act_quant_bytes), n) for op, n in list(out)
+                if isinstance(op, GemmSpec) and op.dtype == DType.FP8 and op.batch == 1]
     edges = [*embedding_ops(model, shard, tokens, prec), final_norm_op(model, shard, tokens, prec)]
     return out + [(n.op, n.count) for n in edges]
+
+
+def _act_quant(gemm: GemmSpec, bytes_per_element: float) -> MemoryBoundSpec:
+    """The quantization pass over an fp8 GEMM's [m, k] bf16 input, as a bf16 copy of the same
+    traffic (a copy moves 4 bytes per element)."""
+    cols = max(1, round(gemm.k * bytes_per_element / 4))
+    return MemoryBoundSpec(kind=MemoryOpKind.COPY, rows=gemm.m, cols=cols, dtype=DType.BF16)
 
 
 def lm_head_ops(model: ModelSpec, rows: int, shard: Sharding, weight_dtype: DType,

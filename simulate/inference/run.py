@@ -139,7 +139,9 @@ def plan_instance(model: ModelSpec, hw: HardwareSpec, *, tp: int, pp: int, ep: i
     tables = build_tables(model, hw, shard, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                           estimator=estimator,
                           max_tokens=max(serving.max_batched_tokens, serving.max_num_seqs * decode_q),
-                          decode_q=decode_q, lora=lora)
+                          decode_q=decode_q, lora=lora,
+                          act_quant_bytes=preset.fp8_activation_quant.bytes_per_element
+                          if preset else 0.0)
     return InstancePlan(model=model, shard=shard, tables=tables, weight_bytes=weights,
                         kv_bytes_per_token=kv_per_token, kv_blocks=blocks,
                         activation_reserve_bytes=reserve, memory_bytes=usable)
@@ -197,6 +199,7 @@ def make_tenant(name: str, plan: InstancePlan, workload: Workload, serving: Serv
                     step_overhead_s=serving.step_overhead_s,
                     step_overhead_per_seq_s=serving.step_overhead_per_seq_s,
                     frontend_s=serving.frontend_s,
+                    host_overlap=preset.host_overlap if preset else False,
                     graph_sizes=cuda_graph_sizes(preset) if preset else (),
                     swap_bw_bytes_per_s=hw.pcie.bandwidth_bytes_per_s * plan.shard.tp,
                     speculation=speculation, attention_spans=_spans(plan.tables, speculation))

@@ -66,15 +66,18 @@ class DenseCost:
     seconds each engine answered."""
 
     def __init__(self, model: ModelSpec, shard: Sharding, weight_dtype: DType,
-                 estimator: Estimator, lora: LoraSpec | None) -> None:
+                 estimator: Estimator, lora: LoraSpec | None, act_quant_bytes: float = 0.0
+                 ) -> None:
         self._args = (model, shard, weight_dtype, lora)
+        self._act_quant_bytes = act_quant_bytes
         self._estimator = estimator
         self._memo: dict[tuple[str, int], tuple[float, dict[str, float]]] = {}
 
     def _ops(self, part: str, tokens: int) -> list[tuple[OpSpec, float]]:
         model, shard, wdtype, lora = self._args
         if part == "dense":
-            return step_ops(model, tokens=tokens, shard=shard, weight_dtype=wdtype, lora=lora)
+            return step_ops(model, tokens=tokens, shard=shard, weight_dtype=wdtype, lora=lora,
+                            act_quant_bytes=self._act_quant_bytes)
         return [(op, 1) for op in lm_head_ops(model, tokens, shard, wdtype)]
 
     def prewarm(self, part: str, counts: Sequence[int]) -> None:
@@ -190,7 +193,7 @@ class MeteredCost:
 
 def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_dtype: DType,
                  kv_dtype: DType, estimator: Estimator, max_tokens: int = 8192, decode_q: int = 1,
-                 lora: LoraSpec | None = None) -> StepCostTables:
+                 lora: LoraSpec | None = None, act_quant_bytes: float = 0.0) -> StepCostTables:
     """Build the step-cost model, asking the engine chain in a few batched calls.
 
     `estimator.estimate_many(ops)` prices each op and names its engine (batched, as the chain);
@@ -200,7 +203,7 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
     engines).
     """
     grid = token_grid(max_tokens)
-    dense = DenseCost(model, shard, weight_dtype, estimator, lora)
+    dense = DenseCost(model, shard, weight_dtype, estimator, lora, act_quant_bytes)
     dense.prewarm("dense", grid)
     dense.prewarm("lm", grid)
     attn_dtype = kv_dtype if kv_dtype in (DType.BF16, DType.FP16, DType.FP8) else DType.BF16

@@ -27,6 +27,19 @@ MIB = 2**20
 GIB = 2**30
 
 
+class ActQuant(StrEnum):
+    """How an engine quantizes a linear layer's bf16 input for an fp8 GEMM (its
+    `fp8_activation_quant` entry); `bytes_per_element` is the extra memory traffic."""
+
+    DYNAMIC = "dynamic"  # amax pass (read 2 B) + cast pass (read 2 B, write 1 B)
+    STATIC = "static"  # cast with a stored scale (read 2 B, write 1 B)
+    NONE = "none"  # fused into the producer or the GEMM: nothing extra
+
+    @property
+    def bytes_per_element(self) -> float:
+        return {ActQuant.DYNAMIC: 5.0, ActQuant.STATIC: 3.0, ActQuant.NONE: 0.0}[self]
+
+
 class MemoryRule(StrEnum):
     """How an engine turns its memory setting into a KV-cache size."""
 
@@ -56,6 +69,8 @@ class EnginePreset:
     step_overhead_s: float
     step_overhead_per_seq_s: float  # host time per request scheduled in a step
     frontend_s: float  # per request, API server to engine and back (HTTP, tokenize, stream)
+    fp8_activation_quant: ActQuant = ActQuant.NONE
+    host_overlap: bool = False  # host work of a step runs while the GPU runs the previous one
 
 
 @functools.cache
@@ -123,7 +138,9 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
         cuda_graph_padding=bool(pick("cuda_graph_padding")),
         step_overhead_s=float(pick("step_overhead_ms")) / 1e3,
         step_overhead_per_seq_s=float(pick("step_overhead_per_seq_us")) / 1e6,
-        frontend_s=float(pick("frontend_ms")) / 1e3)
+        frontend_s=float(pick("frontend_ms")) / 1e3,
+        fp8_activation_quant=ActQuant(pick("fp8_activation_quant")),
+        host_overlap=bool(pick("host_overlap")))
 
 
 def cuda_graph_sizes(preset: EnginePreset) -> tuple[int, ...]:

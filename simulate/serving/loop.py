@@ -4,7 +4,7 @@
 Each iteration every tenant admits the requests that have arrived and its scheduler forms a
 batch; the GPUs run the ready tenants' steps one after another (time slicing, as separate
 processes without MPS do), each step costing `StepCostModel.step_time` plus a per-step CPU
-overhead. Time jumps to the next arrival when nothing is runnable. Deterministic: no wall clock,
+overhead (hidden under the GPU step where the engine overlaps the two: `Tenant.host_overlap`). Time jumps to the next arrival when nothing is runnable. Deterministic: no wall clock,
 ties broken by request id.
 """
 
@@ -63,6 +63,7 @@ class Tenant:
     step_overhead_s: float = 0.0  # scheduler / CPU time per step (calibratable)
     step_overhead_per_seq_s: float = 0.0  # plus this per request in the step (calibratable)
     frontend_s: float = 0.0  # a request reaches the scheduler this long after the client sent it
+    host_overlap: bool = False  # the step overhead runs under the GPU step (async scheduling)
     graph_sizes: tuple[int, ...] = ()  # CUDA-graph token counts a step is padded up to
     swap_bw_bytes_per_s: float = 0.0  # host link for swap preemption
     speculation: Speculation | None = None
@@ -71,6 +72,9 @@ class Tenant:
     state: SchedulerState | None = None
     sequences: list[Sequence] = field(default_factory=list)
     in_frontend: list[Sequence] = field(default_factory=list)  # sent, not yet at the scheduler
+    # an overlapping engine formed the next batch when the running step started: requests that
+    # reached it later wait one more step (None: idle or not overlapping, admit up to now)
+    sched_cutoff_s: float | None = None
     kv_trace: list[tuple[float, float]] = field(default_factory=list)
     steps: int = 0
     busy_s: float = 0.0
@@ -124,10 +128,12 @@ def run_tenants(tenants: Seq[Tenant], *, record_steps: bool = False,
             batch = fn(state)
             if batch.empty:
                 _check_stuck(tenant, state)
+                tenant.sched_cutoff_s = None  # idle: the next batch is formed on arrival
                 continue
             dt = _step_time(tenant, batch)
             start = t
             t += dt
+            tenant.sched_cutoff_s = start if tenant.host_overlap else None
             tenant.busy_s += dt
             tenant.steps += 1
             finished = _apply(tenant, batch, t, rngs[ti])
@@ -159,6 +165,7 @@ def _start(tenant: Tenant) -> list[Request]:
                         f"unknown {tenant.scheduler!r}; known: {', '.join(SCHEDULERS)}")
     tenant.state = SchedulerState(BlockPool(tenant.kv_blocks, tenant.config.block_size),
                                   tenant.config)
+    tenant.sched_cutoff_s = None
     tenant.state.kv_bytes_per_token = tenant.kv_bytes_per_token
     reqs = list(tenant.workload.requests)
     if tenant.workload.closed:
@@ -201,10 +208,13 @@ def _admit_arrivals(tenant: Tenant, reqs: list[Request], cursor: list[int], ti: 
         cursor[ti] += 1
         in_system[ti] += 1
     # the API server (HTTP, tokenization, hand-off to the engine) delays every request by
-    # frontend_s; TTFT and E2E are timed from the client's send (`req.arrival_s`)
+    # frontend_s; TTFT and E2E are timed from the client's send (`req.arrival_s`). An engine
+    # scheduling one step ahead (async scheduling, overlap schedulers) formed this batch when
+    # the previous step started, so only requests that were there by then join it.
+    cutoff = t if tenant.sched_cutoff_s is None else tenant.sched_cutoff_s
     ready = 0
     for seq in tenant.in_frontend:
-        if seq.req.arrival_s + tenant.frontend_s > t:
+        if seq.req.arrival_s + tenant.frontend_s > cutoff:
             break
         ready += 1
     if ready:
@@ -225,8 +235,12 @@ def _step_time(tenant: Tenant, batch: Batch) -> float:
     q = spec.k + 1 if spec else 1
     spans = tenant.attention_spans
     shape = _padded(step_shape(batch, decode_q=q, spans=spans), tenant.graph_sizes)
-    dt = (tenant.cost.step_time(shape) + tenant.step_overhead_s
-          + tenant.step_overhead_per_seq_s * (len(batch.decode) + len(batch.prefill)))
+    gpu = tenant.cost.step_time(shape)
+    per_seq = tenant.step_overhead_per_seq_s * (len(batch.decode) + len(batch.prefill))
+    # an overlapping engine prepares step n+1 while the GPU runs step n: host time shows only
+    # where it outlasts the GPU step (datasets/engines/*.yaml host_overlap)
+    dt = (max(gpu, tenant.step_overhead_s + per_seq) if tenant.host_overlap
+          else gpu + tenant.step_overhead_s + per_seq)
     if spec and batch.decode:
         draft_shape = step_shape(Batch(decode=batch.decode), decode_q=1, spans=spans)
         dt += spec.k * spec.draft_cost.step_time(draft_shape)

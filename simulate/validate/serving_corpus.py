@@ -52,6 +52,7 @@ class ServingRow:
     engine_version: str = ""
     weight_dtype: str = ""
     kv_dtype: str = ""
+    checkpoint_kv_dtype: str = ""  # kv_cache_quant_algo the checkpoint declares (what "auto" picks)
     mode: str  # closed (fixed concurrency) | offline (all at once) | latency (one batch)
     tool: str = ""  # the benchmark client: vllm-bench-serve, aiperf, trtllm-bench, ...
     input_len: int
@@ -66,8 +67,9 @@ class ServingRow:
 
 
 _ROW_KEYS = {"model", "gpu", "num_gpus", "tp", "pp", "ep", "engine", "engine_version", "tool",
-             "weight_dtype", "kv_dtype", "mode", "input_len", "output_len", "concurrency",
-             "num_prompts", "batch_size", "gpu_memory_utilization", "kv_cache_tokens"}
+             "weight_dtype", "kv_dtype", "checkpoint_kv_dtype", "mode", "input_len", "output_len",
+             "concurrency", "num_prompts", "batch_size", "gpu_memory_utilization",
+             "kv_cache_tokens"}
 
 
 def _expand(doc: Mapping[str, Any], name: str) -> list[ServingRow]:
@@ -136,10 +138,18 @@ def rows_from_vllm_bench(paths: Iterable[str | Path], *, model: str, gpu: str, n
 
 
 def _kv_dtype(row: ServingRow, precision: str) -> str:
-    """The engines' default KV dtype "auto" is the checkpoint's activation dtype, bf16 for every
-    model here (vLLM CacheConfig.cache_dtype / TensorRT-LLM KvCacheConfig.dtype = "auto")."""
+    """The KV dtype of "auto" (or unstated). vLLM (vllm/utils/torch_utils.py
+    resolve_kv_cache_dtype_string) and TensorRT-LLM (tensorrt_llm/llmapi/llm_utils.py
+    ModelLoader._update_from_hf_quant_config) both resolve "auto" to the KV quantization a
+    pre-quantized checkpoint declares (ModelOpt hf_quant_config.json kv_cache_quant_algo), else
+    to the activation dtype, bf16 for every model here. Which NVIDIA checkpoints declare one
+    varies (the 2024 Llama 3.1 FP8 exports quantize only the linear layers, per their model
+    cards), so only a row's `checkpoint_kv_dtype` says so; --quantization fp8 on a bf16
+    checkpoint quantizes no KV."""
     if row.kv_dtype and row.kv_dtype != "auto":
         return row.kv_dtype
+    if row.checkpoint_kv_dtype:
+        return row.checkpoint_kv_dtype
     return "bf16" if precision in ("fp8", "fp4", "int8", "int4") else precision
 
 
