@@ -139,7 +139,9 @@ def plan_instance(model: ModelSpec, hw: HardwareSpec, *, tp: int, pp: int, ep: i
     tables = build_tables(model, hw, shard, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                           estimator=estimator,
                           max_tokens=max(serving.max_batched_tokens, serving.max_num_seqs * decode_q),
-                          decode_q=decode_q, lora=lora)
+                          decode_q=decode_q, lora=lora,
+                          graph_max_tokens=preset.cuda_graph_max_bs
+                          if preset and hw.kind == "gpu" else 0)
     return InstancePlan(model=model, shard=shard, tables=tables, weight_bytes=weights,
                         kv_bytes_per_token=kv_per_token, kv_blocks=blocks,
                         activation_reserve_bytes=reserve, memory_bytes=usable)
