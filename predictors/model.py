@@ -243,15 +243,15 @@ class LatencyModel:
     def outside_domain(self, op: OpSpec) -> str | None:
         """Why ``op`` is outside what this model was trained on (e.g. ``"kind=send_recv"``),
         or None (`predictors.domain`)."""
-        return outside_domain(self.domain, op)
+        return outside_domain(self.domain, op, self.hardware)
 
     def normaliser_s(self, features: np.ndarray) -> np.ndarray:
         return normaliser_seconds(self.target, self.family, features)
 
     def predict(self, ops: Sequence[OpSpec], hw: HardwareSpec) -> np.ndarray:
-        """Seconds for each op (batched); a collective of an unseen dtype is asked as a seen
-        one of the same width (`predictors.domain.stand_in`)."""
-        ops = [stand_in(self.domain, op) for op in ops]
+        """Seconds for each op (batched); an op of an unseen dtype may be asked in a seen one
+        (`predictors.domain.stand_in`)."""
+        ops = [stand_in(self.domain, op, self.hardware) for op in ops]
         return self.predict_features(feature_matrix(self.family, ops, hw))
 
     def model_bytes(self) -> bytes:

@@ -13,8 +13,10 @@ $L db import-parquet datasets/measurements
 step "2/4 profile this CPU (GEMM, attention, memory-bound ops)"
 $L profile run datasets/sweeps/cpu-smoke.yaml --no-progress
 $L db info
-step "3/4 train, evaluate and register an XGBoost predictor (H100 collectives) in MLflow"
-$L train --hardware h100-sxm --op collective --configs 4 --max-train-rows 3000
+step "3/4 train, evaluate and register an XGBoost predictor per (GPU, family) of the curated set in MLflow"
+# 19 models (A100 SXM/PCIe, H100 SXM/NVL, B200, L40S, A40), each promoted to champion only if
+# it beats its baselines on held-out shapes; bounded: 4 search draws, 3,000 training rows per fit.
+$L train all --configs 4 --max-train-rows 3000
 $L train report
 step "4/4 predict: Llama-3-70B training on 1,024 H100, Llama-2-7B serving on one A100"
 $L simulate datasets/scenarios/llama3-70b-tp8-pp4-selective-h100.yaml

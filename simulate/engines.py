@@ -37,6 +37,7 @@ class Estimate:
     latency_s: float
     engine: str  # one of ENGINE_ORDER
     detail: str = ""
+    stack: str = ""  # who timed the data behind it (`transfer_data.stack_of`); "" unknown
 
 
 class Estimator(Protocol):
@@ -94,6 +95,7 @@ class EngineChain:
                                      tracking_uri=tracking_uri)
         self._cache: dict[str, Estimate] = {}
         self._predictors: dict[str, object | None] = {}
+        self._stacks: dict[str, str] = {}  # family -> stack of its champion's training rows
         self._use_predictors = use_predictors
         self._tracking_uri = tracking_uri
         self._store = self._open_store(store_path) if use_store else None
@@ -120,9 +122,11 @@ class EngineChain:
             if self._use_predictors and _tracking_store_exists(self._tracking_uri):
                 try:
                     from predictors.loader import load_champion
+                    from predictors.transfer_data import stack_of
 
                     predictor = load_champion(self.hardware.name, family,
                                               tracking_uri=self._tracking_uri)
+                    self._stacks[family] = stack_of(predictor.info.tags.get("provenance", ""))
                 except Exception:  # noqa: BLE001 - no usable champion: fall through, by design
                     predictor = None
             self._predictors[family] = predictor
@@ -191,7 +195,8 @@ class EngineChain:
             for op, value in zip(family_ops, values, strict=True):
                 if np.isfinite(value) and value > 0:
                     self._cache[op.key] = Estimate(latency_s=float(value), engine="xgboost",
-                                                   detail=f"champion model for {family}")
+                                                   detail=f"champion model for {family}",
+                                                   stack=self._stacks.get(family, ""))
                     todo.pop(op.key, None)
         self._ask_transfer(todo, declined)
         for key, op in todo.items():
