@@ -235,6 +235,19 @@ def _architecture(value: Any, source: str) -> Architecture:
                         f"{', '.join(a.value for a in Architecture)}", source=source) from None
 
 
+def _efficiency(r: _Reader, raw: Any, source: str) -> Efficiency:
+    """The ``efficiency`` mapping: fractions of peak (each <= 1) and the kernel alpha term."""
+    eff = r.mapping(raw, "efficiency", {"gemm", "attention", "memory", "intra_node",
+                                        "inter_node", "kernel_latency_us"})
+    values = {k: r.number(eff, k, "efficiency") for k in
+              ("gemm", "attention", "memory", "intra_node", "inter_node")}
+    for k, v in values.items():
+        if v > 1.0:
+            raise SpecError(f"efficiency.{k}", f"must be <= 1, got {v}", source=source)
+    return Efficiency(**values, kernel_latency_s=r.number(
+        eff, "kernel_latency_us", "efficiency", default=0.0, positive=False) * US)
+
+
 def hardware_from_dict(data: Any, *, source: str = "<dict>") -> HardwareSpec:
     """Build a HardwareSpec from the YAML schema of ``datasets/hardware/*.yaml``."""
     r = _Reader(source)
@@ -252,14 +265,6 @@ def hardware_from_dict(data: Any, *, source: str = "<dict>") -> HardwareSpec:
     inter = r.mapping(top.get("interconnect"), "interconnect",
                       {"intra_node", "pcie", "inter_node", "pair_bridge"})
     node = r.mapping(top.get("node", {}), "node", {"gpus_per_node", "network"})
-    eff = r.mapping(top.get("efficiency"), "efficiency",
-                    {"gemm", "attention", "memory", "intra_node", "inter_node",
-                     "kernel_latency_us"})
-    eff_values = {k: r.number(eff, k, "efficiency") for k in
-                  ("gemm", "attention", "memory", "intra_node", "inter_node")}
-    for k, v in eff_values.items():
-        if v > 1.0:
-            raise SpecError(f"efficiency.{k}", f"must be <= 1, got {v}", source=source)
     kind = r.text(top, "kind")
     if kind not in ("gpu", "cpu"):
         raise SpecError("kind", f"must be 'gpu' or 'cpu', got {kind!r}", source=source)
@@ -290,8 +295,7 @@ def hardware_from_dict(data: Any, *, source: str = "<dict>") -> HardwareSpec:
         pair_bridge=(_link(r, inter["pair_bridge"], "interconnect.pair_bridge")
                      if "pair_bridge" in inter else None),
         gpus_per_node=int(r.number(node, "gpus_per_node", "node", default=1.0)),
-        efficiency=Efficiency(**eff_values, kernel_latency_s=r.number(
-            eff, "kernel_latency_us", "efficiency", default=0.0, positive=False) * US),
+        efficiency=_efficiency(r, top.get("efficiency"), source),
         sources=tuple(sources),
         memory_type=texts["memory.type"],
         network=texts["node.network"],

@@ -38,7 +38,6 @@ from simulate.trace import expand_ops
 __all__ = ["GIB", "TrainingResult", "run_training"]
 
 
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainingResult:
     """Prediction for one training scenario; timing fields are None when it does not fit."""
