@@ -36,7 +36,7 @@ from simulate.torch_kernels import Fp8Recipe, eager_traffic, rowwise_backward
 
 __all__ = ["AttentionBackend", "attention_backend", "attention_fraction", "fp8_cast_nodes",
            "framework_estimates", "grad_reduce_dtype",
-           "reduction_fraction", "tp_overlap_rs_splits"]
+           "power_scale", "reduction_fraction", "tp_overlap_rs_splits"]
 
 
 class AttentionBackend(StrEnum):
@@ -149,7 +149,8 @@ def _retimed(op: OpSpec, e: Estimate, hw: HardwareSpec, framework: str, kernel: 
         traffic = eager_traffic(framework, compiled, op.kind, backward=op.backward)
         if traffic != 1.0:
             r = roofline_estimate(op, hw)
-            return replace(e, latency_s=max(r.compute_s, r.memory_s * traffic),
+            latency = max(r.compute_s, r.memory_s * traffic) + hw.efficiency.kernel_latency_s
+            return replace(e, latency_s=latency,
                            detail=f"{e.detail}; eager x{traffic:.2f} traffic")
         frac = reduction_fraction(hw, framework, op.kind)
         if frac != 1.0:
