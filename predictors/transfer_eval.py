@@ -22,7 +22,7 @@ from analytical.errors import LlmsimError, SpecError
 from analytical.hardware import HardwareSpec
 from analytical.roofline import roofline_time
 from predictors.evaluate import ErrorMetrics, error_metrics
-from predictors.transfer import Rows, TransferConfig, all_rows, fit_transfer
+from predictors.transfer import Rows, TransferConfig, all_rows, fit_transfer, floors
 from predictors.transfer_data import TransferData
 
 ALL = "all"
@@ -40,6 +40,9 @@ class FoldResult:
     transfer: dict[str, ErrorMetrics]  # stack or ALL -> metrics
     roofline: dict[str, ErrorMetrics]  # same rows
     unscored: dict[str, int] = field(default_factory=dict)  # stack -> rows (stack unseen)
+    # the target's denominator alone (vendor-peak roofline + floor; collectives: NCCL's ring
+    # model), same rows: what the trees add over it
+    denominator: dict[str, ErrorMetrics] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
         return {"family": self.family, "heldout": self.heldout,
@@ -47,6 +50,7 @@ class FoldResult:
                 "fit_s": round(self.fit_s, 2),
                 "transfer": {k: m.as_dict() for k, m in self.transfer.items()},
                 "roofline": {k: m.as_dict() for k, m in self.roofline.items()},
+                "denominator": {k: m.as_dict() for k, m in self.denominator.items()},
                 "unscored": dict(self.unscored)}
 
 
@@ -75,16 +79,18 @@ def evaluate_fold(data: TransferData, rows: Rows, heldout: str,
     test = test.select(seen)
     hw = data.gpus[heldout].hardware
     predicted = model.predict(test.ops, hw, test.stacks.tolist())
+    alone = test.ideal_s + floors(model.floor_s, test.ops, test.stacks.tolist())
     analytic = roofline_seconds(test, hw)
     ok = np.isfinite(analytic)
-    transfer, roof = {}, {}
+    transfer, roof, denominator = {}, {}, {}
     for stack in [ALL, *sorted(set(test.stacks.tolist()))]:
         mask = ok & ((test.stacks == stack) if stack != ALL else True)
         transfer[stack] = error_metrics(test.latency_s[mask], predicted[mask])
         roof[stack] = error_metrics(test.latency_s[mask], analytic[mask])
+        denominator[stack] = error_metrics(test.latency_s[mask], alone[mask])
     return FoldResult(family=data.family, heldout=heldout, train_gpus=model.gpus,
                       train_rows=model.rows, fit_s=fit_s, transfer=transfer, roofline=roof,
-                      unscored=unscored)
+                      unscored=unscored, denominator=denominator)
 
 
 def leave_one_out(data: TransferData, config: TransferConfig = TransferConfig(), *,

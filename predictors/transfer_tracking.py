@@ -48,11 +48,14 @@ def registered_transfer_name(family: str) -> str:
 
 
 def fold_metrics(folds: Sequence[FoldResult]) -> dict[str, float]:
-    """``loo.<gpu>.<stack>.<transfer|roofline>.<metric>`` for every fold."""
+    """``loo.<gpu>.<stack>.<transfer|roofline|denominator>.<metric>`` for every fold."""
     out: dict[str, float] = {}
     for fold in folds:
         for stack, metrics in fold.transfer.items():
-            for engine, m in (("transfer", metrics), ("roofline", fold.roofline[stack])):
+            engines = [("transfer", metrics), ("roofline", fold.roofline[stack])]
+            if stack in fold.denominator:
+                engines.append(("denominator", fold.denominator[stack]))
+            for engine, m in engines:
                 out |= {f"loo.{fold.heldout}.{stack}.{engine}.{k}": float(v)
                         for k, v in m.as_dict().items() if v == v}
     return out

@@ -18,6 +18,7 @@ from analytical.hardware import (
     GIB,
     MB,
     HardwareSpec,
+    LinkFabric,
     get_hardware,
     hardware_file,
     hardware_names,
@@ -56,7 +57,7 @@ def _details(hw: HardwareSpec) -> dict[str, Any]:
     """Every field of a spec in human units, flat keys, for `show`."""
     path = hardware_file(hw.name)
     out: dict[str, Any] = {"name": hw.name, "vendor": hw.vendor, "kind": hw.kind,
-                           "file": str(path or "")}
+                           "architecture": str(hw.architecture), "file": str(path or "")}
     for dtype in DType:
         unit = "tops" if dtype.is_integer else "tflops"
         out[f"peak_{dtype.value}_{unit}"] = _r(hw.peak_flops(dtype) / 1e12)
@@ -70,6 +71,12 @@ def _details(hw: HardwareSpec) -> dict[str, Any]:
         out[f"{label}_link"] = link.name
         out[f"{label}_gb_per_s_per_direction"] = _r(link.bandwidth_bytes_per_s / GB)
         out[f"{label}_latency_us"] = _r(link.latency_s * 1e6)
+        if link.fabric != LinkFabric.UNKNOWN:
+            out[f"{label}_fabric"] = str(link.fabric)
+    if hw.pair_bridge is not None:
+        out["pair_bridge_link"] = hw.pair_bridge.name
+        out["pair_bridge_gb_per_s_per_direction"] = _r(
+            hw.pair_bridge.bandwidth_bytes_per_s / GB)
     out["gpus_per_node"] = hw.gpus_per_node
     out["network"] = hw.network
     for label in ("gemm", "attention", "memory", "intra_node", "inter_node"):

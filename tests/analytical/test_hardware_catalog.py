@@ -265,6 +265,10 @@ def test_cli_show(tmp_path):
     assert shown["memory_bw_tb_per_s"] == pytest.approx(2.039)
     assert shown["peak_bf16_tflops"] == pytest.approx(312)
     assert shown["sources"]
+    assert shown["architecture"] == "ampere" and shown["intra_node_fabric"] == "nvlink"
+    assert "pair_bridge_link" not in shown
+    bridged = json.loads(_run("show", "h100-nvl", "--json", home=tmp_path).stdout)
+    assert bridged["pair_bridge_gb_per_s_per_direction"] == pytest.approx(300)
     table = _run("show", "l4", home=tmp_path)
     assert table.returncode == 0 and "l4.yaml" in table.stdout.replace("\n", "")
 
