@@ -28,7 +28,7 @@ import math
 from typing import Any
 
 from analytical.errors import SpecError
-from analytical.layer_spec import Node, Stream
+from analytical.layer_spec import LayerPhase, Node, Stream
 from analytical.layers import Ctx, coll, dense_mlp, gemm, mem
 from analytical.ops import CollectiveKind, MemoryOpKind, MoEOpKind, MoESpec
 
@@ -114,7 +114,7 @@ def moe_block(c: Ctx) -> list[Node]:
             comm_out.insert(0, coll("experts.etp_reduce_scatter", CollectiveKind.REDUCE_SCATTER,
                                     routed_bytes * etp, etp, sh.etp_rpn, Stream.EP, act))
         routed_tokens = rows * sh.ep * etp
-        if sh.ep > 1 and e // sh.ep > 1:
+        if sh.ep > 1 and e // sh.ep > 1 and c.phase == LayerPhase.TRAIN:  # Megatron-Core
             comm_in.append(mem("dispatch.sort_chunks", MemoryOpKind.COPY, rows * k * etp, h, act))
             comm_out.insert(0, mem("combine.sort_chunks", MemoryOpKind.COPY, rows * k * etp, h,
                                    act))
