@@ -83,6 +83,8 @@ def test_rowwise_adds_five_backward_passes_per_fp8_weight_gemm():
     assert len(rw_b) - len(tw_b) == 5 * len(tw_b)  # one grad cast per GEMM in tensorwise
     bf16 = layer_ops(model, Sharding(), TokenBatch(seqs=1, q_len=4096), LayerPhase.TRAIN)
     assert fp8_cast_nodes(bf16, "torchtitan", "rowwise") == ([], [])
+    # torchao's recipe: Transformer Engine frameworks keep their one cast per tensor
+    assert fp8_cast_nodes(fwd, "megatron", "rowwise") == fp8_cast_nodes(fwd, "megatron")
 
 
 def test_rowwise_fp8_is_slower_than_tensorwise():
