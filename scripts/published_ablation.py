@@ -109,6 +109,8 @@ EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
      [(torch_kernels, "EAGER_TRAFFIC", {})]),
     ("torchao fp8 rowwise backward passes (column fp8_recipe)",
      [(torch_kernels, "rowwise_nodes", lambda name, op: [])]),
+    ("llm-foundry flash path: unpad / pad copies around attention",
+     [(graph, "unpad_nodes", lambda fwd, fw, attention: ([], []))]),
     ("ZeRO-3/FSDP root unit (embedding / head) gathered and reduced exposed",
      [(training, "fsdp_root_blocks", lambda model, step, pp: {}),
       (training, "with_root_keys", lambda chunks, par: chunks)]),

@@ -211,7 +211,7 @@ def fp8_cast_nodes(fwd: Sequence[Node], framework: str, recipe: str = "tensorwis
             out_b.append(_cast(f"{n.name}.fp8_cast_grad", rows, op.n))
         if n.stream == Stream.COMPUTE:
             prev = n
-    if Fp8Recipe(recipe) == Fp8Recipe.ROWWISE:
+    if Fp8Recipe(recipe) == Fp8Recipe.ROWWISE and fw in WEIGHT_CAST_PER_CALL:  # torchao
         out_b += rowwise_backward(fwd)
     return out_f, out_b
 

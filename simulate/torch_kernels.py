@@ -38,6 +38,13 @@ column scales, because "the rowwise CUTLASS-based kernel is so slow without fast
 input-gradient and weight-gradient outputs. The forward CUTLASS rowwise GEMM is left at the
 tensorwise rate ("most shapes are within 90-100% of tensor-wise efficiency", pytorch/pytorch
 #147971). Transformer Engine's recipes cast once per tensor, as tensorwise.
+
+llm-foundry's flash path (`attn_impl: flash`, Composer): `flash_attn_fn` hands FlashAttention's
+variable-length kernel unpadded tokens, gathered with flash_attn.bert_padding's
+`index_first_axis` (q, k and v each: a gather read and write) and scattered back with
+`pad_input` (a zero fill and a scatter); their autograd runs the mirror images (the gathers'
+backward: zero fill and scatter; the pad's: a gather). `unpad_nodes` counts a zero fill plus a
+scatter as 1.5 copies. The Triton path (`flash-triton`) passes q, k, v as strided views: none.
 """
 
 from __future__ import annotations
@@ -48,9 +55,9 @@ from enum import StrEnum
 from analytical.dtypes import DType
 from analytical.layer_spec import Node, Param
 from analytical.memory import Framework
-from analytical.ops import GemmSpec, MemoryBoundSpec, MemoryOpKind
+from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind
 
-__all__ = ["Fp8Recipe", "eager_traffic", "rowwise_backward", "rowwise_nodes"]
+__all__ = ["Fp8Recipe", "eager_traffic", "rowwise_backward", "rowwise_nodes", "unpad_nodes"]
 
 PYTORCH_NATIVE = frozenset({Framework.TORCHTITAN, Framework.COMPOSER, Framework.DEEPSPEED})
 
@@ -76,10 +83,33 @@ def eager_traffic(framework: str, compiled: bool, kind: MemoryOpKind, *, backwar
     return EAGER_TRAFFIC.get(kind, (1.0, 1.0))[int(backward)]
 
 
-def _pass(name: str, rows: int, cols: int) -> Node:
-    """A bf16 [rows, cols] read-and-write pass (a cast to fp8 with its amax, or a rescale)."""
+def _pass(name: str, rows: int, cols: int, count: float = 1.0) -> Node:
+    """A bf16 [rows, cols] read-and-write pass (a cast to fp8 with its amax, a rescale, a
+    gather), ``count`` times."""
     return Node(name=name, op=MemoryBoundSpec(kind=MemoryOpKind.COPY, rows=rows, cols=cols,
-                                              dtype=DType.BF16))
+                                              dtype=DType.BF16), count=count)
+
+
+UNPAD_FRAMEWORKS = frozenset({Framework.COMPOSER})  # llm-foundry's flash_attn_fn
+
+
+def unpad_nodes(fwd: Sequence[Node], framework: str, attention: str
+                ) -> tuple[list[Node], list[Node]]:
+    """Forward and backward passes of the unpad / pad around a layer's attention when the
+    framework feeds FlashAttention unpadded tokens (module docstring); none otherwise."""
+    if attention != "flash" or Framework(framework) not in UNPAD_FRAMEWORKS:
+        return [], []
+    out_f: list[Node] = []
+    out_b: list[Node] = []
+    for n in fwd:
+        op = n.op
+        if isinstance(op, AttentionSpec):
+            t, q, kv = op.batch * op.q_len, op.heads * op.head_dim, op.kv_heads * op.head_dim
+            out_f += [_pass("unpad_q", t, q), _pass("unpad_kv", t, kv, 2.0),
+                      _pass("pad_out", t, q, 1.5)]
+            out_b += [_pass("unpad_q.bwd", t, q, 1.5), _pass("unpad_kv.bwd", t, kv, 3.0),
+                      _pass("pad_out.bwd", t, q)]
+    return out_f, out_b
 
 
 def rowwise_nodes(gemm_name: str, op: GemmSpec) -> list[Node]:

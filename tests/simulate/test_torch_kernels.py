@@ -84,6 +84,8 @@ def test_rowwise_adds_five_backward_passes_per_fp8_weight_gemm():
     assert len(rw_b) - len(tw_b) == 5 * len(tw_b)  # one grad cast per GEMM in tensorwise
     bf16 = layer_ops(model, Sharding(), TokenBatch(seqs=1, q_len=4096), LayerPhase.TRAIN)
     assert fp8_cast_nodes(bf16, "torchtitan", "rowwise") == ([], [])
+    # torchao's recipe: Transformer Engine frameworks keep their one cast per tensor
+    assert fp8_cast_nodes(fwd, "megatron", "rowwise") == fp8_cast_nodes(fwd, "megatron")
 
 
 def test_rowwise_fp8_is_slower_than_tensorwise():
@@ -107,3 +109,18 @@ def test_power_limited_hopper_runs_attention_at_its_gemm_clock():
     assert power_scale(limited) == pytest.approx(0.63 / 0.75)
     assert attention_fraction(limited, "torchtitan", backward=True) == pytest.approx(
         0.84 * attention_fraction(sxm, "torchtitan", backward=True))
+
+
+def test_llm_foundry_flash_path_unpads_around_attention_only():
+    """Composer + flash: gathers of q, k, v and the pad of the output (10 bf16 copies of a
+    [tokens, heads*head_dim] tensor for MHA over forward and backward); Triton path, other
+    frameworks: nothing."""
+    from simulate.torch_kernels import unpad_nodes
+
+    fwd = layer_ops(load_model("llama-2-7b"), Sharding(), TokenBatch(seqs=2, q_len=2048),
+                    LayerPhase.TRAIN)
+    f, b = unpad_nodes(fwd, "composer", "flash")
+    assert sum(n.count for n in f) + sum(n.count for n in b) == pytest.approx(10.0)
+    assert all(n.op.rows == 4096 and n.op.cols == 4096 for n in (*f, *b))
+    assert unpad_nodes(fwd, "composer", "flash-triton") == ([], [])
+    assert unpad_nodes(fwd, "torchtitan", "flash") == ([], [])
