@@ -140,8 +140,8 @@ def plan_instance(model: ModelSpec, hw: HardwareSpec, *, tp: int, pp: int, ep: i
                           estimator=estimator,
                           max_tokens=max(serving.max_batched_tokens, serving.max_num_seqs * decode_q),
                           decode_q=decode_q, lora=lora,
-                          graph_max_tokens=preset.cuda_graph_max_bs
-                          if preset and hw.kind == "gpu" else 0)
+                          graph_max_tokens=None if preset is None
+                          else preset.cuda_graph_max_bs if hw.kind == "gpu" else 0)
     return InstancePlan(model=model, shard=shard, tables=tables, weight_bytes=weights,
                         kv_bytes_per_token=kv_per_token, kv_blocks=blocks,
                         activation_reserve_bytes=reserve, memory_bytes=usable)
