@@ -24,17 +24,36 @@ What each stack's timer adds, by the provenance of the rows a champion was train
   shapes in our store. Nothing removed.
 - ``nccl``: nccl-tests average a loop of back-to-back calls. Nothing removed.
 
-Switched by the engine (a preset that captures graphs) and the stack; never fitted to a serving
-measurement. Steps above the largest captured size run eagerly and keep the measured times.
+Memory-bound ops are a second case. Our rows time them as eager PyTorch composites
+(`profiler.benchmarks.memory`: SwiGLU as silu then mul, rotary as slices, a concatenation and
+three elementwise ops) at training sizes (1,024 to 32,768 rows on H100; 11-51 us at the
+smallest), while the engines run one fused kernel per op (vLLM ``csrc/layernorm_kernels.cu``
+``fused_add_rms_norm``, ``csrc/activation_kernels.cu`` ``silu_and_mul``,
+``csrc/pos_encoding_kernels.cu`` ``rotary_embedding``; SGLang's sgl-kernel and TensorRT-LLM's
+plugins the same ops). Under an engine preset such an op is priced by the roofline, as it was
+before any champion existed, and counted as the roofline's; Vidur's rows (Sarathi-Serve's fused
+kernels) keep their champion's answer.
+
+Switched by the engine (a preset, and its largest captured graph) and the stack; never fitted to
+a serving measurement. Steps above the largest captured size run eagerly and keep the measured
+times.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+
+from analytical.hardware import HardwareSpec
+from analytical.ops import OpSpec
+from analytical.roofline import roofline_time
+from simulate.engines import Estimate
 
 # Per-call cost a stack's timer adds to a kernel measured alone (seconds); stacks not named add
 # nothing a graph replay would not also pay.
 TIMER_OVERHEAD_S: Mapping[str, float] = {"profiled": 3.0e-6}
+# Stacks whose memory-bound rows are eager PyTorch composites, not an engine's fused kernel.
+EAGER_MEMORY_STACKS = frozenset({"profiled"})
 
 
 def graph_replay_seconds(latency_s: float, stack: str) -> float:
@@ -42,3 +61,20 @@ def graph_replay_seconds(latency_s: float, stack: str) -> float:
     the stack's per-call timer cost removed (never below half the measurement)."""
     overhead = TIMER_OVERHEAD_S.get(stack, 0.0)
     return max(latency_s - overhead, 0.5 * latency_s)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineKernels:
+    """How a serving engine runs a step's kernels: fused memory-bound ops always, CUDA-graph
+    replay for steps of up to ``graph_max_tokens`` tokens (0: never)."""
+
+    hw: HardwareSpec
+    graph_max_tokens: int
+
+    def seconds(self, est: Estimate, op: OpSpec, tokens: int) -> tuple[float, str]:
+        """(seconds, engine it is counted to) of ``op`` in a step of ``tokens`` tokens."""
+        if op.family == "memory" and est.stack in EAGER_MEMORY_STACKS:
+            return roofline_time(op, self.hw), "roofline"
+        if tokens <= self.graph_max_tokens:
+            return graph_replay_seconds(est.latency_s, est.stack), est.engine
+        return est.latency_s, est.engine

@@ -142,8 +142,8 @@ def plan_instance(model: ModelSpec, hw: HardwareSpec, *, tp: int, pp: int, ep: i
                           decode_q=decode_q, lora=lora,
                           act_quant_bytes=preset.fp8_activation_quant.bytes_per_element
                           if preset else 0.0,
-                          graph_max_tokens=preset.cuda_graph_max_bs
-                          if preset and hw.kind == "gpu" else 0)
+                          graph_max_tokens=None if preset is None
+                          else preset.cuda_graph_max_bs if hw.kind == "gpu" else 0)
     return InstancePlan(model=model, shard=shard, tables=tables, weight_bytes=weights,
                         kv_bytes_per_token=kv_per_token, kv_blocks=blocks,
                         activation_reserve_bytes=reserve, memory_bytes=usable)

@@ -27,8 +27,8 @@ from analytical.layer_spec import LayerPhase, TokenBatch
 from analytical.model import ModelSpec
 from analytical.ops import OpSpec
 from simulate.costs import add_engine_time
-from simulate.engines import Estimate, Estimator
-from simulate.inference.graph_replay import graph_replay_seconds
+from simulate.engines import Estimator
+from simulate.inference.graph_replay import EngineKernels
 from simulate.inference.layer_ops import (
     LoraSpec,
     Sharding,
@@ -64,22 +64,17 @@ def _interp(grid: np.ndarray, values: np.ndarray, x: float) -> float:
 
 class DenseCost:
     """Exact time of a step's dense part and LM head per token count, memoised, with the
-    seconds each engine answered. Token counts up to ``graph_max_tokens`` run as a CUDA-graph
-    replay (`simulate.inference.graph_replay`); 0: every step runs eagerly."""
+    seconds each engine answered. With ``kernels`` (a serving engine) each op is priced as the
+    engine runs it (`simulate.inference.graph_replay`); None: as measured."""
 
     def __init__(self, model: ModelSpec, shard: Sharding, weight_dtype: DType,
                  estimator: Estimator, lora: LoraSpec | None, act_quant_bytes: float = 0.0,
-                 graph_max_tokens: int = 0) -> None:
+                 kernels: EngineKernels | None = None) -> None:
         self._args = (model, shard, weight_dtype, lora)
         self._act_quant_bytes = act_quant_bytes
         self._estimator = estimator
-        self._graph_max_tokens = graph_max_tokens
+        self._kernels = kernels
         self._memo: dict[tuple[str, int], tuple[float, dict[str, float]]] = {}
-
-    def _seconds(self, est: Estimate, tokens: int) -> float:
-        if tokens <= self._graph_max_tokens:
-            return graph_replay_seconds(est.latency_s, est.stack)
-        return est.latency_s
 
     def _ops(self, part: str, tokens: int) -> list[tuple[OpSpec, float]]:
         model, shard, wdtype, lora = self._args
@@ -94,8 +89,10 @@ class DenseCost:
         ops = [(c, op, n) for c in todo for op, n in self._ops(part, c)]
         answers = self._estimator.estimate_many([op for _, op, _ in ops])
         acc: dict[int, dict[str, float]] = {c: {} for c in todo}
-        for (c, _, n), est in zip(ops, answers, strict=True):
-            add_engine_time(acc[c], {est.engine: self._seconds(est, c)}, n)
+        for (c, op, n), est in zip(ops, answers, strict=True):
+            seconds, engine = (est.latency_s, est.engine) if self._kernels is None \
+                else self._kernels.seconds(est, op, c)
+            add_engine_time(acc[c], {engine: seconds}, n)
         for c, engines in acc.items():
             self._memo[(part, c)] = (sum(engines.values()), engines)
 
@@ -202,18 +199,20 @@ class MeteredCost:
 def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_dtype: DType,
                  kv_dtype: DType, estimator: Estimator, max_tokens: int = 8192, decode_q: int = 1,
                  lora: LoraSpec | None = None, act_quant_bytes: float = 0.0,
-                 graph_max_tokens: int = 0) -> StepCostTables:
+                 graph_max_tokens: int | None = None) -> StepCostTables:
     """Build the step-cost model, asking the engine chain in a few batched calls.
 
     `estimator.estimate_many(ops)` prices each op and names its engine (batched, as the chain);
     the dense part is prewarmed on a grid of token counts and filled exactly on demand. Layers per
     pipeline stage are `model.layers / pp` but a request crosses all stages, so a step's latency
     sums them all (no micro-batch pipelining inside one step, as in vLLM's PP without virtual
-    engines). Dense parts of up to ``graph_max_tokens`` tokens are priced as CUDA-graph replays.
+    engines). ``graph_max_tokens`` set (a serving engine's largest CUDA graph, 0 for none) prices
+    the dense part as the engine runs it (`graph_replay.EngineKernels`); None: as measured.
     """
     grid = token_grid(max_tokens)
-    dense = DenseCost(model, shard, weight_dtype, estimator, lora, act_quant_bytes,
-                      graph_max_tokens)
+    kernels = None if graph_max_tokens is None else EngineKernels(
+        hw=hw, graph_max_tokens=graph_max_tokens)
+    dense = DenseCost(model, shard, weight_dtype, estimator, lora, act_quant_bytes, kernels)
     dense.prewarm("dense", grid)
     dense.prewarm("lm", grid)
     attn_dtype = kv_dtype if kv_dtype in (DType.BF16, DType.FP16, DType.FP8) else DType.BF16

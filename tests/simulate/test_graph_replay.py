@@ -1,15 +1,22 @@
 # SPDX-License-Identifier: Apache-2.0
-"""CUDA-graph replay of a step's dense part: the measuring stack's per-call timer cost comes off
-each kernel up to the engine's largest captured size, and nothing else moves."""
+"""A step's dense part as a serving engine runs it: the measuring stack's per-call timer cost comes
+off each kernel up to the engine's largest CUDA graph, and memory-bound ops timed as eager
+composites are priced as the engine's fused kernel (the roofline); nothing else moves."""
 
 from __future__ import annotations
 
 import pytest
 
 from analytical.dtypes import DType
+from analytical.hardware import get_hardware
 from analytical.model import load_model
+from analytical.roofline import roofline_time
 from simulate.engines import Estimate
-from simulate.inference.graph_replay import TIMER_OVERHEAD_S, graph_replay_seconds
+from simulate.inference.graph_replay import (
+    TIMER_OVERHEAD_S,
+    EngineKernels,
+    graph_replay_seconds,
+)
 from simulate.inference.layer_ops import inference_sharding, step_ops
 from simulate.inference.step_cost import DenseCost
 
@@ -25,22 +32,45 @@ def test_only_a_stack_whose_timer_adds_a_per_call_cost_is_corrected():
 
 
 class _Stacked:
-    def __init__(self, stack: str) -> None:
-        self.stack = stack
+    """Every GEMM 20 us from a champion of ``stack``; memory-bound ops from ``memory_stack``."""
+
+    def __init__(self, stack: str, memory_stack: str = "vidur") -> None:
+        self.stack, self.memory_stack = stack, memory_stack
 
     def estimate_many(self, ops):
-        return [Estimate(latency_s=20 * US, engine="xgboost", stack=self.stack) for _ in ops]
+        return [Estimate(latency_s=20 * US, engine="xgboost",
+                         stack=self.memory_stack if op.family == "memory" else self.stack)
+                for op in ops]
+
+
+def _dense(estimator, graph_max_tokens=None):
+    model = load_model("llama-3-8b")
+    shard = inference_sharding(tp=1, gpus_per_node=8)
+    kernels = None if graph_max_tokens is None else EngineKernels(
+        hw=get_hardware("h100-sxm"), graph_max_tokens=graph_max_tokens)
+    ops = step_ops(model, tokens=64, shard=shard, weight_dtype=DType.BF16)
+    return DenseCost(model, shard, DType.BF16, estimator, None, kernels), ops
 
 
 @pytest.mark.parametrize("stack", ["profiled", "trtllm"])
 def test_dense_steps_up_to_the_graph_size_are_replayed(stack):
-    model = load_model("llama-3-8b")
-    shard = inference_sharding(tp=1, gpus_per_node=8)
-    eager = DenseCost(model, shard, DType.BF16, _Stacked(stack), None)
-    graphed = DenseCost(model, shard, DType.BF16, _Stacked(stack), None, graph_max_tokens=64)
-    kernels = sum(n for _, n in step_ops(model, tokens=64, shard=shard, weight_dtype=DType.BF16))
-    saved = TIMER_OVERHEAD_S.get(stack, 0.0) * kernels
+    eager, ops = _dense(_Stacked(stack))
+    graphed, _ = _dense(_Stacked(stack), graph_max_tokens=64)
+    gemms = sum(n for op, n in ops if op.family == "gemm")
+    saved = TIMER_OVERHEAD_S.get(stack, 0.0) * gemms
     assert eager.get("dense", 64)[0] - graphed.get("dense", 64)[0] == pytest.approx(saved)
     assert graphed.get("dense", 65)[0] == eager.get("dense", 65)[0]  # above it: eager
     seconds, engines = graphed.get("dense", 8)
     assert sum(engines.values()) == pytest.approx(seconds)
+
+
+def test_eager_composite_memory_ops_are_the_engines_fused_kernel_at_any_step_size():
+    engine, ops = _dense(_Stacked("trtllm", memory_stack="profiled"), graph_max_tokens=0)
+    hw = get_hardware("h100-sxm")
+    memory = sum(n * roofline_time(op, hw) for op, n in ops if op.family == "memory")
+    others = 20 * US * sum(n for op, n in ops if op.family != "memory")
+    seconds, engines = engine.get("dense", 64)
+    assert seconds == pytest.approx(memory + others)
+    assert engines["roofline"] == pytest.approx(memory)
+    as_measured, _ = _dense(_Stacked("trtllm", memory_stack="profiled"))
+    assert as_measured.get("dense", 64)[0] > seconds  # no engine: the champion's eager times
