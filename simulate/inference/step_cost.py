@@ -68,7 +68,7 @@ class DenseCost:
     engine runs it (`simulate.inference.graph_replay`); None: as measured."""
 
     def __init__(self, model: ModelSpec, shard: Sharding, weight_dtype: DType,
-                 estimator: Estimator, lora: LoraSpec | None, act_quant_bytes: float = 0.0,
+                 estimator: Estimator, lora: LoraSpec | None, *, act_quant_bytes: float = 0.0,
                  kernels: EngineKernels | None = None) -> None:
         self._args = (model, shard, weight_dtype, lora)
         self._act_quant_bytes = act_quant_bytes
@@ -212,7 +212,8 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
     grid = token_grid(max_tokens)
     kernels = None if graph_max_tokens is None else EngineKernels(
         hw=hw, graph_max_tokens=graph_max_tokens)
-    dense = DenseCost(model, shard, weight_dtype, estimator, lora, act_quant_bytes, kernels)
+    dense = DenseCost(model, shard, weight_dtype, estimator, lora,
+                      act_quant_bytes=act_quant_bytes, kernels=kernels)
     dense.prewarm("dense", grid)
     dense.prewarm("lm", grid)
     attn_dtype = kv_dtype if kv_dtype in (DType.BF16, DType.FP16, DType.FP8) else DType.BF16

@@ -49,7 +49,7 @@ def _dense(estimator, graph_max_tokens=None):
     kernels = None if graph_max_tokens is None else EngineKernels(
         hw=get_hardware("h100-sxm"), graph_max_tokens=graph_max_tokens)
     ops = step_ops(model, tokens=64, shard=shard, weight_dtype=DType.BF16)
-    return DenseCost(model, shard, DType.BF16, estimator, None, kernels), ops
+    return DenseCost(model, shard, DType.BF16, estimator, None, kernels=kernels), ops
 
 
 @pytest.mark.parametrize("stack", ["profiled", "trtllm"])
