@@ -27,8 +27,8 @@ attention (aiconfigurator rows, causal, 16k) shows 0.83 on H100 and 0.64 on B200
 
 from __future__ import annotations
 
-from analytical.ops import AttentionSpec
 from analytical.op_kinds import Phase
+from analytical.ops import AttentionSpec
 
 __all__ = ["CUDNN_SOFTMAX_DIMS", "FLASH2_SOFTMAX_DIMS", "head_dim_rate", "shape_rate",
            "tile_efficiency"]
