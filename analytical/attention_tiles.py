@@ -21,7 +21,7 @@ dim while the two matmuls' FLOPs per score do, so time per score pair ~ d + s wi
 softmax's cost in matmul-dimension units: rate(d) / rate(128) = d (128 + s) / (128 (d + s)).
 s from the same figure (causal, 8k): cuDNN head dim 64 379 against head dim 128 529 TFLOP/s
 (0.72, s = 84); FlashAttention-2 295 / 333 (0.89, s = 19). The store's TensorRT-LLM context
-attention (aiconfigurator rows, causal, 16k) shows 0.83 on H100 and 0.64 on B200. At and above
+attention (aiconfigurator rows, causal, 16k) shows 0.83 on H100 and 0.65 on B200. At and above
 128 the rate is kept (Fig. 5, head dim 256: cuDNN 581 vs 595 non-causal).
 """
 
