@@ -5,9 +5,11 @@
 efficiency) and memory_s = bytes / (HBM bandwidth * memory efficiency) (Williams, Waterman &
 Patterson, "Roofline", CACM 2009), and kernel_latency is the hardware file's fixed time of one
 kernel (``efficiency.kernel_latency_us``: launch, ramp-up and tail that no bandwidth hides; what
-dominates a decode step's many small kernels). The efficiency factors are data from the hardware file; GEMMs are further
-derated for tile and wave quantisation. Collectives are not memory-bound kernels: their time comes
-from `analytical.comm`. Learned and measured engines live in predictors/ and profiler/.
+dominates a decode step's many small kernels). The efficiency factors are data from the hardware
+file; GEMMs are further derated for tile and wave quantisation, attention for its shape (head
+dim, K/V tiles per query tile: `analytical.attention_tiles`). Collectives are not memory-bound
+kernels: their time comes from `analytical.comm`. Learned and measured engines live in
+predictors/ and profiler/.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
+from analytical.attention_tiles import shape_rate
 from analytical.comm import collective_time
 from analytical.dtypes import DType
 from analytical.errors import SpecError
@@ -113,7 +116,7 @@ def roofline_estimate(op: OpSpec, hw: HardwareSpec) -> RooflineEstimate:
     elif isinstance(op, AttentionSpec):
         compute_dtype = WEIGHT_ONLY_COMPUTE_DTYPE.get(op.dtype, op.dtype)
         flops_per_s = (_peak_flops(hw, compute_dtype, field=f"{op.family}.dtype")
-                       * hw.efficiency.attention)
+                       * hw.efficiency.attention * shape_rate(op))
         bytes_moved = op.bytes
     elif isinstance(op, (MemoryBoundSpec, MoESpec)):
         # Elementwise math runs on the vector (non-tensor-core) units in fp32 whatever the

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from enum import StrEnum
 
+from analytical.attention_tiles import CUDNN_SOFTMAX_DIMS, FLASH2_SOFTMAX_DIMS, shape_rate
 from analytical.dtypes import DType
 from analytical.hardware import Architecture, HardwareSpec, get_hardware
 from analytical.layer_spec import Node, Param, Stream
@@ -63,6 +64,12 @@ HOPPER_ATTENTION: dict[AttentionBackend, tuple[float, float]] = {
     AttentionBackend.CUDNN: (529 / 989.4, 515 / 989.4),
 }
 HOPPER_REFERENCE = "h100-sxm"  # the GPU of the FlashAttention-3 figures
+# The same figures' head dim 64 against 128 (`analytical.attention_tiles.head_dim_rate`): the
+# softmax's share of a score pair, in matmul-dimension units, per backend.
+SOFTMAX_DIMS: dict[AttentionBackend, float] = {
+    AttentionBackend.FLASH2: FLASH2_SOFTMAX_DIMS,
+    AttentionBackend.CUDNN: CUDNN_SOFTMAX_DIMS,
+}
 
 
 def is_hopper(hw: HardwareSpec) -> bool:
@@ -85,16 +92,21 @@ def attention_backend(framework: str) -> AttentionBackend:
 
 
 def attention_fraction(hw: HardwareSpec, framework: str, *, backward: bool,
-                       kernel: str = "flash") -> float:
+                       kernel: str = "flash", op: AttentionSpec | None = None) -> float:
     """Achieved fraction of peak of the attention kernel the framework (or, for
-    ``kernel="flash-triton"``, the Triton port) runs on ``hw``."""
+    ``kernel="flash-triton"``, the Triton port) runs on ``hw``; at ``op``'s shape
+    (`analytical.attention_tiles.shape_rate`, head dim at the backend's softmax share) when
+    given, else at the long causal head-dim-128 shape of the figures."""
+    backend = (AttentionBackend.FLASH2 if kernel == "flash-triton"
+               else attention_backend(framework))
+    shape = 1.0 if op is None else shape_rate(op, SOFTMAX_DIMS[backend])
     if kernel == "flash-triton":
         flash2 = (HOPPER_ATTENTION[AttentionBackend.FLASH2][int(backward)]
                   if is_hopper(hw) else hw.efficiency.attention)
-        return flash2 / TRITON_SLOWDOWN[int(backward)]
+        return flash2 / TRITON_SLOWDOWN[int(backward)] * shape
     if not is_hopper(hw):
-        return hw.efficiency.attention
-    return HOPPER_ATTENTION[attention_backend(framework)][int(backward)] * power_scale(hw)
+        return hw.efficiency.attention * shape
+    return HOPPER_ATTENTION[backend][int(backward)] * power_scale(hw) * shape
 
 
 def power_scale(hw: HardwareSpec) -> float:
@@ -138,8 +150,8 @@ def _retimed(op: OpSpec, e: Estimate, hw: HardwareSpec, framework: str, kernel: 
     """One roofline estimate at the framework's attention / reduction kernel speed (eager:
     `torch_kernels.eager_traffic`'s composite traffic instead)."""
     if isinstance(op, AttentionSpec):
-        base = hw.efficiency.attention
-        target = attention_fraction(hw, framework, backward=op.backward, kernel=kernel)
+        base = hw.efficiency.attention * shape_rate(op)  # what the roofline ran it at
+        target = attention_fraction(hw, framework, backward=op.backward, kernel=kernel, op=op)
         if target != base:
             r = roofline_estimate(op, hw)
             latency = max(r.compute_s * base / target, r.memory_s) + hw.efficiency.kernel_latency_s
