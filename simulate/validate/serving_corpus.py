@@ -30,6 +30,12 @@ STEADY_STATE_TOOLS = ("aiperf", "genai-perf")
 # Clients that drive the engine in-process (vLLM's LLM class, TensorRT-LLM's LLM API): no API
 # server between them and the engine, so the engine's front-end time does not apply.
 IN_PROCESS_TOOLS = ("vllm-bench-latency", "vllm-bench-throughput", "trtllm-bench")
+# Clients whose random dataset draws each request's lengths uniformly from [1, L] at their
+# default `--random-range-ratio` 0.0: sglang python/sglang/bench_serving.py
+# sample_random_requests, np.random.randint(max(int(L * range_ratio), 1), L + 1). A row stores
+# the run's mean lengths (total tokens / requests), so L = 2 * mean - 1. Equal lengths would
+# make a closed loop's clients finish together and send their prompts in one wave.
+UNIFORM_LENGTH_TOOLS = ("sglang-bench-serving",)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,6 +159,14 @@ def _kv_dtype(row: ServingRow, precision: str) -> str:
     return "bf16" if precision in ("fp8", "fp4", "int8", "int4") else precision
 
 
+def _length(row: ServingRow, mean: int) -> int | dict[str, Any]:
+    """A row's length as its client drew it: uniform on [1, 2 * mean - 1] for the clients in
+    `UNIFORM_LENGTH_TOOLS` (closed and offline rows), else the fixed published length."""
+    if row.tool not in UNIFORM_LENGTH_TOOLS or row.mode == "latency" or mean <= 1:
+        return mean
+    return {"dist": "uniform", "min": 1, "max": 2 * mean - 1}
+
+
 def row_scenario(row: ServingRow, *, engine_presets: bool = True, max_prompts: int | None = None,
                  step_overhead_ms: float | None = None,
                  step_overhead_per_seq_us: float | None = None) -> dict[str, Any]:
@@ -164,7 +178,7 @@ def row_scenario(row: ServingRow, *, engine_presets: bool = True, max_prompts: i
         "parallel": {"tp": row.tp, "pp": row.pp, "ep": row.ep,
                      "dp": max(row.num_gpus // (row.tp * row.pp), 1)},
         "precision": precision, "kv_cache_dtype": _kv_dtype(row, precision),
-        "input_len": row.input_len, "output_len": row.output_len}
+        "input_len": _length(row, row.input_len), "output_len": _length(row, row.output_len)}
     doc: dict[str, Any] = {
         "name": row.id.replace("/", "-"), "model": row.model,
         "hardware": {"gpu": row.gpu, "num_gpus": row.num_gpus, "gpus_per_node": 8},
