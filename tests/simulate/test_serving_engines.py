@@ -308,6 +308,14 @@ def test_sglang_bench_serving_rows_draw_uniform_lengths_as_its_default_range_rat
     assert abs(sum(ins) / len(ins) - sgl.input_len) < 0.05 * sgl.input_len
     vllm = next(r for r in rows if r.tool == "vllm-bench-serve" and r.mode == "closed")
     assert row_scenario(vllm)["inference"]["input_len"] == vllm.input_len
+    # a stated ratio: vLLM spreads around the mean, sglang at ratio 1 draws L every time
+    spread = row_scenario(dataclasses.replace(vllm, range_ratio=0.5))["inference"]["input_len"]
+    assert spread == {"dist": "uniform", "min": int(vllm.input_len * 0.5),
+                      "max": int(vllm.input_len * 1.5)}
+    fixed = dataclasses.replace(sgl, range_ratio=1.0)
+    assert row_scenario(fixed)["inference"]["input_len"] == sgl.input_len
+    with pytest.raises(SpecError, match="range_ratio"):
+        row_scenario(dataclasses.replace(sgl, range_ratio=1.5))
 
 
 def _no_host_overlap(monkeypatch) -> None:
