@@ -30,6 +30,13 @@ STEADY_STATE_TOOLS = ("aiperf", "genai-perf")
 # Clients that drive the engine in-process (vLLM's LLM class, TensorRT-LLM's LLM API): no API
 # server between them and the engine, so the engine's front-end time does not apply.
 IN_PROCESS_TOOLS = ("vllm-bench-latency", "vllm-bench-throughput", "trtllm-bench")
+# `--random-range-ratio` of each client's random dataset when a row does not state it, and how
+# the ratio r spreads a length L: sglang python/sglang/bench_serving.py sample_random_requests,
+# np.random.randint(max(int(L * r), 1), L + 1), default r = 0.0 (uniform on [1, L]);
+# vLLM vllm/benchmarks/datasets.py RandomDataset, uniform on [L * (1 - r), L * (1 + r)],
+# default r = 0.0 (fixed). With equal lengths a closed loop's clients finish together and
+# resend their prompts in one wave, so the spread matters for TTFT under load.
+UNIFORM_LENGTH_TOOLS = {"sglang-bench-serving": 0.0, "vllm-bench-serve": 0.0}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +69,7 @@ class ServingRow:
     batch_size: int = 0
     gpu_memory_utilization: float | None = None
     kv_cache_tokens: int | None = None
+    range_ratio: float | None = None  # the client's --random-range-ratio (None: its default)
     measured: Mapping[str, float] = field(default_factory=dict)  # MEASURES present
     stats: Mapping[str, str] = field(default_factory=dict)  # measure -> mean|median|p95|...
 
@@ -69,7 +77,7 @@ class ServingRow:
 _ROW_KEYS = {"model", "gpu", "num_gpus", "tp", "pp", "ep", "engine", "engine_version", "tool",
              "weight_dtype", "kv_dtype", "checkpoint_kv_dtype", "mode", "input_len", "output_len",
              "concurrency", "num_prompts", "batch_size", "gpu_memory_utilization",
-             "kv_cache_tokens"}
+             "kv_cache_tokens", "range_ratio"}
 
 
 def _expand(doc: Mapping[str, Any], name: str) -> list[ServingRow]:
@@ -153,6 +161,24 @@ def _kv_dtype(row: ServingRow, precision: str) -> str:
     return "bf16" if precision in ("fp8", "fp4", "int8", "int4") else precision
 
 
+def _length(row: ServingRow, mean: int) -> int | dict[str, Any]:
+    """A row's length as its client drew it (`UNIFORM_LENGTH_TOOLS`), from the run's mean:
+    sglang uniform on [max(int(L * r), 1), L] with L = 2 * mean / (1 + r), vLLM uniform on
+    [mean * (1 - r), mean * (1 + r)]; fixed for other clients, latency rows and r giving one
+    length."""
+    if row.tool not in UNIFORM_LENGTH_TOOLS or row.mode == "latency" or mean <= 1:
+        return mean
+    r = UNIFORM_LENGTH_TOOLS[row.tool] if row.range_ratio is None else row.range_ratio
+    if not 0.0 <= r <= 1.0:
+        raise SpecError(f"{row.id}.range_ratio", f"must be in [0, 1], got {r!r}")
+    if row.tool == "sglang-bench-serving":
+        hi = max(round(2 * mean / (1 + r)) - (r == 0.0), 1)  # r = 0: mean (L + 1) / 2
+        lo = max(int(hi * r), 1)
+    else:
+        lo, hi = max(int(mean * (1 - r)), 1), int(mean * (1 + r))
+    return mean if lo >= hi else {"dist": "uniform", "min": lo, "max": hi}
+
+
 def row_scenario(row: ServingRow, *, engine_presets: bool = True, max_prompts: int | None = None,
                  step_overhead_ms: float | None = None,
                  step_overhead_per_seq_us: float | None = None) -> dict[str, Any]:
@@ -164,7 +190,7 @@ def row_scenario(row: ServingRow, *, engine_presets: bool = True, max_prompts: i
         "parallel": {"tp": row.tp, "pp": row.pp, "ep": row.ep,
                      "dp": max(row.num_gpus // (row.tp * row.pp), 1)},
         "precision": precision, "kv_cache_dtype": _kv_dtype(row, precision),
-        "input_len": row.input_len, "output_len": row.output_len}
+        "input_len": _length(row, row.input_len), "output_len": _length(row, row.output_len)}
     doc: dict[str, Any] = {
         "name": row.id.replace("/", "-"), "model": row.model,
         "hardware": {"gpu": row.gpu, "num_gpus": row.num_gpus, "gpus_per_node": 8},

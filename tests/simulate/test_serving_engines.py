@@ -290,6 +290,34 @@ def test_score_serving_on_a_published_row_runs_the_simulate_path() -> None:
     assert scored["by_source"]["silybench"]["ttft_ms"]["n"] == 1
 
 
+def test_sglang_bench_serving_rows_draw_uniform_lengths_as_its_default_range_ratio() -> None:
+    """sglang python/sglang/bench_serving.py sample_random_requests: --random-range-ratio 0.0
+    (default) draws lengths uniformly from [1, L]; the row's mean length gives L = 2 * mean - 1.
+    Other clients (vllm bench serve: fixed lengths at ratio 0.0) keep the published length."""
+    from simulate.serving.workload import make_workload
+
+    rows = load_corpus()
+    sgl = next(r for r in rows if r.tool == "sglang-bench-serving" and r.concurrency == 64)
+    inference = row_scenario(sgl)["inference"]
+    assert inference["input_len"] == {"dist": "uniform", "min": 1, "max": 2 * sgl.input_len - 1}
+    assert inference["output_len"]["max"] == 2 * sgl.output_len - 1
+    load = make_workload({"process": "closed", "concurrency": 4, "num_requests": 2000},
+                         input_len=inference["input_len"], output_len=inference["output_len"])
+    ins = [r.input_len for r in load.requests]
+    assert min(ins) < sgl.input_len // 4 and max(ins) > 7 * sgl.input_len // 4
+    assert abs(sum(ins) / len(ins) - sgl.input_len) < 0.05 * sgl.input_len
+    vllm = next(r for r in rows if r.tool == "vllm-bench-serve" and r.mode == "closed")
+    assert row_scenario(vllm)["inference"]["input_len"] == vllm.input_len
+    # a stated ratio: vLLM spreads around the mean, sglang at ratio 1 draws L every time
+    spread = row_scenario(dataclasses.replace(vllm, range_ratio=0.5))["inference"]["input_len"]
+    assert spread == {"dist": "uniform", "min": int(vllm.input_len * 0.5),
+                      "max": int(vllm.input_len * 1.5)}
+    fixed = dataclasses.replace(sgl, range_ratio=1.0)
+    assert row_scenario(fixed)["inference"]["input_len"] == sgl.input_len
+    with pytest.raises(SpecError, match="range_ratio"):
+        row_scenario(dataclasses.replace(sgl, range_ratio=1.5))
+
+
 def _no_host_overlap(monkeypatch) -> None:
     """The LOSO host fit applies to engines that add host time to the GPU step; the three
     presets overlap the two (host_overlap), so these tests switch that off."""
