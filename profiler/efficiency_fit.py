@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from analytical.dtypes import DType, parse_dtype
-from analytical.hardware import HardwareSpec, get_hardware
+from analytical.hardware import Efficiency, HardwareSpec, get_hardware
 from analytical.ops import GemmSpec
 from analytical.roofline import gemm_tile_efficiency
 
@@ -102,11 +102,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("folder", help="<folder>/<hardware>/{gemm,attention}.parquet")
     args = ap.parse_args(argv)
     for sub in sorted(p for p in Path(args.folder).iterdir() if p.is_dir()):
-        hw = get_hardware(sub.name)
-        cells = [f"{k} {f.median:.3f} (n={f.n})" for k, f in derive(args.folder, sub.name).items()
-                 if f.n]
-        print(f"{sub.name}: " + ", ".join(cells)
-              + f" | file gemm {hw.efficiency.gemm}, attention {hw.efficiency.attention}")
+        eff = get_hardware(sub.name).efficiency
+        cells = [f"{k} {f.median:.3f} (n={f.n}; file {_file_value(eff, k)})"
+                 for k, f in derive(args.folder, sub.name).items() if f.n]
+        print(f"{sub.name}: " + ", ".join(cells))
+
+
+def _file_value(eff: Efficiency, key: str) -> float:
+    """The hardware file's value for a `derive` key (``gemm.fp8`` -> ``gemm_at(fp8)``)."""
+    if key == "attention":
+        return eff.attention
+    return eff.gemm_at(parse_dtype(key.split(".")[1]))
 
 
 if __name__ == "__main__":
