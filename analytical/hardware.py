@@ -77,6 +77,9 @@ class Link:
     fabric: LinkFabric = LinkFabric.UNKNOWN
 
 
+_LOW_GEMM = ("gemm_fp8", "gemm_fp4")  # optional efficiency keys
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Efficiency:
     """Achievable fraction of the vendor peak, per resource (0 < x <= 1)."""
@@ -89,6 +92,15 @@ class Efficiency:
     # Fixed time of one compute kernel on top of its bandwidth/FLOP time (the alpha term of an
     # alpha-beta kernel model; file key ``kernel_latency_us``, 0 where not measured).
     kernel_latency_s: float = 0.0
+    # Large-GEMM fraction of the fp8 / fp4 peak where measured (`profiler/efficiency_fit.py`);
+    # 0 = as ``gemm`` (bf16's). fp8 reaches ~0.85 of bf16's fraction on the store's H100/B200.
+    gemm_fp8: float = 0.0
+    gemm_fp4: float = 0.0
+
+    def gemm_at(self, dtype: DType) -> float:
+        """Large-GEMM fraction of ``dtype``'s peak: ``gemm_fp8``/``gemm_fp4`` where set."""
+        low = {DType.FP8: self.gemm_fp8, DType.FP4: self.gemm_fp4}.get(dtype, 0.0)
+        return low or self.gemm
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -238,9 +250,10 @@ def _architecture(value: Any, source: str) -> Architecture:
 def _efficiency(r: _Reader, raw: Any, source: str) -> Efficiency:
     """The ``efficiency`` mapping: fractions of peak (each <= 1) and the kernel alpha term."""
     eff = r.mapping(raw, "efficiency", {"gemm", "attention", "memory", "intra_node",
-                                        "inter_node", "kernel_latency_us"})
+                                        "inter_node", "kernel_latency_us", *_LOW_GEMM})
     values = {k: r.number(eff, k, "efficiency") for k in
               ("gemm", "attention", "memory", "intra_node", "inter_node")}
+    values |= {k: r.number(eff, k, "efficiency") for k in _LOW_GEMM if k in eff}
     for k, v in values.items():
         if v > 1.0:
             raise SpecError(f"efficiency.{k}", f"must be <= 1, got {v}", source=source)
@@ -340,6 +353,8 @@ def hardware_to_dict(hw: HardwareSpec) -> dict[str, Any]:
         del data["architecture"]
     if hw.pair_bridge is not None:
         data["interconnect"]["pair_bridge"] = link(hw.pair_bridge)
+    data["efficiency"] |= {k: getattr(hw.efficiency, k) for k in _LOW_GEMM
+                           if getattr(hw.efficiency, k)}
     if hw.efficiency.kernel_latency_s:
         data["efficiency"]["kernel_latency_us"] = _human(hw.efficiency.kernel_latency_s / US)
     if hw.memory_type:

@@ -111,7 +111,7 @@ def roofline_estimate(op: OpSpec, hw: HardwareSpec) -> RooflineEstimate:
     if isinstance(op, GemmSpec):
         compute_dtype = WEIGHT_ONLY_COMPUTE_DTYPE.get(op.dtype, op.dtype)
         flops_per_s = (_peak_flops(hw, compute_dtype, field=f"{op.family}.dtype")
-                       * hw.efficiency.gemm * gemm_tile_efficiency(op, hw))
+                       * hw.efficiency.gemm_at(compute_dtype) * gemm_tile_efficiency(op, hw))
         bytes_moved = _gemm_bytes(op)
     elif isinstance(op, AttentionSpec):
         compute_dtype = WEIGHT_ONLY_COMPUTE_DTYPE.get(op.dtype, op.dtype)
