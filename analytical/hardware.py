@@ -17,12 +17,13 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from analytical.dtypes import DType, parse_dtype
 from analytical.errors import SpecError, UnknownNameError
+from analytical.hardware_kinds import Architecture as Architecture  # re-exported
+from analytical.hardware_kinds import LinkFabric as LinkFabric  # re-exported
 from analytical.inputs import check_path, load_yaml, show_path
 from analytical.paths import user_hardware_dir
 
@@ -33,38 +34,6 @@ US = 1e-6
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HARDWARE_DIR = REPO_ROOT / "datasets" / "hardware"
-
-
-class Architecture(StrEnum):
-    """The chip generation, for effects a kernel library switches on by generation (e.g. the
-    Hopper-only FlashAttention-3 / cuDNN numbers in `simulate.efficiency`), not by part name:
-    NVIDIA's generations as on https://developer.nvidia.com/cuda-gpus (Ampere: compute
-    capability 8.0/8.6, Ada Lovelace 8.9, Hopper 9.0, Blackwell 10.x/12.0), AMD's CDNA
-    generations. ``unknown`` for a file that does not say (a calibrated device without a
-    reference)."""
-
-    AMPERE = "ampere"
-    ADA_LOVELACE = "ada-lovelace"
-    HOPPER = "hopper"
-    BLACKWELL = "blackwell"
-    CDNA3 = "cdna3"
-    CDNA4 = "cdna4"
-    X86_64 = "x86-64"
-    UNKNOWN = "unknown"
-
-
-class LinkFabric(StrEnum):
-    """What a link is physically, as NCCL's tuning model tells links apart (its NVLINK, PCI
-    and NET latency classes, NVIDIA/nccl src/graph/tuning.cc ``hwLatencies``): ``nvlink``
-    (NVLink, NVSwitch, an NVLink bridge; AMD's xGMI counts as ``xgmi``), ``pcie`` (GPU to
-    GPU through PCIe switches or the host), ``network`` (NIC, TCP). ``unknown`` where a file
-    does not say."""
-
-    NVLINK = "nvlink"
-    XGMI = "xgmi"
-    PCIE = "pcie"
-    NETWORK = "network"
-    UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
