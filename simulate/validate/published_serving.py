@@ -267,7 +267,9 @@ def score_serving_loso(rows: Sequence[ServingRow] | None = None, *,
     rows = load_corpus() if rows is None else list(rows)
     predict = predict or simulate_json(**options)
     if base is None:
-        base = score_serving(rows, predict=predict, max_prompts=max_prompts)
+        base = score_serving(rows, predict=predict, max_prompts=max_prompts,
+                             use_store=options.get("use_store", False),
+                             use_predictors=options.get("use_predictors", False))
     by_id = {r["id"]: r for r in base["rows"]}
     usable = _host_time_rows(rows, by_id)
     results, fitted = [], {}
