@@ -1,6 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
 """GEMM benchmark: ``torch.matmul`` (bmm when batched) per dtype; fp8 via ``torch._scaled_mm``.
 
+On a CPU the second operand is stored ``[n, k]`` and multiplied transposed: the layout of
+``torch.nn.functional.linear`` (``input @ weight.T`` with ``weight`` of shape ``[out, in]``,
+https://pytorch.org/docs/stable/generated/torch.nn.functional.linear.html), i.e. of every Linear
+layer, which a trace records as ``aten.t`` + ``aten.mm``. At decode shapes the CPU BLAS is
+slower on it: on this project's 2-core host (fp32, 1 thread, 64 MiB flush, min of 40 calls)
+``[m, 384] @ [384, 1024]`` took 1.25-1.64x the time of the ``[k, n]`` layout at m = 1-2 and
+1.0-1.16x at m = 8-128; timing the ``[k, n]`` layout left every generate of
+``llmsim validate cpu`` too fast. GPU rows keep ``[k, n]`` (the curated stores were measured so).
+
 tf32 is fp32 storage with ``torch.backends.cuda.matmul.allow_tf32`` on during the call; int8
 uses ``torch._int_mm`` on CUDA. Anything else a backend cannot do is UNSUPPORTED.
 """
@@ -31,7 +40,10 @@ def build_gemm(op: GemmSpec, backend: str, device: str) -> Bench:
     dtype = torch_dtype(op.dtype, device)
     lead = (op.batch,) if op.batch > 1 else ()
     a = torch.randn(*lead, op.m, op.k, device=device).to(dtype)
-    b = torch.randn(*lead, op.k, op.n, device=device).to(dtype)
+    if device_kind(device) == "cpu":  # the Linear layout (module docstring)
+        b = torch.randn(*lead, op.n, op.k, device=device).to(dtype).transpose(-1, -2)
+    else:
+        b = torch.randn(*lead, op.k, op.n, device=device).to(dtype)
     out = torch.empty(*lead, op.m, op.n, device=device, dtype=dtype)
     tf32 = op.dtype == DType.TF32
 

@@ -94,6 +94,9 @@ def test_gemm_bench_computes_the_product():
     a, b, result = (t for t in tensors if t.dim() == 3)
     assert result.shape == (3, 8, 16)
     torch.testing.assert_close(result, a @ b)
+    # on a CPU the weight is stored [n, k] and multiplied transposed, as nn.Linear does
+    assert b.shape == (3, 32, 16) and not b.is_contiguous()
+    assert b.transpose(-1, -2).is_contiguous()
 
 
 def test_attention_bench_uses_bottom_right_causal_mask():
