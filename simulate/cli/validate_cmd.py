@@ -98,8 +98,8 @@ def cpu_cmd(models: str | None, modes: str, db: Path | None, tracking_uri: str |
                         warmup=warmup, repeats=repeats,
                         budget=FAST_BUDGET if fast else Budget(), profile=not skip_profile,
                         train=not skip_train, fast_train=fast, progress=progress and not as_json)
-    # stages: trace, profile, train, predict, measure (each counted as it starts)
-    with bar("validate cpu", unit="stages", total=3 + (not skip_profile) + (not skip_train),
+    # stages: trace, profile, train, host, predict, measure (each counted as it starts)
+    with bar("validate cpu", unit="stages", total=4 + (not skip_profile) + (not skip_train),
              enabled=progress and not as_json), _quiet_transformers():
         report = run_validation(config, on_stage=_status)
     if as_json:

@@ -6,10 +6,14 @@
    CPU into the store, in fp32 like the models; keys already stored for this fingerprint
    (same thread count) are skipped, so a rerun measures nothing new.
 3. Train the CPU predictors (XGBoost per family, `predictors`) or reuse their champions.
-4. Predict each trace through the engine chain (`traced.price_traced`): the sum over the
-   traced calls in order, one device, no overlap. Unknown aten calls are priced by the
-   roofline of their COPY proxy and listed with their share.
-5. Time the real model (`measure_model`: warm-up, median of repeats) and report predicted,
+4. Measure the host work between operators on this machine (`host.measure_host_gap`: probe
+   decoders that are not validation models, against their operators timed alone cold and
+   warm): the host work per Python-issued call and the cold start in each cold single.
+5. Predict each trace through the engine chain (`traced.price_traced`): the sum over the
+   traced calls in order, one device, no overlap, plus the host term of step 4.
+   Unknown aten calls are priced by the roofline of their COPY proxy and listed with their
+   share.
+6. Time the real model (`measure_model`: warm-up, median of repeats) and report predicted,
    measured, error, the time share per engine and the composition error (sum of the stored
    per-op medians vs the measured model). No per-model correction of any kind.
 """
@@ -38,6 +42,7 @@ from simulate.frontend.aten_map import Category
 from simulate.frontend.graph import TracedGraph
 from simulate.frontend.hf import MODES
 from simulate.frontend.price import price_traced
+from simulate.validate.host import PROBE_MODELS, HostGap, measure_host_gap
 from simulate.validate.measure import measure_model
 from simulate.validate.models import (
     VALIDATION_MODELS,
@@ -205,11 +210,19 @@ def run_validation(config: LoopConfig, *,
     stage("trace")
     traces = {(name, mode): trace_validation_model(validation_model(name), mode)
               for name in config.models for mode in config.modes}
+    probes = {name: trace_validation_model(spec, "generate")
+              for name, spec in PROBE_MODELS.items()}
     ops = needed_ops(list(traces.values()))
     elapsed["trace"] = time.perf_counter() - started
 
     _profile_and_train(config, ops, hw.name, store_path, threads, stage=stage, stages=stages,
                        elapsed=elapsed)
+
+    stage("host")
+    t0 = time.perf_counter()
+    host = measure_host_gap(probes, threads=threads, warmup=config.warmup)
+    stages["host"] = host.to_dict()
+    elapsed["host"] = time.perf_counter() - t0
 
     stage("predict")
     t0 = time.perf_counter()
@@ -226,7 +239,7 @@ def run_validation(config: LoopConfig, *,
     timings = _timings(config, threads)
     elapsed["measure"] = time.perf_counter() - t0
 
-    rows, unknown_rows = _report_rows(traces, priced, model_only, medians, timings)
+    rows, unknown_rows = _report_rows(traces, priced, model_only, medians, timings, host)
     elapsed["total"] = time.perf_counter() - started
     stages["loadavg_1m_end"] = os.getloadavg()[0]  # other work on the machine skews timings
     return ValidationReport(rows=tuple(rows), unknown=tuple(unknown_rows), hardware=hw.name,
@@ -258,21 +271,24 @@ def _profile_and_train(config: LoopConfig, ops, hardware: str, store_path, threa
         elapsed["train"] = time.perf_counter() - t0
 
 
-def _report_rows(traces, priced, model_only, medians,
-                 timings) -> tuple[list[ValidationRow], list[UnknownRow]]:
-    """One row per (model, mode): predicted, measured and composition; plus the unknown ops."""
+def _report_rows(traces, priced, model_only, medians, timings,
+                 host: HostGap) -> tuple[list[ValidationRow], list[UnknownRow]]:
+    """One row per (model, mode): predicted (operators + host work), measured and composition;
+    plus the unknown ops."""
     rows: list[ValidationRow] = []
     unknown_rows: list[UnknownRow] = []
     for (name, mode), traced in traces.items():
         pred, alone = priced[(name, mode)], model_only[(name, mode)]
         composition, missing = _composition(traced, medians)
         measured, spread, fastest = timings[(name, mode)]
+        host_s = host.seconds(traced)
         rows.append(ValidationRow(
             model=name, mode=mode, ops=pred.ops, distinct_ops=pred.distinct_ops,
-            predicted_s=pred.serial_s, measured_s=measured, measured_spread=spread,
+            predicted_s=pred.serial_s + host_s, host_s=host_s, measured_s=measured,
+            measured_spread=spread,
             measured_min_s=fastest,
             engine_share=pred.engine_share, composition_s=composition,
-            composition_missing=missing, predictor_s=alone.serial_s,
+            composition_missing=missing, predictor_s=alone.serial_s + host_s,
             predictor_xgb_share=alone.engine_share["xgboost"]))
         unknown_rows.extend(UnknownRow(model=name, mode=mode, aten=u.aten, count=u.count,
                                        bytes=u.bytes, time_s=u.time_s, share=u.share)

@@ -34,14 +34,15 @@ class ValidationRow:
     mode: str  # forward | train_step (forward + backward) | generate
     ops: int  # costed calls in the trace
     distinct_ops: int  # distinct op keys among them
-    predicted_s: float  # sum over the traced calls in order (one device, no overlap)
+    predicted_s: float  # sum over the traced calls in order (one device, no overlap) + host_s
+    host_s: float = 0.0  # host work between the calls (`simulate.validate.host`), in predicted_s
     measured_s: float  # median of repeats of the real model
     measured_spread: float  # (p90 - p10) / median of the model timing
     measured_min_s: float | None = None  # fastest repeat: least disturbed by other load
     engine_share: dict[str, float] = field(hash=False)  # engine -> fraction of predicted time
     composition_s: float | None  # sum of stored per-op medians; None if any op lacks one
     composition_missing: int  # calls with no stored median (this fingerprint)
-    predictor_s: float | None = None  # the chain without the store (xgboost, else roofline)
+    predictor_s: float | None = None  # chain without the store (xgboost, else roofline) + host_s
     predictor_xgb_share: float = 0.0  # of predictor_s answered by xgboost
 
     @property
@@ -121,7 +122,8 @@ def row_dict(row: ValidationRow) -> dict[str, Any]:
     """A flat, JSON-ready row (times in ms, shares in percent)."""
     out: dict[str, Any] = {
         "model": row.model, "mode": row.mode, "ops": row.ops, "distinct": row.distinct_ops,
-        "predicted_ms": row.predicted_s * 1e3, "measured_ms": row.measured_s * 1e3,
+        "predicted_ms": row.predicted_s * 1e3, "host_ms": row.host_s * 1e3,
+        "measured_ms": row.measured_s * 1e3,
         "error_pct": row.error_pct, "spread_pct": row.measured_spread * 100.0,
         "measured_min_ms": None if row.measured_min_s is None else row.measured_min_s * 1e3,
         "error_vs_min_pct": row.error_vs_min_pct,
@@ -153,7 +155,7 @@ def report_dict(report: ValidationReport) -> dict[str, Any]:
 
 # (row_dict key, short header) of the printed table; --json has every key.
 TABLE_COLUMNS = (("model", "model"), ("mode", "mode"), ("ops", "ops"),
-                 ("predicted_ms", "pred ms"), ("measured_ms", "meas ms"),
+                 ("predicted_ms", "pred ms"), ("host_ms", "host ms"), ("measured_ms", "meas ms"),
                  ("error_pct", "err %"), ("error_vs_min_pct", "err(min) %"), ("store_pct", "store %"), ("xgboost_pct", "xgb %"),
                  ("roofline_pct", "roof %"), ("composition_error_pct", "comp err %"),
                  ("predictor_error_pct", "xgb-only err %"), ("spread_pct", "spread %"))

@@ -135,10 +135,13 @@ def test_loop_on_one_model_fast(tmp_path: Path) -> None:
             assert value is not None and math.isfinite(value)
         assert row.predicted_s > 0 and row.measured_s > 0
         # every shape was profiled into a fresh store: the store served all of it, so the
-        # prediction IS the composition of the stored medians
+        # prediction IS the composition of the stored medians plus the host term
         assert row.engine_share["store"] == pytest.approx(1.0)
         assert row.composition_missing == 0
-        assert row.composition_s == pytest.approx(row.predicted_s, rel=1e-9)
+        assert row.predicted_s == pytest.approx(row.composition_s + row.host_s, rel=1e-9)
+    host = report.stages["host"]
+    assert set(host["probes"]) == {"gpt-neox-probe", "phi3-probe"}
+    assert host["per_call_us"] >= 0.0 and host["cold_call_us"] >= 0.0
     fwd, train = report.rows
     assert train.ops > fwd.ops and train.predicted_s > fwd.predicted_s
     assert report.median_abs_error_pct("train_step") == pytest.approx(abs(train.error_pct))
