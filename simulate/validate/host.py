@@ -3,28 +3,25 @@
 
 With one intra-op thread nothing overlaps on a CPU: the framework's Python (module calls, the
 KV-cache object, mask and position helpers, output containers) and the dispatcher run between
-the kernels, one after the other. The store times every operator alone after a 64 MiB cache
-flush: its median holds the call's own dispatch, COLD (the flush also evicts the dispatcher's
-and the kernel's code and tables), and none of the Python between calls. Inside a model the
-code is warm and the Python is there; at decode shapes, where kernels take microseconds, both
-differences are a large part of a step.
+the kernels, one after the other. The store times every operator alone, its own call included,
+so the sum of its medians misses that work; at decode shapes, where kernels take microseconds,
+it is a large part of a step.
 
-`measure_host_gap` measures both on this machine with probes: Hugging Face decoders of
-architectures NOT in `VALIDATION_MODELS`, so narrow that every kernel is nearly free, traced and
-run exactly like a validation ``generate`` (`generate_steps`). Each distinct operator of a probe
-is timed alone by the profiler's own benchmark twice: COLD, as the store times it (64 MiB
-flush before each call), and WARM (no flush; a probe's operands are a few hundred bytes). The
-probes' timings stay out of the store, so the predictors train on the validation shapes only.
-With T the probe's measured generate:
+`measure_host_gap` measures it per recorded aten call with probes: Hugging Face decoders of
+architectures NOT in `VALIDATION_MODELS`, so narrow (32 wide, weights of a few KB) that every
+kernel is nearly free and every operand stays in the caches, traced and run exactly like a
+validation ``generate`` (`generate_steps`). Each distinct operator of a probe is timed alone by
+the profiler's own benchmark WARM (no flush: inside the probe its operands and code are warm),
+and with T the probe's measured generate, ``per_call_s = (T - sum of its calls' warm singles) /
+recorded calls``, the median over the probes. The probes' timings stay out of the store, so the
+predictors train on the validation shapes only.
 
-* ``per_call_s = (T - sum of warm singles) / recorded calls``: the host work per call;
-* ``cold_call_s = (sum of cold singles - sum of warm singles) / costed calls``: what a cold
-  single adds to a call whose data is tiny, i.e. the cold start of the call itself;
-
-each the median over the probes. `HostGap.seconds` adds ``per_call_s`` for every call Python
-issues (`host_calls`: the forward phase, views included; the backward pass is run by the C++
-autograd engine, no Python between its calls) and takes ``cold_call_s`` off every costed call
-priced from a cold single (data coldness, e.g. weights streamed from DRAM, stays in them).
+`HostGap.seconds` adds ``per_call_s`` for every call Python issues (`host_calls`: the forward
+phase, views included; the backward pass is run by the C++ autograd engine, with no Python
+between its calls) on top of the per-operator prices. Those stay the store's cold-flushed
+singles: in a model whose weights do not fit the caches, other layers' data passes through
+them between two calls of an operator (the premise of the flush, `profiler.timers`); only the
+probe, small enough to run warm, is compared with warm singles.
 """
 
 from __future__ import annotations
@@ -47,8 +44,7 @@ from simulate.validate.models import (
     validation_inputs,
 )
 
-__all__ = ["HOST_REPEATS", "PROBE_MODELS", "HostGap", "cold_calls", "host_calls",
-           "measure_host_gap"]
+__all__ = ["HOST_REPEATS", "PROBE_MODELS", "HostGap", "host_calls", "measure_host_gap"]
 
 _TOKENS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
 _NARROW = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -70,7 +66,6 @@ PROBE_MODELS: dict[str, ValidationModel] = {
 
 HOST_REPEATS = 30  # timed generates per probe (a few ms each): a steadier median
 _WARM_BUDGET = Budget(warmup_s=0.005, measure_s=0.02, min_reps=20, max_reps=2000)
-_COLD_BUDGET = Budget(warmup_s=0.0, measure_s=0.05, min_reps=5, max_reps=20)  # flush ~10 ms
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,16 +73,14 @@ class HostGap:
     """Host seconds per Python-issued aten call on this machine, and what each probe gave."""
 
     per_call_s: float  # host work per Python-issued call
-    cold_call_s: float = 0.0  # cold start a cold single adds to each costed call
     probes: dict[str, dict[str, float]] = field(default_factory=dict, hash=False)
 
     def seconds(self, traced: TracedGraph) -> float:
-        """What ``traced`` costs beyond its cold singles (module docstring); may be < 0."""
-        return self.per_call_s * host_calls(traced) - self.cold_call_s * cold_calls(traced)
+        """The host work of ``traced``: `per_call_s` for each of its `host_calls`."""
+        return self.per_call_s * host_calls(traced)
 
     def to_dict(self) -> dict[str, object]:
-        return {"per_call_us": self.per_call_s * 1e6, "cold_call_us": self.cold_call_s * 1e6,
-                "probes": self.probes}
+        return {"per_call_us": self.per_call_s * 1e6, "probes": self.probes}
 
 
 def host_calls(traced: TracedGraph) -> int:
@@ -95,23 +88,16 @@ def host_calls(traced: TracedGraph) -> int:
     return sum(1 for op in traced.ops if op.phase == TracePhase.FORWARD)
 
 
-def cold_calls(traced: TracedGraph) -> int:
-    """Calls priced from a cold single: the costed ones, minus unknowns (roofline-priced)."""
-    return sum(1 for op in traced.ops
-               if op.spec is not None and op.category not in (Category.UNKNOWN,
-                                                              Category.COLLECTIVE))
-
-
-def _single_s(spec: OpSpec, budget: Budget, flush_bytes: int | None) -> float:
+def _single_s(spec: OpSpec, budget: Budget, flush_bytes: int) -> float:
     """Median of one operator alone: the profiler's benchmark and CPU timer."""
     bench = BUILDERS[spec.family](spec, default_backends(spec.family, "cpu", spec.dtype)[0],
                                   "cpu")
     return time_cpu(bench.run, budget, prepare=bench.prepare, flush_bytes=flush_bytes).median_s
 
 
-def _ops_s(traced: TracedGraph, threads: int) -> tuple[float, float] | None:
-    """(cold, warm) sums over the costed calls of their single-call medians; None when a call
-    is unknown or its benchmark cannot run here."""
+def _warm_ops_s(traced: TracedGraph, threads: int) -> float | None:
+    """Sum over the costed calls of their warm single-call medians; None when a call is unknown
+    or its benchmark cannot run here."""
     import torch  # noqa: PLC0415
 
     known = [op for op in traced.ops if op.spec is not None]
@@ -121,30 +107,28 @@ def _ops_s(traced: TracedGraph, threads: int) -> tuple[float, float] | None:
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        cold = {key: _single_s(spec, _COLD_BUDGET, None) for key, spec in distinct.items()}
         warm = {key: _single_s(spec, _WARM_BUDGET, 0) for key, spec in distinct.items()}
     except (Unsupported, RuntimeError, ValueError, TypeError, NotImplementedError):
         return None  # a probe whose operator cannot run here is left out
     finally:
         torch.set_num_threads(previous)
     keys = [op.spec.key for op in known if op.spec is not None]
-    return sum(cold[k] for k in keys), sum(warm[k] for k in keys)
+    return sum(warm[k] for k in keys)
 
 
 def measure_host_gap(traces: Mapping[str, TracedGraph], *, threads: int, warmup: int = 3,
                      repeats: int = HOST_REPEATS) -> HostGap:
-    """Time each probe's generate and its operators cold and warm (module docstring).
+    """Time each probe's generate and its operators warm (module docstring).
 
     ``traces`` maps probe names (`PROBE_MODELS`) to their generate traces. A probe with an
-    unknown or failing operator is left out; with none left both figures are 0. Negative
-    figures (noise) count as 0.
+    unknown or failing operator is left out; with none left the gap is 0. A negative gap
+    (noise) counts as 0.
     """
     probes: dict[str, dict[str, float]] = {}
     for name, traced in traces.items():
-        sums = _ops_s(traced, threads)
-        if sums is None:
+        ops_s = _warm_ops_s(traced, threads)
+        if ops_s is None:
             continue
-        cold_s, ops_s = sums
         spec = PROBE_MODELS[name]
         model = build_validation_model(spec)
         model.eval()
@@ -153,14 +137,9 @@ def measure_host_gap(traces: Mapping[str, TracedGraph], *, threads: int, warmup:
                                  new_tokens=spec.new_tokens).median_s
         del model
         gc.collect()
-        calls, costed = host_calls(traced), cold_calls(traced)
+        calls = host_calls(traced)
         probes[name] = {"measured_ms": measured * 1e3, "warm_ops_ms": ops_s * 1e3,
-                        "cold_ops_ms": cold_s * 1e3, "calls": calls, "costed": costed,
-                        "per_call_us": max(0.0, measured - ops_s) / calls * 1e6,
-                        "cold_call_us": max(0.0, cold_s - ops_s) / costed * 1e6}
-
-    def median_s(key: str) -> float:
-        return statistics.median(p[key] for p in probes.values()) * 1e-6 if probes else 0.0
-
-    return HostGap(per_call_s=median_s("per_call_us"), cold_call_s=median_s("cold_call_us"),
-                   probes=probes)
+                        "calls": calls, "per_call_us": max(0.0, measured - ops_s) / calls * 1e6}
+    per_call = (statistics.median(p["per_call_us"] for p in probes.values()) * 1e-6
+                if probes else 0.0)
+    return HostGap(per_call_s=per_call, probes=probes)

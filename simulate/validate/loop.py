@@ -7,8 +7,8 @@
    (same thread count) are skipped, so a rerun measures nothing new.
 3. Train the CPU predictors (XGBoost per family, `predictors`) or reuse their champions.
 4. Measure the host work between operators on this machine (`host.measure_host_gap`: probe
-   decoders that are not validation models, against their operators timed alone cold and
-   warm): the host work per Python-issued call and the cold start in each cold single.
+   decoders that are not validation models, against their operators timed alone warm): the
+   host work per Python-issued aten call.
 5. Predict each trace through the engine chain (`traced.price_traced`): the sum over the
    traced calls in order, one device, no overlap, plus the host term of step 4.
    Unknown aten calls are priced by the roofline of their COPY proxy and listed with their

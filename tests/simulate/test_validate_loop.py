@@ -141,7 +141,7 @@ def test_loop_on_one_model_fast(tmp_path: Path) -> None:
         assert row.predicted_s == pytest.approx(row.composition_s + row.host_s, rel=1e-9)
     host = report.stages["host"]
     assert set(host["probes"]) == {"gpt-neox-probe", "phi3-probe"}
-    assert host["per_call_us"] >= 0.0 and host["cold_call_us"] >= 0.0
+    assert host["per_call_us"] > 0.0
     fwd, train = report.rows
     assert train.ops > fwd.ops and train.predicted_s > fwd.predicted_s
     assert report.median_abs_error_pct("train_step") == pytest.approx(abs(train.error_pct))
