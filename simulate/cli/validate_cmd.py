@@ -107,7 +107,7 @@ def cpu_cmd(models: str | None, modes: str, db: Path | None, tracking_uri: str |
         return
     print_table(table_rows(report),
                 title=f"validate cpu ({report.threads} thread(s); errors are signed %, "
-                      "engine columns are % of predicted time)")
+                      "engine columns are % of the operators' time, host ms comes on top)")
     if report.unknown:
         print_table([unknown_dict(r) for r in report.unknown], UNKNOWN_COLUMNS,
                     title="unknown aten ops (priced by the roofline)")
@@ -122,7 +122,11 @@ def cpu_cmd(models: str | None, modes: str, db: Path | None, tracking_uri: str |
     flat.update({f"elapsed_{k}_s": v for k, v in report.elapsed_s.items()})
     flat.update({k: v for k, v in report.stages.items() if not isinstance(v, dict)})
     for name, stage in report.stages.items():
-        if isinstance(stage, dict):
+        if name == "host" and isinstance(stage, dict):
+            flat[name] = (f"{stage['per_call_us']:.2f} us per Python-issued call (probes: "
+                          + ", ".join(f"{probe} {row['per_call_us']:.2f}"
+                                      for probe, row in stage["probes"].items()) + ")")
+        elif isinstance(stage, dict):
             flat[name] = ", ".join(f"{k}: {v.get('status', v) if isinstance(v, dict) else v}"
                                    for k, v in stage.items())
     print_mapping(flat, title="summary")

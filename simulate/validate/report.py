@@ -39,7 +39,7 @@ class ValidationRow:
     measured_s: float  # median of repeats of the real model
     measured_spread: float  # (p90 - p10) / median of the model timing
     measured_min_s: float | None = None  # fastest repeat: least disturbed by other load
-    engine_share: dict[str, float] = field(hash=False)  # engine -> fraction of predicted time
+    engine_share: dict[str, float] = field(hash=False)  # engine -> fraction of the operators' time
     composition_s: float | None  # sum of stored per-op medians; None if any op lacks one
     composition_missing: int  # calls with no stored median (this fingerprint)
     predictor_s: float | None = None  # chain without the store (xgboost, else roofline) + host_s
