@@ -32,11 +32,11 @@ from analytical.layer_spec import Node, Param, Stream
 from analytical.memory import Framework
 from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind, OpSpec
 from analytical.roofline import roofline_estimate
-from simulate.engines import Estimate
-from simulate.torch_kernels import Fp8Recipe, eager_traffic, rowwise_backward
+from simulate.engines import EngineChain, Estimate
+from simulate.torch_kernels import Fp8Recipe, eager_traffic, optimizer_traffic, rowwise_backward
 
 __all__ = ["AttentionBackend", "attention_backend", "attention_fraction", "fp8_cast_nodes",
-           "framework_estimates", "grad_reduce_dtype",
+           "framework_estimates", "grad_reduce_dtype", "optimizer_estimate",
            "power_scale", "reduction_fraction", "tp_overlap_rs_splits"]
 
 
@@ -280,3 +280,12 @@ TE_USERBUFFERS = frozenset({Framework.MEGATRON, Framework.NEMO})
 def tp_overlap_rs_splits(framework: str) -> int:
     """Chunks a forward TP reduce-scatter is pipelined in (0: overlapped whole)."""
     return TE_PIPELINE_SPLITS if Framework(framework) in TE_USERBUFFERS else 0
+
+
+def optimizer_estimate(chain: EngineChain, params: float, framework: str) -> Estimate:
+    """The optimizer step over ``params`` fp32 parameters: the fused Adam kernel's estimate at
+    the framework's traffic (`torch_kernels.optimizer_traffic`, gradient clipping included)."""
+    e = chain.estimate(MemoryBoundSpec(kind=MemoryOpKind.OPTIMIZER, rows=1,
+                                       cols=max(1, int(params)), dtype=DType.FP32))
+    scale = optimizer_traffic(framework)
+    return e if scale == 1.0 else replace(e, latency_s=e.latency_s * scale)

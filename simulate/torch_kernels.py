@@ -57,7 +57,8 @@ from analytical.layer_spec import Node, Param
 from analytical.memory import Framework
 from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind
 
-__all__ = ["Fp8Recipe", "eager_traffic", "rowwise_backward", "rowwise_nodes", "unpad_nodes"]
+__all__ = ["Fp8Recipe", "eager_traffic", "optimizer_traffic", "rowwise_backward", "rowwise_nodes",
+           "unpad_nodes"]
 
 PYTORCH_NATIVE = frozenset({Framework.TORCHTITAN, Framework.COMPOSER, Framework.DEEPSPEED})
 
@@ -81,6 +82,33 @@ def eager_traffic(framework: str, compiled: bool, kind: MemoryOpKind, *, backwar
     if compiled or Framework(framework) not in PYTORCH_NATIVE:
         return 1.0
     return EAGER_TRAFFIC.get(kind, (1.0, 1.0))[int(backward)]
+
+
+# The optimizer step as PyTorch-native frameworks run it, in fp32 passes over this rank's
+# parameters (one read or one write of a [params] fp32 tensor each), against the 8 of the fused
+# Adam kernel that `MemoryOpKind.OPTIMIZER` prices (read master, grad, m, v; write master, m, v;
+# the store measures torch's fused AdamW):
+# - torchtitan: `torch.optim.AdamW(foreach=True, weight_decay=0.1)` (build_optimizers,
+#   torchtitan/optimizer.py at 9dec370: "foreach": not fused, fused defaults to False); the
+#   multi-tensor path (torch/optim/adamw.py `_multi_tensor_adamw`) runs one kernel per step:
+#   decay mul_ 2, lerp_ 3, mul_ 2, addcmul_ 3, sqrt 2, div_ 2, add_ 2, addcdiv_ 4: 20 passes.
+# - Composer: `DecoupledAdamW` loops over parameters (composer/optim/decoupled_weight_decay.py,
+#   `adamw`): exp_avg.mul_().add_() 2 + 3, exp_avg_sq.mul_().addcmul_() 2 + 3, denom = sqrt 2,
+#   / 2, add_(eps) 2, param.addcdiv_ 4: 20 passes (llm-foundry's MPT yamls set weight_decay 0,
+#   which skips the decay mul_).
+# Both then clip the gradient norm every step, with no check of the norm first: a norm read
+# and a scale (read and write) of every gradient, 3 passes (torchtitan `clip_grad_norm_(...,
+# foreach=True)`, train.py; Composer's `gradient_clipping` algorithm calls FSDP's
+# `clip_grad_norm_`, which multiplies by the clamped coefficient unconditionally). Megatron and
+# NeMo keep the fused kernels (Apex / TE FusedAdam). Per-kernel launch time is not added.
+FUSED_ADAM_PASSES = 8
+OPTIMIZER_PASSES: dict[Framework, float] = {Framework.TORCHTITAN: 20 + 3,
+                                            Framework.COMPOSER: 20 + 3}
+
+
+def optimizer_traffic(framework: str) -> float:
+    """The framework's optimizer step (with gradient clipping) over the fused Adam's traffic."""
+    return OPTIMIZER_PASSES.get(Framework(framework), FUSED_ADAM_PASSES) / FUSED_ADAM_PASSES
 
 
 def _pass(name: str, rows: int, cols: int, count: float = 1.0) -> Node:

@@ -124,3 +124,26 @@ def test_llm_foundry_flash_path_unpads_around_attention_only():
     assert all(n.op.rows == 4096 and n.op.cols == 4096 for n in (*f, *b))
     assert unpad_nodes(fwd, "composer", "flash-triton") == ([], [])
     assert unpad_nodes(fwd, "torchtitan", "flash") == ([], [])
+
+
+def test_pytorch_native_optimizer_steps_cost_their_extra_passes():
+    """torchtitan's foreach AdamW and Composer's per-parameter DecoupledAdamW, each with its
+    unconditional gradient-clipping pass, move 23 fp32 passes where the fused Adam moves 8."""
+    from simulate.efficiency import optimizer_estimate
+    from simulate.torch_kernels import optimizer_traffic
+
+    chain = EngineChain.from_options(get_hardware("h100-sxm"), ENGINES)
+    fused = optimizer_estimate(chain, 1e9, "megatron").latency_s
+    for fw in ("torchtitan", "composer"):
+        assert optimizer_traffic(fw) == pytest.approx(23 / 8)
+        assert optimizer_estimate(chain, 1e9, fw).latency_s == pytest.approx(23 / 8 * fused)
+    assert optimizer_traffic("nemo") == 1.0
+
+
+def test_search_times_the_optimizer_as_simulate_does():
+    doc = _doc("composer")
+    want = run_training(load_scenario(doc), use_store=False, use_predictors=False)
+    doc["training"]["parallel"] = {"dp": [8], "zero": 3, "fsdp": True}
+    res = search_training(doc, executor="serial", engines=ENGINES)
+    got = {r["layout"]["micro_batch"]: r for r in res.rows}[1]
+    assert got["tokens_per_s"] == pytest.approx(want.tokens_per_s, rel=1e-9)
