@@ -57,8 +57,8 @@ from analytical.layer_spec import Node, Param
 from analytical.memory import Framework
 from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind
 
-__all__ = ["Fp8Recipe", "eager_traffic", "optimizer_traffic", "rowwise_backward", "rowwise_nodes",
-           "unpad_nodes"]
+__all__ = ["Fp8Recipe", "eager_traffic", "fsdp_copy_nodes", "optimizer_traffic", "rowwise_backward",
+           "rowwise_nodes", "unpad_nodes"]
 
 PYTORCH_NATIVE = frozenset({Framework.TORCHTITAN, Framework.COMPOSER, Framework.DEEPSPEED})
 
@@ -137,6 +137,38 @@ def unpad_nodes(fwd: Sequence[Node], framework: str, attention: str
                       _pass("pad_out", t, q, 1.5)]
             out_b += [_pass("unpad_q.bwd", t, q, 1.5), _pass("unpad_kv.bwd", t, kv, 3.0),
                       _pass("pad_out.bwd", t, q)]
+    return out_f, out_b
+
+
+# FSDP's own copies of a unit's unsharded parameters or gradients on the compute stream, one
+# bf16 read-and-write pass each (the reduce-scatter's copy-in runs on the reduce-scatter stream,
+# hidden with the collective):
+# - FSDP2 (torchtitan): each all-gather's output is split into the per-parameter unsharded
+#   tensors by `foreach_all_gather_copy_out` (torch.split_with_sizes_copy), which
+#   `FSDPParamGroup.wait_for_unshard` runs on the current (compute) stream, in forward and again
+#   after the backward all-gather (torch/distributed/_composable/fsdp/_fsdp_collectives.py,
+#   _fsdp_param_group.py, torch 2.5-2.7).
+# - FSDP1 (Composer, `use_orig_params: True`): the parameters are views split off the flat
+#   parameter, so autograd's backward of the split concatenates their gradients into the flat
+#   gradient that the reduce-scatter reads (torch/distributed/fsdp/_flat_param.py
+#   `_get_unflat_views`: `flat_param.split(...)`; FSDP1 all-gathers straight into the flat
+#   parameter, so its forward has no copy).
+FSDP_COPY_OUT = frozenset({Framework.TORCHTITAN})
+FSDP_GRAD_CAT = frozenset({Framework.COMPOSER})
+
+
+def fsdp_copy_nodes(framework: str, params: float, hidden: int) -> tuple[list[Node], list[Node]]:
+    """Forward and backward copy passes over one FSDP unit's ``params`` (as [params / hidden,
+    hidden]) that the framework's FSDP makes on the compute stream (comment above)."""
+    fw = Framework(framework)
+    rows = max(1, round(params / hidden))
+    out_f: list[Node] = []
+    out_b: list[Node] = []
+    if fw in FSDP_COPY_OUT:
+        out_f.append(_pass("fsdp_copy_out", rows, hidden))
+        out_b.append(_pass("fsdp_copy_out.bwd", rows, hidden))
+    if fw in FSDP_GRAD_CAT:
+        out_b.append(_pass("fsdp_grad_cat", rows, hidden))
     return out_f, out_b
 
 

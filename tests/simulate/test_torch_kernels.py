@@ -147,3 +147,21 @@ def test_search_times_the_optimizer_as_simulate_does():
     res = search_training(doc, executor="serial", engines=ENGINES)
     got = {r["layout"]["micro_batch"]: r for r in res.rows}[1]
     assert got["tokens_per_s"] == pytest.approx(want.tokens_per_s, rel=1e-9)
+
+
+def test_fsdp_copies_on_the_compute_stream_by_framework():
+    """FSDP2's all-gather copy-out (forward and backward) and FSDP1's flat-gradient cat
+    (backward), once per unit and pass: full recompute does not repeat them."""
+    doc = _doc("torchtitan", recompute="full")
+    names = {}
+    for fw in ("torchtitan", "composer", "megatron"):
+        doc["training"]["framework"] = fw
+        sc = load_scenario(doc)
+        res = run_training(sc, use_store=False, use_predictors=False, record=True)
+        names[fw] = [r.name for r in res.records]
+    count = {fw: (sum(n == "fsdp_copy_out" for n in v), sum(n == "fsdp_copy_out.bwd" for n in v),
+                  sum(n == "fsdp_grad_cat" for n in v)) for fw, v in names.items()}
+    layers = load_model("llama-3-8b").layers  # records: one micro-batch
+    assert count["torchtitan"] == (layers, layers, 0)
+    assert count["composer"] == (0, 0, layers)
+    assert count["megatron"] == (0, 0, 0)
