@@ -28,7 +28,7 @@ from analytical.model_spec import ModelSpec
 from analytical.ops import CollectiveKind
 from analytical.parallel import Recompute
 from simulate.efficiency import fp8_cast_nodes, grad_reduce_dtype
-from simulate.torch_kernels import fsdp_copy_nodes, unpad_nodes
+from simulate.torch_kernels import fsdp_copy_nodes, loss_upcast_nodes, unpad_nodes
 
 __all__ = ["Block", "Node", "TrainStep", "embedding_block", "head_block", "layer_block"]
 
@@ -124,6 +124,7 @@ def head_block(model: ModelSpec, step: TrainStep) -> Block:
     tokens = step.tokens
     compute = [final_norm_op(model, sh, tokens, step.precision),
                *lm_head_ops(model, sh, tokens, LayerPhase.TRAIN, step.precision)]
+    compute[-1:-1] = loss_upcast_nodes(step.framework, compute)  # before the cross entropy
     bwd = list(backward_nodes(compute, frozen_base=step.lora is not None))
     fwd = list(compute)
     size = tokens * model.hidden * act.bytes

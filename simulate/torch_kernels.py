@@ -57,8 +57,8 @@ from analytical.layer_spec import Node, Param
 from analytical.memory import Framework
 from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind
 
-__all__ = ["Fp8Recipe", "eager_traffic", "fsdp_copy_nodes", "optimizer_traffic", "rowwise_backward",
-           "rowwise_nodes", "unpad_nodes"]
+__all__ = ["Fp8Recipe", "eager_traffic", "fsdp_copy_nodes", "loss_upcast_nodes",
+           "optimizer_traffic", "rowwise_backward", "rowwise_nodes", "unpad_nodes"]
 
 PYTORCH_NATIVE = frozenset({Framework.TORCHTITAN, Framework.COMPOSER, Framework.DEEPSPEED})
 
@@ -170,6 +170,23 @@ def fsdp_copy_nodes(framework: str, params: float, hidden: int) -> tuple[list[No
     if fw in FSDP_GRAD_CAT:
         out_b.append(_pass("fsdp_grad_cat", rows, hidden))
     return out_f, out_b
+
+
+# torchtitan's loss runs outside the per-block torch.compile: `cross_entropy(pred.flatten(0,
+# 1).float(), labels.flatten(0, 1))` (train.py `loss_fn` at 9dec370; `apply_compile` compiles
+# each TransformerBlock): the fp32 upcast of the bf16 logits (read 2, write 4 bytes) and, in
+# backward, the cast of the fp32 logit gradient back to bf16 (read 4, write 2), each 1.5 bf16
+# copy passes over the logits the cross entropy reads.
+FP32_LOSS_UPCAST = frozenset({Framework.TORCHTITAN})
+
+
+def loss_upcast_nodes(framework: str, head: Sequence[Node]) -> list[Node]:
+    """The logits' fp32 upcast in front of the head's cross entropy (its backward follows from
+    `backward_nodes`), for frameworks that upcast outside a fused loss; none otherwise."""
+    if Framework(framework) not in FP32_LOSS_UPCAST:
+        return []
+    return [_pass("loss_upcast", n.op.rows, n.op.cols, 1.5) for n in head
+            if isinstance(n.op, MemoryBoundSpec) and n.op.kind == MemoryOpKind.CROSS_ENTROPY]
 
 
 def rowwise_nodes(gemm_name: str, op: GemmSpec) -> list[Node]:

@@ -165,3 +165,17 @@ def test_fsdp_copies_on_the_compute_stream_by_framework():
     assert count["torchtitan"] == (layers, layers, 0)
     assert count["composer"] == (0, 0, layers)
     assert count["megatron"] == (0, 0, 0)
+
+
+def test_torchtitan_upcasts_its_logits_outside_the_compiled_blocks():
+    """torchtitan's `cross_entropy(pred.float())`: an fp32 upcast of the logits in forward and
+    its cast back in backward; fused-loss frameworks have none."""
+    names = {}
+    for fw in ("torchtitan", "megatron"):
+        res = run_training(load_scenario(_doc(fw)), use_store=False, use_predictors=False,
+                           record=True)
+        names[fw] = [r.name for r in res.records if r.name.startswith("loss_upcast")]
+    assert names == {"torchtitan": ["loss_upcast", "loss_upcast.bwd"], "megatron": []}
+    from simulate.torch_kernels import loss_upcast_nodes
+
+    assert loss_upcast_nodes("torchtitan", []) == []
