@@ -32,11 +32,11 @@ from analytical.layer_spec import Node, Param, Stream
 from analytical.memory import Framework
 from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind, OpSpec
 from analytical.roofline import roofline_estimate
-from simulate.engines import Estimate
-from simulate.torch_kernels import Fp8Recipe, eager_traffic, rowwise_backward
+from simulate.engines import EngineChain, Estimate
+from simulate.torch_kernels import Fp8Recipe, eager_traffic, optimizer_traffic, rowwise_backward
 
 __all__ = ["AttentionBackend", "attention_backend", "attention_fraction", "fp8_cast_nodes",
-           "framework_estimates", "grad_reduce_dtype",
+           "framework_estimates", "grad_reduce_dtype", "optimizer_estimate",
            "power_scale", "reduction_fraction", "tp_overlap_rs_splits"]
 
 
@@ -138,11 +138,28 @@ FRAMEWORK_REDUCTIONS: dict[Framework, dict[MemoryOpKind, float]] = {
 }
 
 
-def reduction_fraction(hw: HardwareSpec, framework: str, kind: MemoryOpKind) -> float:
+# ATen's own LayerNorm kernels, which Composer's MPT runs eagerly (`LPLayerNorm`: F.layer_norm
+# in bf16 with autocast off, llmfoundry/models/layers/norm.py; the benchmark sweep sets
+# `norm_type: low_precision_layernorm`, scripts/train/benchmarking/submit_benchmarks.py at
+# 8c8dd48f): the backward is two kernels (dx, then dgamma/dbeta reading x and dy again).
+# (forward, backward) fraction of the roofline measured for that call,
+# `F.layer_norm(x, (cols,), weight, bias)` in bf16 (profiler/benchmarks/memory.py), on H100:
+# median `fraction_of_roofline` of the store's torch.eager layernorm rows over 100 MB (torch
+# 2.11, 9 shapes each). The same ATen code runs on every CUDA GPU, so the fraction is not
+# gated on the architecture; it stands where no measurement of the op answers.
+ATEN_EAGER_NORM: dict[MemoryOpKind, tuple[float, float]] = {MemoryOpKind.LAYERNORM: (0.63, 0.38)}
+ATEN_EAGER = frozenset({Framework.COMPOSER})
+
+
+def reduction_fraction(hw: HardwareSpec, framework: str, kind: MemoryOpKind, *,
+                       backward: bool = False) -> float:
     """Fraction of the hardware file's memory bandwidth the framework's ``kind`` kernel reaches."""
+    fw = Framework(framework)
+    if fw in ATEN_EAGER and kind in ATEN_EAGER_NORM:
+        return ATEN_EAGER_NORM[kind][int(backward)]
     if not is_hopper(hw):
         return 1.0
-    return FRAMEWORK_REDUCTIONS.get(Framework(framework), {}).get(kind, 1.0)
+    return FRAMEWORK_REDUCTIONS.get(fw, {}).get(kind, 1.0)
 
 
 def _retimed(op: OpSpec, e: Estimate, hw: HardwareSpec, framework: str, kernel: str,
@@ -164,7 +181,7 @@ def _retimed(op: OpSpec, e: Estimate, hw: HardwareSpec, framework: str, kernel: 
             latency = max(r.compute_s, r.memory_s * traffic) + hw.efficiency.kernel_latency_s
             return replace(e, latency_s=latency,
                            detail=f"{e.detail}; eager x{traffic:.2f} traffic")
-        frac = reduction_fraction(hw, framework, op.kind)
+        frac = reduction_fraction(hw, framework, op.kind, backward=op.backward)
         if frac != 1.0:
             r = roofline_estimate(op, hw)
             latency = max(r.compute_s, r.memory_s / frac) + hw.efficiency.kernel_latency_s
@@ -263,3 +280,12 @@ TE_USERBUFFERS = frozenset({Framework.MEGATRON, Framework.NEMO})
 def tp_overlap_rs_splits(framework: str) -> int:
     """Chunks a forward TP reduce-scatter is pipelined in (0: overlapped whole)."""
     return TE_PIPELINE_SPLITS if Framework(framework) in TE_USERBUFFERS else 0
+
+
+def optimizer_estimate(chain: EngineChain, params: float, framework: str) -> Estimate:
+    """The optimizer step over ``params`` fp32 parameters: the fused Adam kernel's estimate at
+    the framework's traffic (`torch_kernels.optimizer_traffic`, gradient clipping included)."""
+    e = chain.estimate(MemoryBoundSpec(kind=MemoryOpKind.OPTIMIZER, rows=1,
+                                       cols=max(1, int(params)), dtype=DType.FP32))
+    scale = optimizer_traffic(framework)
+    return e if scale == 1.0 else replace(e, latency_s=e.latency_s * scale)

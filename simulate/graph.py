@@ -28,7 +28,7 @@ from analytical.model_spec import ModelSpec
 from analytical.ops import CollectiveKind
 from analytical.parallel import Recompute
 from simulate.efficiency import fp8_cast_nodes, grad_reduce_dtype
-from simulate.torch_kernels import unpad_nodes
+from simulate.torch_kernels import fsdp_copy_nodes, loss_upcast_nodes, unpad_nodes
 
 __all__ = ["Block", "Node", "TrainStep", "embedding_block", "head_block", "layer_block"]
 
@@ -99,6 +99,9 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
         bwd = [ag, *bwd, rs]
     per_op = step.framework == Framework.TORCHTITAN
     bwd = [*recompute_nodes(fwd, step.recompute, per_op=per_op), *bwd]
+    if sh.fsdp_group > 1 and layer_params_per_rank > 0:  # after recompute: not repeated
+        copy_f, copy_b = fsdp_copy_nodes(step.framework, layer_params_per_rank, model.hidden)
+        fwd, bwd = [*fwd, *copy_f], [*bwd, *copy_b]
     name = ("moe_layer" if moe else "dense_layer") + (
         "" if attention is AttentionKind.FULL else f".{attention.value}")
     return Block(name=f"{name}+lora" if step.lora else name, fwd=tuple(fwd), bwd=tuple(bwd))
@@ -121,6 +124,7 @@ def head_block(model: ModelSpec, step: TrainStep) -> Block:
     tokens = step.tokens
     compute = [final_norm_op(model, sh, tokens, step.precision),
                *lm_head_ops(model, sh, tokens, LayerPhase.TRAIN, step.precision)]
+    compute[-1:-1] = loss_upcast_nodes(step.framework, compute)  # before the cross entropy
     bwd = list(backward_nodes(compute, frozen_base=step.lora is not None))
     fwd = list(compute)
     size = tokens * model.hidden * act.bytes

@@ -57,7 +57,8 @@ from analytical.layer_spec import Node, Param
 from analytical.memory import Framework
 from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind
 
-__all__ = ["Fp8Recipe", "eager_traffic", "rowwise_backward", "rowwise_nodes", "unpad_nodes"]
+__all__ = ["Fp8Recipe", "eager_traffic", "fsdp_copy_nodes", "loss_upcast_nodes",
+           "optimizer_traffic", "rowwise_backward", "rowwise_nodes", "unpad_nodes"]
 
 PYTORCH_NATIVE = frozenset({Framework.TORCHTITAN, Framework.COMPOSER, Framework.DEEPSPEED})
 
@@ -81,6 +82,33 @@ def eager_traffic(framework: str, compiled: bool, kind: MemoryOpKind, *, backwar
     if compiled or Framework(framework) not in PYTORCH_NATIVE:
         return 1.0
     return EAGER_TRAFFIC.get(kind, (1.0, 1.0))[int(backward)]
+
+
+# The optimizer step as PyTorch-native frameworks run it, in fp32 passes over this rank's
+# parameters (one read or one write of a [params] fp32 tensor each), against the 8 of the fused
+# Adam kernel that `MemoryOpKind.OPTIMIZER` prices (read master, grad, m, v; write master, m, v;
+# the store measures torch's fused AdamW):
+# - torchtitan: `torch.optim.AdamW(foreach=True, weight_decay=0.1)` (build_optimizers,
+#   torchtitan/optimizer.py at 9dec370: "foreach": not fused, fused defaults to False); the
+#   multi-tensor path (torch/optim/adamw.py `_multi_tensor_adamw`) runs one kernel per step:
+#   decay mul_ 2, lerp_ 3, mul_ 2, addcmul_ 3, sqrt 2, div_ 2, add_ 2, addcdiv_ 4: 20 passes.
+# - Composer: `DecoupledAdamW` loops over parameters (composer/optim/decoupled_weight_decay.py,
+#   `adamw`): exp_avg.mul_().add_() 2 + 3, exp_avg_sq.mul_().addcmul_() 2 + 3, denom = sqrt 2,
+#   / 2, add_(eps) 2, param.addcdiv_ 4: 20 passes (llm-foundry's MPT yamls set weight_decay 0,
+#   which skips the decay mul_).
+# Both then clip the gradient norm every step, with no check of the norm first: a norm read
+# and a scale (read and write) of every gradient, 3 passes (torchtitan `clip_grad_norm_(...,
+# foreach=True)`, train.py; Composer's `gradient_clipping` algorithm calls FSDP's
+# `clip_grad_norm_`, which multiplies by the clamped coefficient unconditionally). Megatron and
+# NeMo keep the fused kernels (Apex / TE FusedAdam). Per-kernel launch time is not added.
+FUSED_ADAM_PASSES = 8
+OPTIMIZER_PASSES: dict[Framework, float] = {Framework.TORCHTITAN: 20 + 3,
+                                            Framework.COMPOSER: 20 + 3}
+
+
+def optimizer_traffic(framework: str) -> float:
+    """The framework's optimizer step (with gradient clipping) over the fused Adam's traffic."""
+    return OPTIMIZER_PASSES.get(Framework(framework), FUSED_ADAM_PASSES) / FUSED_ADAM_PASSES
 
 
 def _pass(name: str, rows: int, cols: int, count: float = 1.0) -> Node:
@@ -110,6 +138,55 @@ def unpad_nodes(fwd: Sequence[Node], framework: str, attention: str
             out_b += [_pass("unpad_q.bwd", t, q, 1.5), _pass("unpad_kv.bwd", t, kv, 3.0),
                       _pass("pad_out.bwd", t, q)]
     return out_f, out_b
+
+
+# FSDP's own copies of a unit's unsharded parameters or gradients on the compute stream, one
+# bf16 read-and-write pass each (the reduce-scatter's copy-in runs on the reduce-scatter stream,
+# hidden with the collective):
+# - FSDP2 (torchtitan): each all-gather's output is split into the per-parameter unsharded
+#   tensors by `foreach_all_gather_copy_out` (torch.split_with_sizes_copy), which
+#   `FSDPParamGroup.wait_for_unshard` runs on the current (compute) stream, in forward and again
+#   after the backward all-gather (torch/distributed/_composable/fsdp/_fsdp_collectives.py,
+#   _fsdp_param_group.py, torch 2.5-2.7).
+# - FSDP1 (Composer, `use_orig_params: True`): the parameters are views split off the flat
+#   parameter, so autograd's backward of the split concatenates their gradients into the flat
+#   gradient that the reduce-scatter reads (torch/distributed/fsdp/_flat_param.py
+#   `_get_unflat_views`: `flat_param.split(...)`; FSDP1 all-gathers straight into the flat
+#   parameter, so its forward has no copy).
+FSDP_COPY_OUT = frozenset({Framework.TORCHTITAN})
+FSDP_GRAD_CAT = frozenset({Framework.COMPOSER})
+
+
+def fsdp_copy_nodes(framework: str, params: float, hidden: int) -> tuple[list[Node], list[Node]]:
+    """Forward and backward copy passes over one FSDP unit's ``params`` (as [params / hidden,
+    hidden]) that the framework's FSDP makes on the compute stream (comment above)."""
+    fw = Framework(framework)
+    rows = max(1, round(params / hidden))
+    out_f: list[Node] = []
+    out_b: list[Node] = []
+    if fw in FSDP_COPY_OUT:
+        out_f.append(_pass("fsdp_copy_out", rows, hidden))
+        out_b.append(_pass("fsdp_copy_out.bwd", rows, hidden))
+    if fw in FSDP_GRAD_CAT:
+        out_b.append(_pass("fsdp_grad_cat", rows, hidden))
+    return out_f, out_b
+
+
+# torchtitan's loss runs outside the per-block torch.compile: `cross_entropy(pred.flatten(0,
+# 1).float(), labels.flatten(0, 1))` (train.py `loss_fn` at 9dec370; `apply_compile` compiles
+# each TransformerBlock): the fp32 upcast of the bf16 logits (read 2, write 4 bytes) and, in
+# backward, the cast of the fp32 logit gradient back to bf16 (read 4, write 2), each 1.5 bf16
+# copy passes over the logits the cross entropy reads.
+FP32_LOSS_UPCAST = frozenset({Framework.TORCHTITAN})
+
+
+def loss_upcast_nodes(framework: str, head: Sequence[Node]) -> list[Node]:
+    """The logits' fp32 upcast in front of the head's cross entropy (its backward follows from
+    `backward_nodes`), for frameworks that upcast outside a fused loss; none otherwise."""
+    if Framework(framework) not in FP32_LOSS_UPCAST:
+        return []
+    return [_pass("loss_upcast", n.op.rows, n.op.cols, 1.5) for n in head
+            if isinstance(n.op, MemoryBoundSpec) and n.op.kind == MemoryOpKind.CROSS_ENTROPY]
 
 
 def rowwise_nodes(gemm_name: str, op: GemmSpec) -> list[Node]:

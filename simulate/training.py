@@ -18,11 +18,16 @@ from analytical.hardware import GIB, HardwareSpec, get_hardware
 from analytical.layer_spec import CpAlgorithm, LoraSpec, Precision, Sharding, Stream, ranks_per_node
 from analytical.memory import TrainingMemory, framework_grad_bytes, training_memory
 from analytical.model import load_model
-from analytical.ops import CollectiveKind, CollectiveSpec, MemoryBoundSpec, MemoryOpKind
+from analytical.ops import CollectiveKind, CollectiveSpec
 from analytical.parallel import ParallelConfig
 from analytical.stage import StageParams, chunk_layers, is_moe_layer, stage_params
 from simulate.costs import BlockCost, OpEvent, add_engine_time, block_cost, pass_timeline
-from simulate.efficiency import framework_estimates, grad_reduce_dtype, tp_overlap_rs_splits
+from simulate.efficiency import (
+    framework_estimates,
+    grad_reduce_dtype,
+    optimizer_estimate,
+    tp_overlap_rs_splits,
+)
 from simulate.engines import ENGINE_ORDER, EngineChain
 from simulate.fsdp_root import fsdp_root_blocks, with_root_keys
 from simulate.graph import Block, TrainStep, embedding_block, head_block, layer_block
@@ -382,19 +387,14 @@ def _optimizer_step(t: TrainingSpec, chain: EngineChain, sp, *, gpn: int, hide_s
     """The optimizer over this rank's (ZeRO-sharded) parameters, then, for the distributed
     optimizer, the exposed part of the bf16 parameter all-gather (hidden behind ``hide_s`` of
     the first forward when overlapped). Returns (optimizer_s, exposed gather_s)."""
-    par = t.parallel
-    zero = par.zero_stage
-    shard = par.dp * par.cp
+    par, zero, shard = t.parallel, t.parallel.zero_stage, t.parallel.dp * t.parallel.cp
     local = sp.dense / shard + sp.expert / par.expert_shard_group if zero >= 1 else sp.total
-    opt = MemoryBoundSpec(kind=MemoryOpKind.OPTIMIZER, rows=1, cols=max(1, int(local)),
-                          dtype=DType.FP32)
-    opt_e = chain.estimate(opt)
+    opt_e = optimizer_estimate(chain, local, t.framework)
     add_engine_time(engine_s, {opt_e.engine: opt_e.latency_s}, 1)
     gather_s = 0.0
     if 1 <= zero < 3 and shard > 1:  # distributed optimizer: gather the updated bf16 params
         ag = chain.estimate(_collective(CollectiveKind.ALL_GATHER, sp.total * 2, shard,
                                         _rpn(shard, par.tp, gpn)))
         add_engine_time(engine_s, {ag.engine: ag.latency_s}, 1)
-        hide = hide_s if t.overlap.param_gather else 0.0
-        gather_s = max(0.0, ag.latency_s - hide)
+        gather_s = max(0.0, ag.latency_s - (hide_s if t.overlap.param_gather else 0.0))
     return opt_e.latency_s, gather_s

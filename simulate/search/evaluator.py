@@ -20,12 +20,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from analytical.dtypes import DType
 from analytical.hardware import GIB, HardwareSpec
-from analytical.ops import CollectiveKind, MemoryBoundSpec, MemoryOpKind
+from analytical.ops import CollectiveKind
 from analytical.stage import StageParams, stage_params
 from simulate.costs import BlockCost, add_engine_time, block_cost
-from simulate.efficiency import framework_estimates, tp_overlap_rs_splits
+from simulate.efficiency import framework_estimates, optimizer_estimate, tp_overlap_rs_splits
 from simulate.engines import ENGINE_ORDER, EngineChain
 from simulate.fsdp_root import has_fsdp_root
 from simulate.graph import TrainStep
@@ -248,17 +247,17 @@ class LayoutEvaluator:
         start = pipe.last_bwd_start_s[s] if t.overlap.dp_grad else end
         hide = fwd[s][0] if t.overlap.param_gather else 0.0
         key = (sp.dense, sp.expert, sp.total, end - start, hide, par.zero_stage, par.dp,
-               par.cp, par.tp, par.ep, gpn, t.dp_bucket_mb, slowdown, grad_bytes(t))
+               par.cp, par.tp, par.ep, gpn, t.dp_bucket_mb, slowdown, grad_bytes(t), t.framework)
         if key not in self._tails:
             self._tails[key] = self._tail_rel(par, sp, end - start, hide, gpn, slowdown,
-                                              t.dp_bucket_mb * 1e6, grad_bytes(t))
+                                              t.dp_bucket_mb * 1e6, grad_bytes(t), t.framework)
             self.stats["stage_tails"] += 1
         sync_rel, opt_s, gather_s, parts = self._tails[key]
         sync_end = start + sync_rel
         return sync_end + opt_s + gather_s, sync_end - end + gather_s, opt_s, parts
 
     def _tail_rel(self, par, sp: StageParams, window: float, hide: float, gpn: int,
-                  slowdown: float, bucket_bytes: float, grad_size: float
+                  slowdown: float, bucket_bytes: float, grad_size: float, framework: str
                   ) -> tuple[float, float, float, list[tuple[str, float]]]:
         chain, zero = self.chain, par.zero_stage
         shard, expert_shard = par.dp * par.cp, par.expert_shard_group
@@ -279,8 +278,7 @@ class LayoutEvaluator:
                     for q, (n, full, last) in enumerate(queues) for i in range(n)]
             sync_end = max(compute_end, max(share_link(jobs)))
         local = sp.dense / shard + sp.expert / expert_shard if zero >= 1 else sp.total
-        opt_e = chain.estimate(MemoryBoundSpec(kind=MemoryOpKind.OPTIMIZER, rows=1,
-                                               cols=max(1, int(local)), dtype=DType.FP32))
+        opt_e = optimizer_estimate(chain, local, framework)
         parts.append((opt_e.engine, opt_e.latency_s))
         gather_s = 0.0
         if 1 <= zero < 3 and shard > 1:

@@ -164,6 +164,21 @@ def test_pytorch_reductions_are_slower_on_hopper_only():
     assert reduction_fraction(h100, "torchtitan", MemoryOpKind.COPY) == 1.0
 
 
+def test_composer_layernorm_runs_at_atens_measured_fraction_on_every_gpu():
+    """Composer's MPT calls ATen's F.layer_norm eagerly: its backward (two kernels) is priced at
+    the store's measured H100 fraction on Ampere too; other frameworks keep their fused norm."""
+    a100 = get_hardware("a100-sxm-40gb")
+    chain = EngineChain.from_options(a100, ENGINES)
+    for backward, floor in ((False, 1.5), (True, 2.5)):
+        op = MemoryBoundSpec(kind=MemoryOpKind.LAYERNORM, rows=32768, cols=4096,
+                             dtype=DType.BF16, backward=backward)
+        roof = chain.estimate(op)
+        eager = framework_estimates([op], [roof], a100, "composer")[0]
+        assert eager.latency_s > floor * roof.latency_s
+        assert framework_estimates([op], [roof], a100, "megatron")[0] == roof
+    assert reduction_fraction(a100, "composer", MemoryOpKind.GELU, backward=True) == 1.0
+
+
 def test_head_dim_64_costs_cudnn_more_than_flash_attention_2():
     """FA3 paper Fig. 5 (causal, 8k): head dim 64 runs 0.72 of 128's rate on cuDNN, 0.89 on
     FlashAttention-2, so the retimed roofline keeps each backend's own head-dim penalty."""

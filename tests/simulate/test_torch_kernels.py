@@ -124,3 +124,58 @@ def test_llm_foundry_flash_path_unpads_around_attention_only():
     assert all(n.op.rows == 4096 and n.op.cols == 4096 for n in (*f, *b))
     assert unpad_nodes(fwd, "composer", "flash-triton") == ([], [])
     assert unpad_nodes(fwd, "torchtitan", "flash") == ([], [])
+
+
+def test_pytorch_native_optimizer_steps_cost_their_extra_passes():
+    """torchtitan's foreach AdamW and Composer's per-parameter DecoupledAdamW, each with its
+    unconditional gradient-clipping pass, move 23 fp32 passes where the fused Adam moves 8."""
+    from simulate.efficiency import optimizer_estimate
+    from simulate.torch_kernels import optimizer_traffic
+
+    chain = EngineChain.from_options(get_hardware("h100-sxm"), ENGINES)
+    fused = optimizer_estimate(chain, 1e9, "megatron").latency_s
+    for fw in ("torchtitan", "composer"):
+        assert optimizer_traffic(fw) == pytest.approx(23 / 8)
+        assert optimizer_estimate(chain, 1e9, fw).latency_s == pytest.approx(23 / 8 * fused)
+    assert optimizer_traffic("nemo") == 1.0
+
+
+def test_search_times_the_optimizer_as_simulate_does():
+    doc = _doc("composer")
+    want = run_training(load_scenario(doc), use_store=False, use_predictors=False)
+    doc["training"]["parallel"] = {"dp": [8], "zero": 3, "fsdp": True}
+    res = search_training(doc, executor="serial", engines=ENGINES)
+    got = {r["layout"]["micro_batch"]: r for r in res.rows}[1]
+    assert got["tokens_per_s"] == pytest.approx(want.tokens_per_s, rel=1e-9)
+
+
+def test_fsdp_copies_on_the_compute_stream_by_framework():
+    """FSDP2's all-gather copy-out (forward and backward) and FSDP1's flat-gradient cat
+    (backward), once per unit and pass: full recompute does not repeat them."""
+    doc = _doc("torchtitan", recompute="full")
+    names = {}
+    for fw in ("torchtitan", "composer", "megatron"):
+        doc["training"]["framework"] = fw
+        sc = load_scenario(doc)
+        res = run_training(sc, use_store=False, use_predictors=False, record=True)
+        names[fw] = [r.name for r in res.records]
+    count = {fw: (sum(n == "fsdp_copy_out" for n in v), sum(n == "fsdp_copy_out.bwd" for n in v),
+                  sum(n == "fsdp_grad_cat" for n in v)) for fw, v in names.items()}
+    layers = load_model("llama-3-8b").layers  # records: one micro-batch
+    assert count["torchtitan"] == (layers, layers, 0)
+    assert count["composer"] == (0, 0, layers)
+    assert count["megatron"] == (0, 0, 0)
+
+
+def test_torchtitan_upcasts_its_logits_outside_the_compiled_blocks():
+    """torchtitan's `cross_entropy(pred.float())`: an fp32 upcast of the logits in forward and
+    its cast back in backward; fused-loss frameworks have none."""
+    names = {}
+    for fw in ("torchtitan", "megatron"):
+        res = run_training(load_scenario(_doc(fw)), use_store=False, use_predictors=False,
+                           record=True)
+        names[fw] = [r.name for r in res.records if r.name.startswith("loss_upcast")]
+    assert names == {"torchtitan": ["loss_upcast", "loss_upcast.bwd"], "megatron": []}
+    from simulate.torch_kernels import loss_upcast_nodes
+
+    assert loss_upcast_nodes("torchtitan", []) == []
