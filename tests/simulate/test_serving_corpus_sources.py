@@ -18,7 +18,7 @@ def test_gpustack_rows_are_offline_runs_with_the_run_means_and_launch_budget() -
     once), lengths = printed totals / successful requests; a series launched with
     --max-num-batched-tokens passes it to the scenario, the others keep the engine's default."""
     rows = _rows("gpustack-performance-lab")
-    assert len(rows) == 28 and {r.mode for r in rows} == {"offline"}
+    assert len(rows) == 32 and {r.mode for r in rows} == {"offline"}
     assert {r.engine for r in rows} == {"vllm", "sglang"}
     long32 = next(r for r in rows if r.model == "qwen3-32b" and r.gpu == "h100-sxm"
                   and r.input_len == 32000)
