@@ -69,6 +69,7 @@ class ServingRow:
     batch_size: int = 0
     gpu_memory_utilization: float | None = None
     kv_cache_tokens: int | None = None
+    max_batched_tokens: int | None = None  # the launch's token budget per step (else the engine's)
     range_ratio: float | None = None  # the client's --random-range-ratio (None: its default)
     measured: Mapping[str, float] = field(default_factory=dict)  # MEASURES present
     stats: Mapping[str, str] = field(default_factory=dict)  # measure -> mean|median|p95|...
@@ -77,7 +78,7 @@ class ServingRow:
 _ROW_KEYS = {"model", "gpu", "num_gpus", "tp", "pp", "ep", "engine", "engine_version", "tool",
              "weight_dtype", "kv_dtype", "checkpoint_kv_dtype", "mode", "input_len", "output_len",
              "concurrency", "num_prompts", "batch_size", "gpu_memory_utilization",
-             "kv_cache_tokens", "range_ratio"}
+             "kv_cache_tokens", "max_batched_tokens", "range_ratio"}
 
 
 def _expand(doc: Mapping[str, Any], name: str) -> list[ServingRow]:
@@ -215,6 +216,8 @@ def row_scenario(row: ServingRow, *, engine_presets: bool = True, max_prompts: i
         serving["engine"] = row.engine
     if row.gpu_memory_utilization is not None:
         serving["gpu_memory_utilization"] = row.gpu_memory_utilization
+    if row.max_batched_tokens is not None:  # e.g. vLLM --max-num-batched-tokens
+        serving["max_batched_tokens"] = row.max_batched_tokens
     if row.tool in IN_PROCESS_TOOLS:
         serving["frontend_ms"] = 0.0
     if step_overhead_ms is not None:

@@ -37,6 +37,10 @@ PUBLISHED = [
      "Phi-4-Mini report (arXiv:2503.01743) abstract: 3.8-billion-parameter"),
     ("qwen2-57b-a14b", "total", 57e9, 0.01, "Qwen2 report (arXiv:2407.10671) table 1: 57B"),
     ("qwen2-57b-a14b", "active", 14e9, 0.036, "same table: 14B activated"),
+    ("llama-3.1-8b", "total", 8.03e9, 0.005, "huggingface.co/meta-llama/Llama-3.1-8B: 8.03B params"),
+    ("llama-3.1-70b", "total", 70.6e9, 0.005, "huggingface.co/meta-llama/Llama-3.1-70B: 70.6B params"),
+    ("qwen3-14b", "total", 14.8e9, 0.005, "Qwen3-14B model card: 14.8B parameters"),
+    ("qwen3-14b", "non_embedding", 13.2e9, 0.005, "same card: 13.2B non-embedding"),
     ("qwen3-32b", "total", 32.8e9, 0.005, "Qwen3-32B model card: 32.8B parameters"),
     ("qwen3-32b", "non_embedding", 31.2e9, 0.005, "same card: 31.2B non-embedding"),
     ("qwen3-235b-a22b", "total", 235e9, 0.005, "Qwen3-235B-A22B model card: 235B in total"),
@@ -77,8 +81,8 @@ def test_published_parameter_counts(name, which, published, rel, source):
 
 
 NEW = ["gemma-2-2b", "gemma-2-9b", "gemma-2-27b", "gemma-3-1b", "gemma-3-27b", "phi-3-mini-4k",
-       "phi-3-medium-4k", "phi-4", "phi-4-mini", "qwen2-57b-a14b", "qwen3-32b", "qwen3-235b-a22b",
-       "deepseek-v2", "gpt-oss-20b", "gpt-oss-120b", "llama-4-scout", "llama-4-maverick"]
+       "phi-3-medium-4k", "phi-4", "phi-4-mini", "qwen2-57b-a14b", "qwen3-14b", "qwen3-32b",
+       "qwen3-235b-a22b", "deepseek-v2", "llama-3.1-8b", "llama-3.1-70b", "gpt-oss-20b", "gpt-oss-120b", "llama-4-scout", "llama-4-maverick"]
 _HF_KINDS = {"full_attention": FULL, "sliding_attention": SLIDING, "chunked_attention": CHUNKED}
 
 

@@ -1,0 +1,42 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The serving corpus's newer sources load as published and reach the scenario they describe."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulate.validate.published_serving import score_serving
+from simulate.validate.serving_corpus import load_corpus, row_scenario
+
+
+def _rows(source: str):
+    return [r for r in load_corpus() if r.source == source]
+
+
+def test_gpustack_rows_are_offline_runs_with_the_run_means_and_launch_budget() -> None:
+    """GPUStack Performance Lab: `vllm bench serve` with no --max-concurrency (all requests at
+    once), lengths = printed totals / successful requests; a series launched with
+    --max-num-batched-tokens passes it to the scenario, the others keep the engine's default."""
+    rows = _rows("gpustack-performance-lab")
+    assert len(rows) == 32 and {r.mode for r in rows} == {"offline"}
+    assert {r.engine for r in rows} == {"vllm", "sglang"}
+    long32 = next(r for r in rows if r.model == "qwen3-32b" and r.gpu == "h100-sxm"
+                  and r.input_len == 32000)
+    assert (long32.output_len, long32.num_prompts) == (round(7681 / 100), 100)
+    assert long32.measured["ttft_ms"] == pytest.approx(585981.22)
+    doc = row_scenario(long32)
+    assert doc["serving"]["arrival"] == {"process": "burst", "num_requests": 100, "seed": 0}
+    assert doc["inference"]["input_len"] == 32000  # vllm bench serve random: fixed at ratio 0
+    assert "max_batched_tokens" not in doc["serving"]
+    fp8 = next(r for r in rows if r.weight_dtype == "fp8" and r.engine == "vllm")
+    assert (fp8.tp, fp8.num_gpus, fp8.max_batched_tokens) == (4, 4, 16384)
+    assert row_scenario(fp8)["serving"]["max_batched_tokens"] == 16384
+
+
+def test_gpustack_qwen3_14b_row_runs_through_the_sglang_preset() -> None:
+    row = next(r for r in _rows("gpustack-performance-lab")
+               if r.engine == "sglang" and r.input_len == 1996)
+    scored = score_serving([row], use_store=False, max_prompts=20)
+    result = scored["rows"][0]
+    assert result["fits"] is True
+    assert set(result["error"]) == {"ttft_ms", "tpot_ms", "itl_ms", "output_tok_s"}
