@@ -28,6 +28,7 @@ from analytical.model_spec import ModelSpec
 from analytical.ops import CollectiveKind
 from analytical.parallel import Recompute
 from simulate.efficiency import fp8_cast_nodes, grad_reduce_dtype
+from simulate.moe_kernels import expert_elementwise_nodes
 from simulate.torch_kernels import unpad_nodes
 
 __all__ = ["Block", "Node", "TrainStep", "embedding_block", "head_block", "layer_block"]
@@ -87,7 +88,8 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
     bwd = list(backward_nodes(fwd, frozen_base=step.lora is not None))
     cast_f, cast_b = fp8_cast_nodes(fwd, step.framework, step.fp8_recipe)
     pad_f, pad_b = unpad_nodes(fwd, step.framework, step.attention)
-    fwd, bwd = [*fwd, *cast_f, *pad_f], [*bwd, *cast_b, *pad_b]
+    moe_f, moe_b = expert_elementwise_nodes(fwd, model, step.framework, step.precision.act)
+    fwd, bwd = [*fwd, *cast_f, *pad_f, *moe_f], [*bwd, *cast_b, *pad_b, *moe_b]
     if sh.fsdp_group > 1 and layer_params_per_rank > 0:
         size = layer_params_per_rank * step.precision.act.bytes
         ag = coll("fsdp_all_gather", CollectiveKind.ALL_GATHER, size, sh.fsdp_group,
