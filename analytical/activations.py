@@ -152,6 +152,10 @@ def _moe_stored(model: ModelSpec, parallel: ParallelConfig, e: float) -> float:
     stored = ROUTER_PROB_BYTES * model.num_experts * rep
     stored += routed  # dispatched expert inputs
     stored += k * _mlp_stored(model.moe_ffn_hidden / tp, model.gated_mlp, e)
+    if model.glu_clamp:  # the clamped copy of the gate/up output the activation saves, besides
+        # the unclamped one the clamps' backward needs (Megatron-Core
+        # weighted_bias_quick_geglu_impl: clamp both halves, torch.cat, fused activation)
+        stored += k * 2 * model.moe_ffn_hidden / tp * e
     stored += routed  # expert outputs for the combine backward
     if model.shared_ffn_hidden:
         stored += _mlp_stored(model.shared_ffn_hidden / tp, model.gated_mlp, e)

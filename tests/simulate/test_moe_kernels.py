@@ -49,3 +49,18 @@ def test_only_megatron_and_only_biased_or_clamped_experts():
     assert not any("down_bias" in n or "act_clamp" in n for n in plain)
     no_clamp = _nodes(replace(gpt_oss, glu_clamp=0.0))
     assert "experts.down_bias" in no_clamp and "experts.act_clamp" not in no_clamp
+
+
+def test_clamped_experts_keep_the_clamped_copy_for_backward():
+    from analytical.activations import activation_bytes_per_layer
+    from analytical.parallel import ParallelConfig
+
+    gpt_oss = load_model("gpt-oss-120b")
+    par = ParallelConfig(tp=1, pp=1, dp=8, ep=8, etp=1)
+
+    def stored(model) -> float:
+        return activation_bytes_per_layer(model, par, micro_batch=1, seq_len=4096, moe_layer=True)
+
+    extra = stored(gpt_oss) - stored(replace(gpt_oss, glu_clamp=0.0))
+    # top_k copies of a [tokens, 2 x moe_ffn] bf16 tensor
+    assert extra == pytest.approx(4096 * gpt_oss.top_k * 2 * gpt_oss.moe_ffn_hidden * 2.0)
