@@ -13,7 +13,11 @@ pass over the tensor named (`_pass`):
   by its tokens' routing probabilities, in a Python loop over ``torch.split`` of the FC2 output:
   ``torch.cat([t + b * p ...])``. Forward: ``b * p`` writes a [tokens_e, hidden] tensor, the add
   reads it and ``t`` and writes the sum, ``cat`` copies all of them: 12 bytes per element of
-  the [routed tokens, hidden] output, 3 passes. Backward: the product's two gradients (``g * p``
+  the [routed tokens, hidden] output, 3 passes, with bf16 routing probabilities (the
+  all-to-all dispatcher's, router in the model dtype); the flex dispatcher (DeepEP / HybridEP)
+  requires fp32 probabilities (token_dispatcher.py), which make the sum and the copy fp32 and
+  add a cast back, 28 bytes: the lower count is taken, since a run's dispatcher is not in the
+  scenario. Backward: the product's two gradients (``g * p``
   and ``g * b``, each written and then summed) and the split's backward (``cat`` of the
   per-expert gradients): 16 bytes, 4 passes. (FC1's bias rides the GEMM epilogue in Transformer
   Engine's ``GroupedLinear``: free.)
