@@ -6,7 +6,7 @@ The graph prices a routed expert block as GEMM, one fused activation pass, GEMM.
 (megatron/core/transformer/moe/experts.py and fusions/fused_bias_geglu.py, NVIDIA/Megatron-LM
 a329dd6d "Enable bias in expert mlp [gpt-oss 5/5]", 2025-09, unchanged for the eager path
 through d98e8a64, 2026-08) adds, counted from that code in units of one bf16 read-and-write
-pass over the tensor named (`_pass`):
+pass over the tensor named (`torch_kernels.copy_pass`):
 
 - the FC2 expert bias (``add_bias_linear``; the graph's `ModelSpec.mlp_bias`): FC2 is built with
   ``skip_bias_add=True`` and ``TEGroupedMLP._apply_bias`` adds each local expert's bias, weighted
@@ -40,7 +40,8 @@ from analytical.dtypes import DType
 from analytical.layer_spec import Node
 from analytical.memory import Framework
 from analytical.model_spec import ModelSpec
-from analytical.ops import GemmSpec, MemoryBoundSpec, MemoryOpKind
+from analytical.ops import GemmSpec
+from simulate.torch_kernels import copy_pass
 
 __all__ = ["BIAS_PASSES", "CLAMP_PASSES", "expert_elementwise_nodes"]
 
@@ -48,11 +49,6 @@ MEGATRON_MOE_FRAMEWORKS = frozenset({Framework.MEGATRON, Framework.NEMO})
 
 BIAS_PASSES = (3.0, 4.0)  # (forward, backward) passes over [routed tokens, hidden]
 CLAMP_PASSES = (2.0, 2.5)  # (forward, backward) passes over [routed tokens, 2 x ffn]
-
-
-def _pass(name: str, rows: int, cols: int, dtype: DType, count: float) -> Node:
-    return Node(name=name, op=MemoryBoundSpec(kind=MemoryOpKind.COPY, rows=rows, cols=cols,
-                                              dtype=dtype), count=count)
 
 
 def _expert_gemm(fwd: Sequence[Node], name: str) -> GemmSpec | None:
@@ -74,10 +70,10 @@ def expert_elementwise_nodes(fwd: Sequence[Node], model: ModelSpec, framework: s
     out_b: list[Node] = []
     if down is not None and model.mlp_bias:
         rows = down.m * down.batch
-        out_f.append(_pass("experts.down_bias", rows, down.n, dtype, BIAS_PASSES[0]))
-        out_b.append(_pass("experts.down_bias.bwd", rows, down.n, dtype, BIAS_PASSES[1]))
+        out_f.append(copy_pass("experts.down_bias", rows, down.n, BIAS_PASSES[0], dtype))
+        out_b.append(copy_pass("experts.down_bias.bwd", rows, down.n, BIAS_PASSES[1], dtype))
     if up is not None and model.glu_clamp > 0:
         rows = up.m * up.batch
-        out_f.append(_pass("experts.act_clamp", rows, up.n, dtype, CLAMP_PASSES[0]))
-        out_b.append(_pass("experts.act_clamp.bwd", rows, up.n, dtype, CLAMP_PASSES[1]))
+        out_f.append(copy_pass("experts.act_clamp", rows, up.n, CLAMP_PASSES[0], dtype))
+        out_b.append(copy_pass("experts.act_clamp.bwd", rows, up.n, CLAMP_PASSES[1], dtype))
     return out_f, out_b

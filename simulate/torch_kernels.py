@@ -57,7 +57,7 @@ from analytical.layer_spec import Node, Param
 from analytical.memory import Framework
 from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind
 
-__all__ = ["Fp8Recipe", "eager_traffic", "rowwise_backward", "rowwise_nodes", "unpad_nodes"]
+__all__ = ["Fp8Recipe", "copy_pass", "eager_traffic", "rowwise_backward", "rowwise_nodes", "unpad_nodes"]
 
 PYTORCH_NATIVE = frozenset({Framework.TORCHTITAN, Framework.COMPOSER, Framework.DEEPSPEED})
 
@@ -83,11 +83,12 @@ def eager_traffic(framework: str, compiled: bool, kind: MemoryOpKind, *, backwar
     return EAGER_TRAFFIC.get(kind, (1.0, 1.0))[int(backward)]
 
 
-def _pass(name: str, rows: int, cols: int, count: float = 1.0) -> Node:
-    """A bf16 [rows, cols] read-and-write pass (a cast to fp8 with its amax, a rescale, a
-    gather), ``count`` times."""
+def copy_pass(name: str, rows: int, cols: int, count: float = 1.0,
+              dtype: DType = DType.BF16) -> Node:
+    """A [rows, cols] read-and-write pass in ``dtype`` (a cast to fp8 with its amax, a rescale,
+    a gather, an eager element-wise expression), ``count`` times."""
     return Node(name=name, op=MemoryBoundSpec(kind=MemoryOpKind.COPY, rows=rows, cols=cols,
-                                              dtype=DType.BF16), count=count)
+                                              dtype=dtype), count=count)
 
 
 UNPAD_FRAMEWORKS = frozenset({Framework.COMPOSER})  # llm-foundry's flash_attn_fn
@@ -105,10 +106,10 @@ def unpad_nodes(fwd: Sequence[Node], framework: str, attention: str
         op = n.op
         if isinstance(op, AttentionSpec):
             t, q, kv = op.batch * op.q_len, op.heads * op.head_dim, op.kv_heads * op.head_dim
-            out_f += [_pass("unpad_q", t, q), _pass("unpad_kv", t, kv, 2.0),
-                      _pass("pad_out", t, q, 1.5)]
-            out_b += [_pass("unpad_q.bwd", t, q, 1.5), _pass("unpad_kv.bwd", t, kv, 3.0),
-                      _pass("pad_out.bwd", t, q)]
+            out_f += [copy_pass("unpad_q", t, q), copy_pass("unpad_kv", t, kv, 2.0),
+                      copy_pass("pad_out", t, q, 1.5)]
+            out_b += [copy_pass("unpad_q.bwd", t, q, 1.5), copy_pass("unpad_kv.bwd", t, kv, 3.0),
+                      copy_pass("pad_out.bwd", t, q)]
     return out_f, out_b
 
 
@@ -117,11 +118,11 @@ def rowwise_nodes(gemm_name: str, op: GemmSpec) -> list[Node]:
     the input, weight and output gradient cast along their second axis, and the rescale of the
     input-gradient and weight-gradient outputs (module docstring)."""
     rows = op.m * op.batch
-    return [_pass(f"{gemm_name}.fp8_rowwise_cast_input_t", rows, op.k),
-            _pass(f"{gemm_name}.fp8_rowwise_cast_weight_t", op.k, op.n),
-            _pass(f"{gemm_name}.fp8_rowwise_cast_grad_t", rows, op.n),
-            _pass(f"{gemm_name}.fp8_rowwise_rescale_dgrad", rows, op.k),
-            _pass(f"{gemm_name}.fp8_rowwise_rescale_wgrad", op.k, op.n)]
+    return [copy_pass(f"{gemm_name}.fp8_rowwise_cast_input_t", rows, op.k),
+            copy_pass(f"{gemm_name}.fp8_rowwise_cast_weight_t", op.k, op.n),
+            copy_pass(f"{gemm_name}.fp8_rowwise_cast_grad_t", rows, op.n),
+            copy_pass(f"{gemm_name}.fp8_rowwise_rescale_dgrad", rows, op.k),
+            copy_pass(f"{gemm_name}.fp8_rowwise_rescale_wgrad", op.k, op.n)]
 
 
 def rowwise_backward(fwd: Sequence[Node]) -> list[Node]:
