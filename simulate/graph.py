@@ -26,7 +26,7 @@ from analytical.layers import coll, layer_ops
 from analytical.memory import Framework
 from analytical.model_spec import ModelSpec
 from analytical.ops import CollectiveKind
-from analytical.parallel import Recompute
+from analytical.parallel import Recompute, RecomputeModule
 from simulate.efficiency import fp8_cast_nodes, grad_reduce_dtype
 from simulate.moe_kernels import expert_elementwise_nodes
 from simulate.torch_kernels import unpad_nodes
@@ -52,6 +52,7 @@ class TrainStep:
     seq_len: int
     precision: Precision = Precision()
     recompute: Recompute = Recompute.NONE
+    recompute_modules: tuple[RecomputeModule, ...] = ()  # Megatron-Core selective modules
     attention: str = "flash"  # a `scenario.ATTENTION_KERNELS` name
     lora: LoraSpec | None = None  # frozen base weights, trainable adapters
     framework: Framework = Framework.MEGATRON  # kernels and recompute policy it runs
@@ -100,7 +101,8 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
         fwd = [ag, *fwd]
         bwd = [ag, *bwd, rs]
     per_op = step.framework == Framework.TORCHTITAN
-    bwd = [*recompute_nodes(fwd, step.recompute, per_op=per_op), *bwd]
+    bwd = [*recompute_nodes(fwd, step.recompute, per_op=per_op, modules=step.recompute_modules),
+           *bwd]
     name = ("moe_layer" if moe else "dense_layer") + (
         "" if attention is AttentionKind.FULL else f".{attention.value}")
     return Block(name=f"{name}+lora" if step.lora else name, fwd=tuple(fwd), bwd=tuple(bwd))

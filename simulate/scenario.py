@@ -21,8 +21,15 @@ from analytical.errors import SpecError
 from analytical.inputs import check_path, check_work, parse_json, parse_yaml, read_text, show_path
 from analytical.memory import Framework
 from analytical.offload import Offload
-from analytical.parallel import ParallelConfig, PipelineSplit, Recompute, Schedule
-from simulate.fields import check_keys, choice_field, float_field, int_field, optional_float
+from analytical.parallel import ParallelConfig, PipelineSplit, Recompute, RecomputeModule, Schedule
+from simulate.fields import (
+    check_keys,
+    choice_field,
+    choice_value,
+    float_field,
+    int_field,
+    optional_float,
+)
 from simulate.inference.setup import (
     ColocatedTenant,
     InferenceSetup,
@@ -35,6 +42,7 @@ TOP_KEYS = {"name", "description", "model", "hardware", "training", "inference",
             "colocate"}
 HARDWARE_KEYS = {"gpu", "num_gpus", "gpus_per_node"}
 TRAINING_KEYS = {"parallel", "global_batch", "micro_batch", "seq_len", "precision", "recompute",
+                 "recompute_modules",
                  "schedule", "overlap", "dp_bucket_mb", "optimizer", "attention", "lora",
                  "framework", "offload", "compile", "fp8_recipe"}
 PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "fsdp",
@@ -93,6 +101,8 @@ class TrainingSpec:
     seq_len: int  # tokens per sequence
     precision: DType = DType.BF16
     recompute: Recompute = Recompute.NONE
+    # Megatron-Core's selective modules (`RecomputeModule`); empty: the attention core
+    recompute_modules: tuple[RecomputeModule, ...] = ()
     schedule: Schedule = Schedule.ONE_F_ONE_B
     overlap: OverlapSpec = OverlapSpec()
     dp_bucket_mb: float = 40.0  # gradient bucket, MB (PyTorch DDP: 25 MB; Megatron: 40M elements)
@@ -211,6 +221,7 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
         seq_len=_int(block, "seq_len", path, source),
         precision=precision,
         recompute=_choice(block, "recompute", path, source, Recompute, "none"),
+        recompute_modules=_recompute_modules(block, path, source),
         schedule=_choice(block, "schedule", path, source, Schedule, "1f1b"),
         overlap=_overlap(block.get("overlap"), source),
         dp_bucket_mb=float(bucket),
@@ -224,6 +235,23 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
     check_work(f"{path}.global_batch", spec.num_microbatches, MAX_MICROBATCHES,
                "micro-batches per iteration", "raise micro_batch or dp, or lower global_batch")
     return spec
+
+
+def _recompute_modules(block: Mapping[str, Any], path: str, source: str | None
+                       ) -> tuple[RecomputeModule, ...]:
+    """``recompute_modules``: a list (or comma-separated string) of Megatron-Core module
+    names, only with ``recompute: selective`` (Megatron's ``--recompute-modules``)."""
+    raw = block.get("recompute_modules") or ()
+    names = raw.split(",") if isinstance(raw, str) else raw
+    if not isinstance(names, (list, tuple)):
+        raise SpecError(f"{path}.recompute_modules", f"expected a list of names, got {raw!r}",
+                        source=source)
+    mods = tuple(choice_value(str(n).strip(), f"{path}.recompute_modules", RecomputeModule,
+                              source=source) for n in names)
+    if mods and block.get("recompute") != Recompute.SELECTIVE:
+        raise SpecError(f"{path}.recompute_modules", "needs recompute: selective, got "
+                        f"{block.get('recompute', 'none')!r}", source=source)
+    return mods
 
 
 def _offload(block: Any, source: str | None) -> Offload:

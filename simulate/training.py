@@ -84,8 +84,8 @@ def memory_before_offload(model, t: TrainingSpec) -> TrainingMemory:
     """`spec_memory` with every state on the GPU (the search reuses it for each offload
     setting of a layout)."""
     return training_memory(model, t.parallel, micro_batch=t.micro_batch, seq_len=t.seq_len,
-                           recompute=t.recompute, schedule=t.schedule,
-                           num_microbatches=t.num_microbatches,
+                           recompute=t.recompute, recompute_modules=t.recompute_modules,
+                           schedule=t.schedule, num_microbatches=t.num_microbatches,
                            dropout=model.norm == "layernorm",
                            flash_attention=t.fused_attention,
                            framework=t.framework, fp8=t.precision == DType.FP8,
@@ -118,8 +118,8 @@ def _train_step(t: TrainingSpec, gpn: int) -> TrainStep:
     lora = LoraSpec(rank=t.lora_rank, targets=t.lora_targets) if t.lora_rank else None
     return TrainStep(sharding=sh, micro_batch=t.micro_batch, seq_len=t.seq_len,
                      precision=precision, recompute=t.recompute,
-                     attention=t.attention, lora=lora, framework=t.framework,
-                     compiled=t.compile, fp8_recipe=t.fp8_recipe)
+                     recompute_modules=t.recompute_modules, attention=t.attention, lora=lora,
+                     framework=t.framework, compiled=t.compile, fp8_recipe=t.fp8_recipe)
 
 
 def act_dtype(t: TrainingSpec) -> DType:
