@@ -19,7 +19,7 @@ from typing import Any
 from analytical.dtypes import DType, parse_dtype
 from analytical.errors import SpecError
 from analytical.inputs import check_path, check_work, parse_json, parse_yaml, read_text, show_path
-from analytical.memory import Framework
+from analytical.memory import Framework, framework_grad_bytes
 from analytical.offload import Offload
 from analytical.parallel import ParallelConfig, PipelineSplit, Recompute, RecomputeModule, Schedule
 from simulate.fields import (
@@ -42,7 +42,7 @@ TOP_KEYS = {"name", "description", "model", "hardware", "training", "inference",
             "colocate"}
 HARDWARE_KEYS = {"gpu", "num_gpus", "gpus_per_node"}
 TRAINING_KEYS = {"parallel", "global_batch", "micro_batch", "seq_len", "precision", "recompute",
-                 "recompute_modules",
+                 "recompute_modules", "grad_reduce_dtype",
                  "schedule", "overlap", "dp_bucket_mb", "optimizer", "attention", "lora",
                  "framework", "offload", "compile", "fp8_recipe"}
 PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "fsdp",
@@ -114,10 +114,20 @@ class TrainingSpec:
     offload: Offload = Offload()  # states kept in host memory (analytical.offload)
     compile: bool = True  # torch.compile'd model; false: eager kernels (`torch_kernels`)
     fp8_recipe: Fp8Recipe = Fp8Recipe.TENSORWISE  # fp8 scaling (`torch_kernels`)
+    # gradient buffer and DP reduction dtype (Megatron DDP grad_reduce_in_fp32); None: the
+    # framework's (`analytical.memory.framework_grad_bytes`, `efficiency.grad_reduce_dtype`)
+    grad_reduce_dtype: DType | None = None
 
     @property
     def num_microbatches(self) -> int:
         return self.global_batch // (self.micro_batch * self.parallel.dp)
+
+    @property
+    def grad_buffer_bytes(self) -> float:
+        """Bytes per gradient in the (pre-ZeRO) gradient buffer."""
+        if self.grad_reduce_dtype is not None:
+            return float(self.grad_reduce_dtype.bytes)
+        return framework_grad_bytes(self.framework)
 
     @property
     def fused_attention(self) -> bool:
@@ -231,10 +241,22 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
         offload=_offload(block.get("offload"), source),
         compile=_bool(block, "compile", path, source, True),
         fp8_recipe=_choice(block, "fp8_recipe", path, source, Fp8Recipe, "tensorwise"),
+        grad_reduce_dtype=_grad_dtype(block, path, source),
     )
     check_work(f"{path}.global_batch", spec.num_microbatches, MAX_MICROBATCHES,
                "micro-batches per iteration", "raise micro_batch or dp, or lower global_batch")
     return spec
+
+
+def _grad_dtype(block: Mapping[str, Any], path: str, source: str | None) -> DType | None:
+    if block.get("grad_reduce_dtype") is None:
+        return None
+    dtype = parse_dtype(block["grad_reduce_dtype"], field=f"{path}.grad_reduce_dtype",
+                        source=source)
+    if dtype not in (DType.FP32, DType.BF16, DType.FP16):
+        raise SpecError(f"{path}.grad_reduce_dtype", f"{dtype} is not a gradient dtype; use "
+                        "fp32, bf16 or fp16", source=source)
+    return dtype
 
 
 def _recompute_modules(block: Mapping[str, Any], path: str, source: str | None

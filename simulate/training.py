@@ -16,7 +16,7 @@ from analytical.attention_span import AttentionKind
 from analytical.dtypes import DType
 from analytical.hardware import GIB, HardwareSpec, get_hardware
 from analytical.layer_spec import CpAlgorithm, LoraSpec, Precision, Sharding, Stream, ranks_per_node
-from analytical.memory import TrainingMemory, framework_grad_bytes, training_memory
+from analytical.memory import TrainingMemory, training_memory
 from analytical.model import load_model
 from analytical.ops import CollectiveKind, CollectiveSpec, MemoryBoundSpec, MemoryOpKind
 from analytical.parallel import ParallelConfig
@@ -89,7 +89,7 @@ def memory_before_offload(model, t: TrainingSpec) -> TrainingMemory:
                            dropout=model.norm == "layernorm",
                            flash_attention=t.fused_attention,
                            framework=t.framework, fp8=t.precision == DType.FP8,
-                           grad_dtype_bytes=framework_grad_bytes(t.framework),
+                           grad_dtype_bytes=t.grad_buffer_bytes,
                            lora_params=(lora_trainable_params(model, t.lora_rank, t.lora_targets)
                                         if t.lora_rank else None))
 
@@ -129,7 +129,7 @@ def act_dtype(t: TrainingSpec) -> DType:
 
 def grad_bytes(t: TrainingSpec) -> float:
     """Bytes per gradient in the data-parallel reduction (`efficiency.grad_reduce_dtype`)."""
-    return float(grad_reduce_dtype(t.framework, act_dtype(t)).bytes)
+    return float((t.grad_reduce_dtype or grad_reduce_dtype(t.framework, act_dtype(t))).bytes)
 
 
 def _collective(kind: CollectiveKind, size: float, group: int, rpn: int) -> CollectiveSpec:

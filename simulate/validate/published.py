@@ -134,6 +134,8 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
     training["overlap"] = {"tp_comm": _bool(row, "tp_comm_overlap")}
     training["compile"] = _bool(row, "compile")
     training["fp8_recipe"] = _get(row, "fp8_recipe") or DEFAULTS["fp8_recipe"]
+    if _get(row, "grad_reduce_dtype"):  # the recipe's DDP grad_reduce_in_fp32
+        training["grad_reduce_dtype"] = _get(row, "grad_reduce_dtype")
     if _get(row, "recompute_modules"):  # Megatron-Core's selective modules, "+"-separated
         training["recompute_modules"] = _get(row, "recompute_modules").split("+")
     return {"name": name, "model": _get(row, "model"), "hardware": hardware, "training": training}

@@ -72,3 +72,11 @@ def test_recompute_modules_need_selective_and_known_names():
         parse_training({**block, "recompute_modules": ["layernorm"]})
     with pytest.raises(SpecError, match="recompute_modules"):
         parse_training({**block, "recompute": "selective", "recompute_modules": ["attn"]})
+
+
+def test_stated_grad_reduce_dtype_overrides_the_frameworks_gradient_buffer():
+    block = {"parallel": {"dp": 8}, "global_batch": 8, "seq_len": 4096, "framework": "nemo"}
+    assert parse_training(block).grad_buffer_bytes == 4.0  # Megatron/NeMo: fp32 main grads
+    assert parse_training({**block, "grad_reduce_dtype": "bf16"}).grad_buffer_bytes == 2.0
+    with pytest.raises(SpecError, match="grad_reduce_dtype"):
+        parse_training({**block, "grad_reduce_dtype": "fp8"})
