@@ -47,7 +47,7 @@ TRAINING_KEYS = {"parallel", "global_batch", "micro_batch", "seq_len", "precisio
                  "framework", "offload", "compile", "fp8_recipe"}
 PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "fsdp",
                  "cp_algorithm", "pipeline_split"}
-OVERLAP_KEYS = {"tp_comm", "dp_grad", "param_gather", "compute_slowdown", "comm_sms"}
+OVERLAP_KEYS = {"tp_comm", "dp_grad", "param_gather", "compute_slowdown", "comm_sms", "moe_a2a"}
 OFFLOAD_KEYS = {"weights", "activations", "optimizer"}  # analytical.offload.Offload
 TRAIN_PRECISIONS = (DType.BF16, DType.FP16, DType.FP8)
 CP_ALGORITHMS = ("ring", "all_gather")
@@ -87,6 +87,7 @@ class OverlapSpec:
     tp_comm: bool = False  # TP/SP collectives overlapped with GEMMs (TE userbuffers style)
     dp_grad: bool = True  # bucketed gradient reduction overlapped with the last backward
     param_gather: bool = True  # ZeRO param all-gather overlapped with the next forward
+    moe_a2a: bool = False  # EP all-to-all behind the paired micro-batch (`moe_overlap`)
     compute_slowdown: float | None = None
     comm_sms: int = 16  # CTAs (one per SM) NCCL channels use while overlapping
 
@@ -197,6 +198,7 @@ def _overlap(block: Any, source: str | None) -> OverlapSpec:
     return OverlapSpec(tp_comm=_bool(block, "tp_comm", path, source, False),
                        dp_grad=_bool(block, "dp_grad", path, source, True),
                        param_gather=_bool(block, "param_gather", path, source, True),
+                       moe_a2a=_bool(block, "moe_a2a", path, source, False),
                        compute_slowdown=slowdown,
                        comm_sms=_int(block, "comm_sms", path, source, 16, minimum=0))
 

@@ -29,6 +29,7 @@ from simulate.graph import Block, TrainStep, embedding_block, head_block, layer_
 from simulate.layout import validate_layout
 from simulate.lora import lora_trainable_params
 from simulate.moe_host import host_bound_costs
+from simulate.moe_overlap import a2a_overlap_costs
 from simulate.offload import offload_costs, offload_memory
 from simulate.overlap import default_compute_slowdown, share_link
 from simulate.scenario import Scenario, TrainingSpec
@@ -167,14 +168,12 @@ def run_training(scenario: Scenario, *, chain: EngineChain | None = None,
 
 def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chain: EngineChain,
               base: dict[str, Any], record: bool) -> TrainingResult:
-    par, m = t.parallel, t.num_microbatches
-    gpn = _gpn(scenario, hw)
+    par, m, gpn = t.parallel, t.num_microbatches, _gpn(scenario, hw)
     slowdown = t.overlap.compute_slowdown or default_compute_slowdown(hw, t.overlap.comm_sms)
     step = _train_step(t, gpn)
     blocks = _blocks(model, par, step)
     ops = [n.op for b in blocks.values() for n in (*b.fwd, *b.bwd)]
-    act_bytes = step.tokens * model.hidden * step.precision.act.bytes
-    act_bytes /= par.tp if par.sp else 1
+    act_bytes = step.tokens * model.hidden * step.precision.act.bytes / (par.tp if par.sp else 1)
     pp_stride = par.tp * par.cp * par.dp
     p2p = _collective(CollectiveKind.SEND_RECV, act_bytes, 2, 2 if pp_stride * 2 <= gpn else 1)
     ops.append(p2p)
@@ -186,6 +185,7 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
     costs: dict[Any, BlockCost] = {k: block_cost(b, est, tp_overlap=t.overlap.tp_comm,
                                                  slowdown=slowdown, rs_splits=splits)
                                    for k, b in blocks.items()}
+    costs = a2a_overlap_costs(costs, blocks, est, t, slowdown)
     costs = offload_costs(host_bound_costs(costs, blocks, t.framework), model, t, hw)
     p2p_s = est[p2p.key].latency_s if par.pp > 1 else 0.0
 
