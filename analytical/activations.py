@@ -22,9 +22,11 @@ and the whole-stage total live in `analytical.memory`.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from analytical.errors import SpecError
 from analytical.model_spec import ModelSpec
-from analytical.parallel import ParallelConfig, Recompute
+from analytical.parallel import ParallelConfig, Recompute, RecomputeModule
 
 DROPOUT_MASK_BYTES = 1.0  # Korthikanti et al. 2022 section 4.1: masks stored as bytes
 ROUTER_PROB_BYTES = 4.0  # fp32 router logits/probabilities saved for the softmax backward
@@ -152,6 +154,10 @@ def _moe_stored(model: ModelSpec, parallel: ParallelConfig, e: float) -> float:
     stored = ROUTER_PROB_BYTES * model.num_experts * rep
     stored += routed  # dispatched expert inputs
     stored += k * _mlp_stored(model.moe_ffn_hidden / tp, model.gated_mlp, e)
+    if model.glu_clamp:  # the clamped copy of the gate/up output the activation saves, besides
+        # the unclamped one the clamps' backward needs (Megatron-Core
+        # weighted_bias_quick_geglu_impl: clamp both halves, torch.cat, fused activation)
+        stored += k * 2 * model.moe_ffn_hidden / tp * e
     stored += routed  # expert outputs for the combine backward
     if model.shared_ffn_hidden:
         stored += _mlp_stored(model.shared_ffn_hidden / tp, model.gated_mlp, e)
@@ -212,3 +218,49 @@ def fp8_saved_input_savings(model: ModelSpec, parallel: ParallelConfig, *, micro
                                 + model.moe_ffn_hidden / tp)
     tokens = micro_batch * seq_len / parallel.cp
     return (activation_dtype_bytes - 1.0) * saved * tokens
+
+
+def recompute_modules_freed(model: ModelSpec, parallel: ParallelConfig,
+                            modules: Collection[RecomputeModule], *, micro_batch: int,
+                            seq_len: int, moe_layer: bool, fp8: bool = False,
+                            activation_dtype_bytes: float = 2.0) -> float:
+    """Bytes per layer that Megatron-Core's selective recompute of ``modules`` frees against
+    `activation_bytes_per_layer` (less `fp8_saved_input_savings` under ``fp8``).
+
+    Megatron-Core (transformer_layer.py, moe/experts.py, multi_latent_attention.py;
+    transformer_config.py ``recompute_modules``): ``layernorm`` discards the output of each norm
+    that is its own module, the MLA input norm and an MoE layer's pre-MLP norm (the other norms
+    are fused into TE's LayerNormLinear, ``IdentityOp`` in gpt_layer_specs.py, and are not
+    recomputed); ``moe_act`` discards the expert activation's output and what the activation
+    saves inside (the clamped copy); ``mla_up_proj`` the Q/K/V up-projections with RoPE;
+    ``mlp`` / ``moe`` / ``shared_experts`` checkpoint the dense MLP / MoE layer / shared experts
+    whole, keeping only their input. Under fp8 the layers save the original input of a
+    discarded linear input (``set_save_original_input``), so the freed bytes are those stored.
+    ``core_attn`` frees the unfused s x s core (`activation_bytes_per_layer` SELECTIVE), nothing
+    more with fused attention.
+    """
+    e, h, tp = float(activation_dtype_bytes), model.hidden, parallel.tp
+    lin = 1.0 if fp8 else e  # bytes per element of a saved linear input
+    rep = 1.0 / tp if parallel.sp else 1.0
+    mods = set(modules)
+    freed = 0.0
+    if RecomputeModule.LAYERNORM in mods:
+        freed += lin * h * rep if model.is_mla else 0.0
+        freed += e * h * rep if moe_layer else 0.0  # router / dispatcher input stays bf16
+    if moe_layer:
+        w, k = model.moe_ffn_hidden / tp, model.top_k
+        if RecomputeModule.MOE in mods:
+            freed += _moe_stored(model, parallel, e)
+            freed -= (e - lin) * k * (h * _routed_share(parallel) + w)
+        else:
+            if RecomputeModule.MOE_ACT in mods:
+                freed += k * w * lin + (k * 2 * w * e if model.glu_clamp else 0.0)
+            if RecomputeModule.SHARED_EXPERTS in mods and model.shared_ffn_hidden:
+                freed += _mlp_stored(model.shared_ffn_hidden / tp, model.gated_mlp, e)
+    elif RecomputeModule.MLP in mods:
+        w = model.ffn_hidden / tp
+        freed += lin * h * rep + _mlp_stored(w, model.gated_mlp, e) - (e - lin) * w
+    if RecomputeModule.MLA_UP_PROJ in mods and model.is_mla:
+        q, k_, v, _out = _attention_widths(model, tp)
+        freed += e * (q + k_ + v)
+    return freed * micro_batch * seq_len / parallel.cp

@@ -66,6 +66,15 @@ class HfConfig:
             raise self.error(key, f"expected true or false, got {value!r}")
         return value
 
+    def number(self, key: str, default: float) -> float:
+        """A real-valued key (an int is accepted); JSON null counts as absent."""
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.error(key, f"expected a number, got {value!r}")
+        return float(value)
+
     def text(self, key: str, default: str | _Missing = MISSING) -> str:
         value = self.data.get(key)
         if value is None:

@@ -13,7 +13,7 @@ ring also returns dK/dV (twice the bytes); the CP all-gather adds a reduce-scatt
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 from analytical.layer_spec import Node, Param, Stream
@@ -26,7 +26,7 @@ from analytical.ops import (
     MoEOpKind,
     MoESpec,
 )
-from analytical.parallel import Recompute
+from analytical.parallel import Recompute, RecomputeModule
 
 _SWAP = {MoEOpKind.DISPATCH: MoEOpKind.COMBINE, MoEOpKind.COMBINE: MoEOpKind.DISPATCH}
 
@@ -79,12 +79,15 @@ def backward_nodes(fwd: Sequence[Node], *, frozen_base: bool = False) -> tuple[N
     return tuple(b for n in reversed(fwd) for b in backward_node(n, frozen_base=frozen_base))
 
 
-def recompute_nodes(fwd: Sequence[Node], recompute: Recompute, *,
-                    per_op: bool = False) -> tuple[Node, ...]:
+def recompute_nodes(fwd: Sequence[Node], recompute: Recompute, *, per_op: bool = False,
+                    modules: Collection[RecomputeModule] = ()) -> tuple[Node, ...]:
     """Forward nodes repeated before backward: selective repeats the attention core
-    (Korthikanti et al. 2022, sec. 5), or with ``per_op`` torchtitan's policy
-    (`per_op_recompute`); full the whole layer, its communication included."""
-    if recompute == Recompute.SELECTIVE and per_op:
+    (Korthikanti et al. 2022, sec. 5), Megatron-Core's ``modules`` where given
+    (`module_recompute`), or with ``per_op`` torchtitan's policy (`per_op_recompute`); full the
+    whole layer, its communication included."""
+    if recompute == Recompute.SELECTIVE and modules:
+        chosen = module_recompute(fwd, modules)
+    elif recompute == Recompute.SELECTIVE and per_op:
         chosen = per_op_recompute(fwd)
     elif recompute == Recompute.SELECTIVE:
         chosen = [n for n in fwd if n.core and n.stream == Stream.COMPUTE]
@@ -113,3 +116,30 @@ def per_op_recompute(fwd: Sequence[Node]) -> list[Node]:
               and n.op.kind == CollectiveKind.ALL_GATHER):
             chosen.append(n)
     return chosen
+
+
+_MOE_NODES = ("router", "dispatch", "ep_all_to_all", "experts.", "combine", "shared_expert",
+              "mlp.tp_all_reduce")
+_MODULE_NODES = {  # node-name prefixes each Megatron-Core module's checkpoint re-runs
+    RecomputeModule.MOE_ACT: ("experts.act",),  # the activation, with its clamp passes
+    RecomputeModule.MLA_UP_PROJ: ("q_down_norm", "q_up", "kv_down_norm", "kv_up", "rotary"),
+    RecomputeModule.MOE: _MOE_NODES,
+    RecomputeModule.SHARED_EXPERTS: ("shared_expert",),
+}
+
+
+def module_recompute(fwd: Sequence[Node], modules: Collection[RecomputeModule]) -> list[Node]:
+    """The forward nodes Megatron-Core's selective ``recompute_modules`` re-run in backward
+    (`analytical.activations.recompute_modules_freed` says which and why): ``layernorm`` the
+    norms that are their own module (MLA's input norm, an MoE layer's pre-MLP norm), ``mlp``
+    a dense layer's whole MLP with its TP communication, ``core_attn`` the attention core."""
+    names = {n.name for n in fwd}
+    is_moe, is_mla = "router" in names, "kv_down" in names
+    prefixes: list[str] = [p for m in modules for p in _MODULE_NODES.get(RecomputeModule(m), ())]
+    if RecomputeModule.LAYERNORM in modules:
+        prefixes += (["attn_norm"] if is_mla else []) + (["mlp_norm"] if is_moe else [])
+    if RecomputeModule.MLP in modules and not is_moe:
+        prefixes += ["mlp_norm", "mlp."]
+    core = RecomputeModule.CORE_ATTN in modules
+    return [n for n in fwd if (core and n.core and n.stream == Stream.COMPUTE)
+            or n.name.startswith(tuple(prefixes))]

@@ -12,7 +12,7 @@ Layout conventions (which ranks hold which weights) are in `analytical/README.md
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from analytical.activations import (
@@ -20,6 +20,7 @@ from analytical.activations import (
     activation_bytes_per_layer,
     fp8_saved_input_savings,
     op_sac_bytes_per_layer,
+    recompute_modules_freed,
 )
 from analytical.errors import SpecError, UnknownNameError
 from analytical.inference_memory import (  # re-exported: inference callers import them here
@@ -28,7 +29,7 @@ from analytical.inference_memory import (  # re-exported: inference callers impo
     weight_bytes,
 )
 from analytical.model_spec import ModelSpec
-from analytical.parallel import ParallelConfig, PipelineSplit, Recompute, Schedule
+from analytical.parallel import ParallelConfig, PipelineSplit, Recompute, RecomputeModule, Schedule
 from analytical.stage import StageParams, stage_params
 
 __all__ = [
@@ -182,7 +183,8 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
                     optimizer: str = "adam", lora_params: int | None = None,
                     flash_attention: bool = True, dropout: bool = False,
                     framework: Framework = Framework.MEGATRON,
-                    fp8: bool = False) -> TrainingMemory:
+                    fp8: bool = False,
+                    recompute_modules: tuple[RecomputeModule, ...] = ()) -> TrainingMemory:
     """Training memory of the most loaded pipeline stage's GPU: the first, or under an
     ``embedding-loss`` pipeline split (one layer less on the first stage) the first or second.
 
@@ -192,7 +194,9 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
     share is taken in proportion to its share of the base weights. ``framework`` selects each
     framework's behaviour (torchtitan's per-op selective checkpointing and FSDP2 resharding, the
     loss working set); ``fp8`` with Megatron/NeMo saves linear inputs in fp8 (Transformer
-    Engine). Raises SpecError for a layout the model cannot take.
+    Engine); ``recompute_modules`` under selective recompute: Megatron-Core's modules
+    (`recompute_modules_freed`; empty: the attention core). Raises SpecError for a layout the
+    model cannot take.
     """
     _positive(micro_batch, "training.micro_batch")
     _positive(seq_len, "training.seq_len")
@@ -207,7 +211,7 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
                         f"must divide tp*cp*dp={parallel.tp * parallel.shard_group}")
     layer = _LayerActivations(model=model, parallel=parallel, micro_batch=micro_batch,
                               seq_len=seq_len, flash_attention=flash_attention, dropout=dropout,
-                              framework=framework, fp8=fp8)
+                              framework=framework, fp8=fp8, modules=recompute_modules)
     out = []
     for rank, stage in zip(ranks, stages, strict=True):
         weights, grads, opt = _model_states(model, parallel, stage, param_dtype_bytes,
@@ -284,9 +288,17 @@ class _LayerActivations:
     dropout: bool
     framework: Framework
     fp8: bool
+    modules: tuple[RecomputeModule, ...] = ()
 
     def stored(self, is_moe: bool, policy: Recompute) -> float:
         kw = dict(micro_batch=self.micro_batch, seq_len=self.seq_len)
+        if policy == Recompute.SELECTIVE and self.modules:
+            core = RecomputeModule.CORE_ATTN in self.modules
+            out = replace(self, modules=()).stored(
+                is_moe, Recompute.SELECTIVE if core else Recompute.NONE)
+            fp8 = self.fp8 and _saves_fp8_inputs(self.framework)
+            return out - recompute_modules_freed(self.model, self.parallel, self.modules,
+                                                 moe_layer=is_moe, fp8=fp8, **kw)
         if (self.framework == Framework.TORCHTITAN and policy == Recompute.SELECTIVE
                 and not is_moe):
             return op_sac_bytes_per_layer(self.model, self.parallel, **kw)

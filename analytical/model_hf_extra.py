@@ -108,7 +108,7 @@ def gpt_oss(c: HfConfig) -> dict[str, Any]:
 
     GptOssAttention: q/k/v/o biased (``attention_bias``, default true) and one learned sink
     logit per head; GptOssExperts: gate_up and down biased; GptOssTopKRouter: weight and bias.
-    The clamped SwiGLU (``swiglu_limit``) is element-wise, not modelled.
+    The clamped SwiGLU (``swiglu_limit``) is element-wise: ``glu_clamp``.
     """
     heads = c.int("num_attention_heads")
     bias = c.bool("attention_bias", True)
@@ -134,6 +134,7 @@ def gpt_oss(c: HfConfig) -> dict[str, Any]:
         "moe_ffn_hidden": width,
         "mlp_bias": True,
         "router_bias": True,
+        "glu_clamp": c.number("swiglu_limit", 0.0),
         **c.attention_layout(every_nth_full(2), window_default=128),
     }
 

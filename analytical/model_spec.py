@@ -69,6 +69,9 @@ class ModelSpec:
     """GPT-OSS: one learned sink logit per query head and layer, an extra softmax column."""
     post_norms: bool = False
     """Gemma 2/3: RMSNorms on the attention and MLP outputs too (4 norms per layer, not 2)."""
+    glu_clamp: float = 0.0
+    """GPT-OSS ``swiglu_limit``: the gated MLP clamps its gate half from above and its linear
+    half on both sides at this value before the activation; 0 = no clamp."""
     moe_layer_ids: tuple[int, ...] = ()
     """Indices of the MoE layers when they follow no DeepSeek rule (Qwen-MoE
     ``mlp_only_layers`` / ``decoder_sparse_step``, Llama 4 ``interleave_moe_layer_step``);
@@ -82,6 +85,8 @@ class ModelSpec:
                     "qk_rope_head_dim", "v_head_dim"):
             _check_int(self, key, minimum=0)
         _check_int(self, "moe_layer_freq", minimum=1)
+        if not self.glu_clamp >= 0.0:
+            raise SpecError("glu_clamp", f"must be >= 0, got {self.glu_clamp}")
         for key, allowed in (("family", FAMILIES), ("activation", ACTIVATIONS), ("norm", NORMS),
                              ("position", POSITIONS)):
             if getattr(self, key) not in allowed:

@@ -23,6 +23,20 @@ class Recompute(StrEnum):
     FULL = "full"  # keep only each layer's input, recompute the layer
 
 
+class RecomputeModule(StrEnum):
+    """Megatron-Core's selective-recompute submodules (``TransformerConfig.recompute_modules``,
+    megatron/core/transformer/transformer_config.py): with ``recompute_granularity: selective``
+    the listed ones, and only those, are recomputed (default ``core_attn`` alone)."""
+
+    CORE_ATTN = "core_attn"
+    MOE_ACT = "moe_act"
+    LAYERNORM = "layernorm"
+    MLA_UP_PROJ = "mla_up_proj"
+    MLP = "mlp"
+    MOE = "moe"
+    SHARED_EXPERTS = "shared_experts"
+
+
 class Schedule(StrEnum):
     ONE_F_ONE_B = "1f1b"
     INTERLEAVED = "interleaved"

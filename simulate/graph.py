@@ -26,8 +26,9 @@ from analytical.layers import coll, layer_ops
 from analytical.memory import Framework
 from analytical.model_spec import ModelSpec
 from analytical.ops import CollectiveKind
-from analytical.parallel import Recompute
+from analytical.parallel import Recompute, RecomputeModule
 from simulate.efficiency import fp8_cast_nodes, grad_reduce_dtype
+from simulate.moe_kernels import expert_elementwise_nodes
 from simulate.torch_kernels import fsdp_copy_nodes, loss_upcast_nodes, unpad_nodes
 
 __all__ = ["Block", "Node", "TrainStep", "embedding_block", "head_block", "layer_block"]
@@ -51,6 +52,7 @@ class TrainStep:
     seq_len: int
     precision: Precision = Precision()
     recompute: Recompute = Recompute.NONE
+    recompute_modules: tuple[RecomputeModule, ...] = ()  # Megatron-Core selective modules
     attention: str = "flash"  # a `scenario.ATTENTION_KERNELS` name
     lora: LoraSpec | None = None  # frozen base weights, trainable adapters
     framework: Framework = Framework.MEGATRON  # kernels and recompute policy it runs
@@ -87,7 +89,8 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
     bwd = list(backward_nodes(fwd, frozen_base=step.lora is not None))
     cast_f, cast_b = fp8_cast_nodes(fwd, step.framework, step.fp8_recipe)
     pad_f, pad_b = unpad_nodes(fwd, step.framework, step.attention)
-    fwd, bwd = [*fwd, *cast_f, *pad_f], [*bwd, *cast_b, *pad_b]
+    moe_f, moe_b = expert_elementwise_nodes(fwd, model, step.framework, step.precision.act)
+    fwd, bwd = [*fwd, *cast_f, *pad_f, *moe_f], [*bwd, *cast_b, *pad_b, *moe_b]
     if sh.fsdp_group > 1 and layer_params_per_rank > 0:
         size = layer_params_per_rank * step.precision.act.bytes
         ag = coll("fsdp_all_gather", CollectiveKind.ALL_GATHER, size, sh.fsdp_group,
@@ -98,7 +101,8 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
         fwd = [ag, *fwd]
         bwd = [ag, *bwd, rs]
     per_op = step.framework == Framework.TORCHTITAN
-    bwd = [*recompute_nodes(fwd, step.recompute, per_op=per_op), *bwd]
+    bwd = [*recompute_nodes(fwd, step.recompute, per_op=per_op, modules=step.recompute_modules),
+           *bwd]
     if sh.fsdp_group > 1 and layer_params_per_rank > 0:  # after recompute: not repeated
         copy_f, copy_b = fsdp_copy_nodes(step.framework, layer_params_per_rank, model.hidden)
         fwd, bwd = [*fwd, *copy_f], [*bwd, *copy_b]

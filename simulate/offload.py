@@ -11,7 +11,7 @@ from typing import Any
 
 from analytical.activations import activation_bytes_per_layer
 from analytical.hardware import HardwareSpec
-from analytical.memory import TrainingMemory, framework_grad_bytes, model_states_bytes
+from analytical.memory import TrainingMemory, model_states_bytes
 from analytical.offload import LayerBytes, exposed_s, offloaded_memory, transfer_bytes
 from analytical.parallel import Recompute
 from analytical.stage import stage_params
@@ -48,7 +48,7 @@ def _layer_bytes(model, t: TrainingSpec) -> tuple[LayerBytes, int]:
                          etp=par.etp, split=par.pipeline_split)
     w, g, o = model_states_bytes(stage.largest_layer, zero_stage=par.zero_stage,
                                  shard=par.shard_group,
-                                 grad_dtype_bytes=framework_grad_bytes(t.framework))
+                                 grad_dtype_bytes=t.grad_buffer_bytes)
     kw: dict[str, Any] = dict(micro_batch=t.micro_batch, seq_len=t.seq_len,
                               flash_attention=t.fused_attention,
                               dropout=model.norm == "layernorm")

@@ -19,10 +19,17 @@ from typing import Any
 from analytical.dtypes import DType, parse_dtype
 from analytical.errors import SpecError
 from analytical.inputs import check_path, check_work, parse_json, parse_yaml, read_text, show_path
-from analytical.memory import Framework
+from analytical.memory import Framework, framework_grad_bytes
 from analytical.offload import Offload
-from analytical.parallel import ParallelConfig, PipelineSplit, Recompute, Schedule
-from simulate.fields import check_keys, choice_field, float_field, int_field, optional_float
+from analytical.parallel import ParallelConfig, PipelineSplit, Recompute, RecomputeModule, Schedule
+from simulate.fields import (
+    check_keys,
+    choice_field,
+    choice_value,
+    float_field,
+    int_field,
+    optional_float,
+)
 from simulate.inference.setup import (
     ColocatedTenant,
     InferenceSetup,
@@ -35,11 +42,12 @@ TOP_KEYS = {"name", "description", "model", "hardware", "training", "inference",
             "colocate"}
 HARDWARE_KEYS = {"gpu", "num_gpus", "gpus_per_node"}
 TRAINING_KEYS = {"parallel", "global_batch", "micro_batch", "seq_len", "precision", "recompute",
+                 "recompute_modules", "grad_reduce_dtype",
                  "schedule", "overlap", "dp_bucket_mb", "optimizer", "attention", "lora",
                  "framework", "offload", "compile", "fp8_recipe"}
 PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "fsdp",
                  "cp_algorithm", "pipeline_split"}
-OVERLAP_KEYS = {"tp_comm", "dp_grad", "param_gather", "compute_slowdown", "comm_sms"}
+OVERLAP_KEYS = {"tp_comm", "dp_grad", "param_gather", "compute_slowdown", "comm_sms", "moe_a2a"}
 OFFLOAD_KEYS = {"weights", "activations", "optimizer"}  # analytical.offload.Offload
 TRAIN_PRECISIONS = (DType.BF16, DType.FP16, DType.FP8)
 CP_ALGORITHMS = ("ring", "all_gather")
@@ -79,6 +87,7 @@ class OverlapSpec:
     tp_comm: bool = False  # TP/SP collectives overlapped with GEMMs (TE userbuffers style)
     dp_grad: bool = True  # bucketed gradient reduction overlapped with the last backward
     param_gather: bool = True  # ZeRO param all-gather overlapped with the next forward
+    moe_a2a: bool = False  # EP all-to-all behind the paired micro-batch (`moe_overlap`)
     compute_slowdown: float | None = None
     comm_sms: int = 16  # CTAs (one per SM) NCCL channels use while overlapping
 
@@ -93,6 +102,8 @@ class TrainingSpec:
     seq_len: int  # tokens per sequence
     precision: DType = DType.BF16
     recompute: Recompute = Recompute.NONE
+    # Megatron-Core's selective modules (`RecomputeModule`); empty: the attention core
+    recompute_modules: tuple[RecomputeModule, ...] = ()
     schedule: Schedule = Schedule.ONE_F_ONE_B
     overlap: OverlapSpec = OverlapSpec()
     dp_bucket_mb: float = 40.0  # gradient bucket, MB (PyTorch DDP: 25 MB; Megatron: 40M elements)
@@ -104,10 +115,20 @@ class TrainingSpec:
     offload: Offload = Offload()  # states kept in host memory (analytical.offload)
     compile: bool = True  # torch.compile'd model; false: eager kernels (`torch_kernels`)
     fp8_recipe: Fp8Recipe = Fp8Recipe.TENSORWISE  # fp8 scaling (`torch_kernels`)
+    # gradient buffer and DP reduction dtype (Megatron DDP grad_reduce_in_fp32); None: the
+    # framework's (`analytical.memory.framework_grad_bytes`, `efficiency.grad_reduce_dtype`)
+    grad_reduce_dtype: DType | None = None
 
     @property
     def num_microbatches(self) -> int:
         return self.global_batch // (self.micro_batch * self.parallel.dp)
+
+    @property
+    def grad_buffer_bytes(self) -> float:
+        """Bytes per gradient in the (pre-ZeRO) gradient buffer."""
+        if self.grad_reduce_dtype is not None:
+            return float(self.grad_reduce_dtype.bytes)
+        return framework_grad_bytes(self.framework)
 
     @property
     def fused_attention(self) -> bool:
@@ -177,6 +198,7 @@ def _overlap(block: Any, source: str | None) -> OverlapSpec:
     return OverlapSpec(tp_comm=_bool(block, "tp_comm", path, source, False),
                        dp_grad=_bool(block, "dp_grad", path, source, True),
                        param_gather=_bool(block, "param_gather", path, source, True),
+                       moe_a2a=_bool(block, "moe_a2a", path, source, False),
                        compute_slowdown=slowdown,
                        comm_sms=_int(block, "comm_sms", path, source, 16, minimum=0))
 
@@ -211,6 +233,7 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
         seq_len=_int(block, "seq_len", path, source),
         precision=precision,
         recompute=_choice(block, "recompute", path, source, Recompute, "none"),
+        recompute_modules=_recompute_modules(block, path, source),
         schedule=_choice(block, "schedule", path, source, Schedule, "1f1b"),
         overlap=_overlap(block.get("overlap"), source),
         dp_bucket_mb=float(bucket),
@@ -220,10 +243,39 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
         offload=_offload(block.get("offload"), source),
         compile=_bool(block, "compile", path, source, True),
         fp8_recipe=_choice(block, "fp8_recipe", path, source, Fp8Recipe, "tensorwise"),
+        grad_reduce_dtype=_grad_dtype(block, path, source),
     )
     check_work(f"{path}.global_batch", spec.num_microbatches, MAX_MICROBATCHES,
                "micro-batches per iteration", "raise micro_batch or dp, or lower global_batch")
     return spec
+
+
+def _grad_dtype(block: Mapping[str, Any], path: str, source: str | None) -> DType | None:
+    if block.get("grad_reduce_dtype") is None:
+        return None
+    dtype = parse_dtype(block["grad_reduce_dtype"], field=f"{path}.grad_reduce_dtype",
+                        source=source)
+    if dtype not in (DType.FP32, DType.BF16, DType.FP16):
+        raise SpecError(f"{path}.grad_reduce_dtype", f"{dtype} is not a gradient dtype; use "
+                        "fp32, bf16 or fp16", source=source)
+    return dtype
+
+
+def _recompute_modules(block: Mapping[str, Any], path: str, source: str | None
+                       ) -> tuple[RecomputeModule, ...]:
+    """``recompute_modules``: a list (or comma-separated string) of Megatron-Core module
+    names, only with ``recompute: selective`` (Megatron's ``--recompute-modules``)."""
+    raw = block.get("recompute_modules") or ()
+    names = raw.split(",") if isinstance(raw, str) else raw
+    if not isinstance(names, (list, tuple)):
+        raise SpecError(f"{path}.recompute_modules", f"expected a list of names, got {raw!r}",
+                        source=source)
+    mods = tuple(choice_value(str(n).strip(), f"{path}.recompute_modules", RecomputeModule,
+                              source=source) for n in names)
+    if mods and block.get("recompute") != Recompute.SELECTIVE:
+        raise SpecError(f"{path}.recompute_modules", "needs recompute: selective, got "
+                        f"{block.get('recompute', 'none')!r}", source=source)
+    return mods
 
 
 def _offload(block: Any, source: str | None) -> Offload:

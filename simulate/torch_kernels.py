@@ -57,7 +57,7 @@ from analytical.layer_spec import Node, Param
 from analytical.memory import Framework
 from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind
 
-__all__ = ["Fp8Recipe", "eager_traffic", "fsdp_copy_nodes", "loss_upcast_nodes",
+__all__ = ["Fp8Recipe", "copy_pass", "eager_traffic", "fsdp_copy_nodes", "loss_upcast_nodes",
            "optimizer_traffic", "rowwise_backward", "rowwise_nodes", "unpad_nodes"]
 
 PYTORCH_NATIVE = frozenset({Framework.TORCHTITAN, Framework.COMPOSER, Framework.DEEPSPEED})
@@ -111,11 +111,12 @@ def optimizer_traffic(framework: str) -> float:
     return OPTIMIZER_PASSES.get(Framework(framework), FUSED_ADAM_PASSES) / FUSED_ADAM_PASSES
 
 
-def _pass(name: str, rows: int, cols: int, count: float = 1.0) -> Node:
-    """A bf16 [rows, cols] read-and-write pass (a cast to fp8 with its amax, a rescale, a
-    gather), ``count`` times."""
+def copy_pass(name: str, rows: int, cols: int, count: float = 1.0,
+              dtype: DType = DType.BF16) -> Node:
+    """A [rows, cols] read-and-write pass in ``dtype`` (a cast to fp8 with its amax, a rescale,
+    a gather, an eager element-wise expression), ``count`` times."""
     return Node(name=name, op=MemoryBoundSpec(kind=MemoryOpKind.COPY, rows=rows, cols=cols,
-                                              dtype=DType.BF16), count=count)
+                                              dtype=dtype), count=count)
 
 
 UNPAD_FRAMEWORKS = frozenset({Framework.COMPOSER})  # llm-foundry's flash_attn_fn
@@ -133,10 +134,10 @@ def unpad_nodes(fwd: Sequence[Node], framework: str, attention: str
         op = n.op
         if isinstance(op, AttentionSpec):
             t, q, kv = op.batch * op.q_len, op.heads * op.head_dim, op.kv_heads * op.head_dim
-            out_f += [_pass("unpad_q", t, q), _pass("unpad_kv", t, kv, 2.0),
-                      _pass("pad_out", t, q, 1.5)]
-            out_b += [_pass("unpad_q.bwd", t, q, 1.5), _pass("unpad_kv.bwd", t, kv, 3.0),
-                      _pass("pad_out.bwd", t, q)]
+            out_f += [copy_pass("unpad_q", t, q), copy_pass("unpad_kv", t, kv, 2.0),
+                      copy_pass("pad_out", t, q, 1.5)]
+            out_b += [copy_pass("unpad_q.bwd", t, q, 1.5), copy_pass("unpad_kv.bwd", t, kv, 3.0),
+                      copy_pass("pad_out.bwd", t, q)]
     return out_f, out_b
 
 
@@ -165,10 +166,10 @@ def fsdp_copy_nodes(framework: str, params: float, hidden: int) -> tuple[list[No
     out_f: list[Node] = []
     out_b: list[Node] = []
     if fw in FSDP_COPY_OUT:
-        out_f.append(_pass("fsdp_copy_out", rows, hidden))
-        out_b.append(_pass("fsdp_copy_out.bwd", rows, hidden))
+        out_f.append(copy_pass("fsdp_copy_out", rows, hidden))
+        out_b.append(copy_pass("fsdp_copy_out.bwd", rows, hidden))
     if fw in FSDP_GRAD_CAT:
-        out_b.append(_pass("fsdp_grad_cat", rows, hidden))
+        out_b.append(copy_pass("fsdp_grad_cat", rows, hidden))
     return out_f, out_b
 
 
@@ -185,7 +186,7 @@ def loss_upcast_nodes(framework: str, head: Sequence[Node]) -> list[Node]:
     `backward_nodes`), for frameworks that upcast outside a fused loss; none otherwise."""
     if Framework(framework) not in FP32_LOSS_UPCAST:
         return []
-    return [_pass("loss_upcast", n.op.rows, n.op.cols, 1.5) for n in head
+    return [copy_pass("loss_upcast", n.op.rows, n.op.cols, 1.5) for n in head
             if isinstance(n.op, MemoryBoundSpec) and n.op.kind == MemoryOpKind.CROSS_ENTROPY]
 
 
@@ -194,11 +195,11 @@ def rowwise_nodes(gemm_name: str, op: GemmSpec) -> list[Node]:
     the input, weight and output gradient cast along their second axis, and the rescale of the
     input-gradient and weight-gradient outputs (module docstring)."""
     rows = op.m * op.batch
-    return [_pass(f"{gemm_name}.fp8_rowwise_cast_input_t", rows, op.k),
-            _pass(f"{gemm_name}.fp8_rowwise_cast_weight_t", op.k, op.n),
-            _pass(f"{gemm_name}.fp8_rowwise_cast_grad_t", rows, op.n),
-            _pass(f"{gemm_name}.fp8_rowwise_rescale_dgrad", rows, op.k),
-            _pass(f"{gemm_name}.fp8_rowwise_rescale_wgrad", op.k, op.n)]
+    return [copy_pass(f"{gemm_name}.fp8_rowwise_cast_input_t", rows, op.k),
+            copy_pass(f"{gemm_name}.fp8_rowwise_cast_weight_t", op.k, op.n),
+            copy_pass(f"{gemm_name}.fp8_rowwise_cast_grad_t", rows, op.n),
+            copy_pass(f"{gemm_name}.fp8_rowwise_rescale_dgrad", rows, op.k),
+            copy_pass(f"{gemm_name}.fp8_rowwise_rescale_wgrad", op.k, op.n)]
 
 
 def rowwise_backward(fwd: Sequence[Node]) -> list[Node]:

@@ -16,7 +16,7 @@ from analytical.attention_span import AttentionKind
 from analytical.dtypes import DType
 from analytical.hardware import GIB, HardwareSpec, get_hardware
 from analytical.layer_spec import CpAlgorithm, LoraSpec, Precision, Sharding, Stream, ranks_per_node
-from analytical.memory import TrainingMemory, framework_grad_bytes, training_memory
+from analytical.memory import TrainingMemory, training_memory
 from analytical.model import load_model
 from analytical.ops import CollectiveKind, CollectiveSpec
 from analytical.parallel import ParallelConfig
@@ -34,6 +34,7 @@ from simulate.graph import Block, TrainStep, embedding_block, head_block, layer_
 from simulate.layout import validate_layout
 from simulate.lora import lora_trainable_params
 from simulate.moe_host import host_bound_costs
+from simulate.moe_overlap import a2a_overlap_costs
 from simulate.offload import offload_costs, offload_memory
 from simulate.overlap import default_compute_slowdown, share_link
 from simulate.scenario import Scenario, TrainingSpec
@@ -89,12 +90,12 @@ def memory_before_offload(model, t: TrainingSpec) -> TrainingMemory:
     """`spec_memory` with every state on the GPU (the search reuses it for each offload
     setting of a layout)."""
     return training_memory(model, t.parallel, micro_batch=t.micro_batch, seq_len=t.seq_len,
-                           recompute=t.recompute, schedule=t.schedule,
-                           num_microbatches=t.num_microbatches,
+                           recompute=t.recompute, recompute_modules=t.recompute_modules,
+                           schedule=t.schedule, num_microbatches=t.num_microbatches,
                            dropout=model.norm == "layernorm",
                            flash_attention=t.fused_attention,
                            framework=t.framework, fp8=t.precision == DType.FP8,
-                           grad_dtype_bytes=framework_grad_bytes(t.framework),
+                           grad_dtype_bytes=t.grad_buffer_bytes,
                            lora_params=(lora_trainable_params(model, t.lora_rank, t.lora_targets)
                                         if t.lora_rank else None))
 
@@ -123,8 +124,8 @@ def _train_step(t: TrainingSpec, gpn: int) -> TrainStep:
     lora = LoraSpec(rank=t.lora_rank, targets=t.lora_targets) if t.lora_rank else None
     return TrainStep(sharding=sh, micro_batch=t.micro_batch, seq_len=t.seq_len,
                      precision=precision, recompute=t.recompute,
-                     attention=t.attention, lora=lora, framework=t.framework,
-                     compiled=t.compile, fp8_recipe=t.fp8_recipe)
+                     recompute_modules=t.recompute_modules, attention=t.attention, lora=lora,
+                     framework=t.framework, compiled=t.compile, fp8_recipe=t.fp8_recipe)
 
 
 def act_dtype(t: TrainingSpec) -> DType:
@@ -134,7 +135,7 @@ def act_dtype(t: TrainingSpec) -> DType:
 
 def grad_bytes(t: TrainingSpec) -> float:
     """Bytes per gradient in the data-parallel reduction (`efficiency.grad_reduce_dtype`)."""
-    return float(grad_reduce_dtype(t.framework, act_dtype(t)).bytes)
+    return float((t.grad_reduce_dtype or grad_reduce_dtype(t.framework, act_dtype(t))).bytes)
 
 
 def _collective(kind: CollectiveKind, size: float, group: int, rpn: int) -> CollectiveSpec:
@@ -172,14 +173,12 @@ def run_training(scenario: Scenario, *, chain: EngineChain | None = None,
 
 def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chain: EngineChain,
               base: dict[str, Any], record: bool) -> TrainingResult:
-    par, m = t.parallel, t.num_microbatches
-    gpn = _gpn(scenario, hw)
+    par, m, gpn = t.parallel, t.num_microbatches, _gpn(scenario, hw)
     slowdown = t.overlap.compute_slowdown or default_compute_slowdown(hw, t.overlap.comm_sms)
     step = _train_step(t, gpn)
     blocks = _blocks(model, par, step)
     ops = [n.op for b in blocks.values() for n in (*b.fwd, *b.bwd)]
-    act_bytes = step.tokens * model.hidden * step.precision.act.bytes
-    act_bytes /= par.tp if par.sp else 1
+    act_bytes = step.tokens * model.hidden * step.precision.act.bytes / (par.tp if par.sp else 1)
     pp_stride = par.tp * par.cp * par.dp
     p2p = _collective(CollectiveKind.SEND_RECV, act_bytes, 2, 2 if pp_stride * 2 <= gpn else 1)
     ops.append(p2p)
@@ -191,6 +190,7 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
     costs: dict[Any, BlockCost] = {k: block_cost(b, est, tp_overlap=t.overlap.tp_comm,
                                                  slowdown=slowdown, rs_splits=splits)
                                    for k, b in blocks.items()}
+    costs = a2a_overlap_costs(costs, blocks, est, t, slowdown)
     costs = offload_costs(host_bound_costs(costs, blocks, t.framework), model, t, hw)
     p2p_s = est[p2p.key].latency_s if par.pp > 1 else 0.0
 

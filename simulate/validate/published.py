@@ -32,7 +32,7 @@ PEAK_MATCH_TOLERANCE = 0.01  # a stated peak within 1% of ours is the same denom
 DEFAULTS: dict[str, Any] = {"cp": 1, "ep": 1, "vpp": 1, "zero": 0, "micro_batch": 1,
                             "recompute": "none", "sp": False, "fsdp": False,
                             "attention": "flash", "framework": "megatron",
-                            "tp_comm_overlap": False, "compile": True,
+                            "tp_comm_overlap": False, "moe_a2a_overlap": False, "compile": True,
                             "fp8_recipe": "tensorwise"}
 INTERLEAVED_VPP = 2  # "interleaved" with no stated vpp: the smallest interleaving
 # A row that does not state its recompute policy takes the first of these that fits, as a
@@ -131,9 +131,14 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
                 "recompute": _get(row, "recompute") or DEFAULTS["recompute"],
                 "schedule": schedule, "attention": _get(row, "attention") or DEFAULTS["attention"]}
     training["framework"] = framework
-    training["overlap"] = {"tp_comm": _bool(row, "tp_comm_overlap")}
+    training["overlap"] = {"tp_comm": _bool(row, "tp_comm_overlap"),
+                           "moe_a2a": _bool(row, "moe_a2a_overlap")}
     training["compile"] = _bool(row, "compile")
     training["fp8_recipe"] = _get(row, "fp8_recipe") or DEFAULTS["fp8_recipe"]
+    if _get(row, "grad_reduce_dtype"):  # the recipe's DDP grad_reduce_in_fp32
+        training["grad_reduce_dtype"] = _get(row, "grad_reduce_dtype")
+    if _get(row, "recompute_modules"):  # Megatron-Core's selective modules, "+"-separated
+        training["recompute_modules"] = _get(row, "recompute_modules").split("+")
     return {"name": name, "model": _get(row, "model"), "hardware": hardware, "training": training}
 
 
