@@ -103,7 +103,8 @@ def predict_inference(setup: InferenceSetup, *, model: ModelSpec, hw: HardwareSp
     serving = serving or single_batch_serving(inf)
     plan, speculation, draft = _plan(model, hw, inf, serving, estimator)
     workload = make_workload(serving.arrival, input_len=inf.input_len, output_len=inf.output_len,
-                             prefix_hit=inf.prefix_hit_ratio, base_dir=base_dir)
+                             prefix_hit=inf.prefix_hit_ratio,
+                             warm_requests=inf.prefix_warm_requests, base_dir=base_dir)
     tenants, costs, steps = [], [], []
     for i, part in enumerate(split_workload(workload, inf.dp)):
         tenant, cost = make_tenant(f"replica{i}", plan, part, serving, hw, speculation)
@@ -139,7 +140,8 @@ def _disaggregated(inf: InferenceSpec, serving: ServingSpec, *, model: ModelSpec
     pre_plan, _, _ = _plan(model, hw, inf, serving, estimator, tp=pre.tp)
     dec_plan, speculation, _ = _plan(model, hw, inf, serving, estimator, tp=dec.tp)
     workload = make_workload(serving.arrival, input_len=inf.input_len, output_len=inf.output_len,
-                             prefix_hit=inf.prefix_hit_ratio, base_dir=base_dir)
+                             prefix_hit=inf.prefix_hit_ratio,
+                             warm_requests=inf.prefix_warm_requests, base_dir=base_dir)
     prefill_only = Workload(requests=tuple(
         Request(id=r.id, arrival_s=r.arrival_s, input_len=r.input_len, output_len=1,
                 cached_prefix=r.cached_prefix) for r in workload.requests))
@@ -231,7 +233,7 @@ def predict_colocated(tenants: Sequence[ColocatedTenant], *, hw: HardwareSpec, n
                                      memory_fraction=spec.memory_fraction)
         workload = make_workload(serving.arrival, input_len=inf.input_len,
                                  output_len=inf.output_len, prefix_hit=inf.prefix_hit_ratio,
-                                 base_dir=base_dir)
+                                 warm_requests=inf.prefix_warm_requests, base_dir=base_dir)
         tenant, cost = make_tenant(spec.name, plan, workload, serving, hw, speculation)
         running.append(tenant)
         costs.append(cost)

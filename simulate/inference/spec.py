@@ -60,6 +60,7 @@ class InferenceSpec:
     output_len: Length | None
     speculative: SpeculativeSpec | None = None
     prefix_hit_ratio: float = 0.0
+    prefix_warm_requests: int = 0  # the first n requests' whole prompts are already cached
     lora_rank: int = 0
     lora_targets: tuple[str, ...] = ()
     lora_adapters: int = 0
@@ -94,10 +95,14 @@ def parse_inference(block: Any, path: str = "inference", *,
             draft_model=str(s["draft_model"]), k=pos_int(s, "k", f"{path}.speculative"),
             acceptance=fraction(s, "acceptance", f"{path}.speculative", 0.0),
             draft_tp=pos_int(s, "draft_tp", f"{path}.speculative", 1) if "draft_tp" in s else 0)
-    hit = 0.0
+    hit, warm = 0.0, 0
     if "prefix_cache" in b:
-        p = check_keys(b["prefix_cache"], f"{path}.prefix_cache", {"hit_ratio"}, {"hit_ratio"})
+        p = check_keys(b["prefix_cache"], f"{path}.prefix_cache", {"hit_ratio", "warm_requests"})
+        if not p:
+            raise SpecError(f"{path}.prefix_cache", "give hit_ratio or warm_requests")
         hit = fraction(p, "hit_ratio", f"{path}.prefix_cache", 0.0, allow_one=False)
+        warm = pos_int(p, "warm_requests", f"{path}.prefix_cache", 1) if "warm_requests" in p \
+            else 0
     lora_rank, targets, adapters = 0, (), 0
     if "lora" in b:
         lo = check_keys(b["lora"], f"{path}.lora", {"rank", "targets", "adapters"}, {"rank"})
@@ -114,7 +119,7 @@ def parse_inference(block: Any, path: str = "inference", *,
         if "input_len" in b or not lengths_from_trace else None,
         output_len=parse_length(b.get("output_len"), f"{path}.output_len")
         if "output_len" in b or not lengths_from_trace else None,
-        speculative=spec, prefix_hit_ratio=hit, lora_rank=lora_rank, lora_targets=targets,
+        speculative=spec, prefix_hit_ratio=hit, prefix_warm_requests=warm, lora_rank=lora_rank, lora_targets=targets,
         lora_adapters=adapters,
     )
 

@@ -4,11 +4,14 @@
 A serving simulation runs ~10^5 steps, too many to ask the engine chain for every operator of
 every step. The dense part of a step (every layer's projections, MLP, norms, TP collectives, LM
 head) depends only on the token count, so it is asked from the chain (store -> XGBoost ->
-roofline) once per distinct count and memoised: exact, not interpolated. The attention core
-depends on each sequence's context, so before the run we evaluate the prefill core at a grid of
-chunk lengths (interpolating the time per causal pair) and the decode core at a grid of (batch,
-context) points, fitted as ``a * seqs + b * kv_tokens`` by least squares (its cost is streaming
-the KV cache); the fit's worst relative error on its grid is kept in `fit_error` for the report.
+roofline) once per distinct count and memoised: exact, not interpolated. The prefill
+attention core of a chunk depends on its length and its cached prefix only, so it is memoised
+the same way per (prefix, length) (`PrefillAttention`; a time per causal pair interpolated
+between grid lengths was off by up to ~1% at a 1,024-token prompt, as the kernel's tile
+efficiency, `analytical.attention_tiles`, varies between grid points). The decode core depends
+on every sequence's context, so it is evaluated at a grid of (batch, context) points and fitted
+as ``a * seqs + b * kv_tokens`` by least squares (its cost is streaming the KV cache); the
+fit's worst relative error on its grid is kept in `fit_error` for the report.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analytical.attention_span import AttentionKind, causal_pairs
+from analytical.attention_span import AttentionKind
 from analytical.comm import p2p_time
 from analytical.dtypes import DType
 from analytical.hardware import HardwareSpec
@@ -27,7 +30,7 @@ from analytical.layer_spec import LayerPhase, TokenBatch
 from analytical.model import ModelSpec
 from analytical.ops import OpSpec
 from simulate.costs import add_engine_time
-from simulate.engines import Estimator
+from simulate.engines import Estimate, Estimator
 from simulate.inference.graph_replay import EngineKernels
 from simulate.inference.layer_ops import (
     LoraSpec,
@@ -51,15 +54,6 @@ def token_grid(max_tokens: int) -> list[int]:
         grid.add(min(int(round(t)), max_tokens))
     grid.add(max_tokens)
     return sorted(g for g in grid if g <= max_tokens)
-
-
-def _interp(grid: np.ndarray, values: np.ndarray, x: float) -> float:
-    if x <= 0:
-        return 0.0
-    if x <= grid[-1]:
-        return float(np.interp(x, grid, values))
-    slope = (values[-1] - values[-2]) / (grid[-1] - grid[-2]) if len(grid) > 1 else 0.0
-    return float(values[-1] + slope * (x - grid[-1]))
 
 
 class DenseCost:
@@ -105,15 +99,69 @@ class DenseCost:
         return self._memo[key]
 
 
+Chunk = tuple[int, int]  # (cached prefix, new tokens) of one prefill chunk
+
+
+class PrefillAttention:
+    """Exact all-layer attention core time of one prefill chunk, memoised per (cached prefix,
+    new tokens) as `DenseCost` memoises the dense part: each layer kind's kernels for that chunk
+    (`attention_specs`; a windowed kind runs its `windowed_blocks`), weighted by the kind's share
+    of the layers, with the seconds each engine answered."""
+
+    def __init__(self, model: ModelSpec, shard: Sharding, estimator: Estimator,
+                 dtype: DType) -> None:
+        self._args = (model, shard, dtype)
+        self._estimator = estimator
+        counts = Counter(model.layer_kinds)
+        self._kinds = [(kind, counts[kind] / model.layers) for kind in counts]
+        self._memo: dict[Chunk, tuple[float, dict[str, float]]] = {}
+
+    def ops(self, chunk: Chunk) -> list[tuple[OpSpec, float]]:
+        """(kernel, multiplicity) of the chunk's attention cores over all layers."""
+        model, shard, dtype = self._args
+        prefix, new = chunk
+        batch = TokenBatch(seqs=1, q_len=new, kv_len=prefix + new)
+        return [(op, model.layers * share * n) for kind, share in self._kinds
+                for op, n in attention_specs(model, shard, batch, LayerPhase.PREFILL, dtype,
+                                             kind)]
+
+    def store(self, plan: Sequence[tuple[Chunk, float]], answers: Sequence[Estimate]) -> None:
+        """Memoise the answers to the ops of ``plan`` ((chunk, multiplicity) per op)."""
+        acc: dict[Chunk, dict[str, float]] = {}
+        for (chunk, n), est in zip(plan, answers, strict=True):
+            add_engine_time(acc.setdefault(chunk, {}), {est.engine: est.latency_s}, n)
+        for chunk, engines in acc.items():
+            self._memo[chunk] = (sum(engines.values()), engines)
+
+    def prewarm(self, chunks: Sequence[Chunk]) -> None:
+        """Evaluate the chunks not yet known in one batched engine call."""
+        todo = [c for c in dict.fromkeys(chunks) if c[1] > 0 and c not in self._memo]
+        if not todo:
+            return
+        plan = [(c, op, n) for c in todo for op, n in self.ops(c)]
+        self.store([(c, n) for c, _, n in plan],
+                   self._estimator.estimate_many([op for _, op, _ in plan]))
+
+    def get(self, chunk: Chunk) -> tuple[float, dict[str, float]]:
+        if chunk[1] <= 0:
+            return 0.0, {}
+        if chunk not in self._memo:
+            self.prewarm([chunk])
+        return self._memo[chunk]
+
+    def seconds(self, chunks: Sequence[Chunk]) -> float:
+        self.prewarm(chunks)
+        return sum(self.get(c)[0] for c in chunks)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WindowTable:
-    """The sliding-window or chunked layers of a model: their share of its layers and their
-    prefill core time per kept pair (`windowed_blocks` kernels; decode reads capped keys)."""
+    """The sliding-window or chunked layers of a model: their share of its layers (decode
+    reads their capped keys; `PrefillAttention` runs their `windowed_blocks` kernels)."""
 
     kind: AttentionKind
     span: int
     share: float  # fraction of the model's layers of this kind
-    prefill_per_pair_s: np.ndarray  # as if every layer were of this kind
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,8 +169,7 @@ class StepCostTables:
     """Step-cost model of one instance (a request crosses all its pipeline stages)."""
 
     dense: DenseCost  # exact dense part and LM head per token count
-    prefill_len_grid: np.ndarray
-    prefill_per_pair_s: np.ndarray  # attention core time per causal pair, all layers full
+    prefill: PrefillAttention  # exact prefill attention core per chunk
     decode_per_seq_s: float  # decode attention: a (per sequence)
     decode_per_kv_s: float  # decode attention: b (per KV token read)
     pp_hop_s_per_token: float  # activation send/recv between stages, per token
@@ -140,19 +187,12 @@ class StepCostTables:
     def attention_parts(self, shape: StepShape) -> tuple[float, float, float]:
         """Seconds of (prefill attention, decode attention, pipeline hops); each layer kind
         weighs its own pairs and keys (`StepShape.windowed`) by its share of the layers."""
-        prefill = decode = hops = 0.0
-        found = {(kind, span): (pairs, keys) for kind, span, pairs, keys in shape.windowed}
-        if shape.prefill_chunks:
-            mean_chunk = max(1.0, (shape.tokens - shape.decode_q * shape.decode_seqs)
-                             / shape.prefill_chunks)
-            grid = self.prefill_len_grid
-            prefill = self.full_share * shape.prefill_pairs * _interp(
-                grid, self.prefill_per_pair_s, mean_chunk) + sum(
-                w.share * found[(w.kind, w.span)][0] * _interp(grid, w.prefill_per_pair_s,
-                                                               mean_chunk) for w in self.windowed)
+        decode = hops = 0.0
+        prefill = self.prefill.seconds(shape.chunks)
         if shape.decode_seqs:
+            found = {(kind, span): keys for kind, span, _, keys in shape.windowed}
             keys = self.full_share * shape.decode_kv + sum(
-                w.share * found[(w.kind, w.span)][1] for w in self.windowed)
+                w.share * found[(w.kind, w.span)] for w in self.windowed)
             decode = shape.decode_seqs * self.decode_per_seq_s + keys * self.decode_per_kv_s
         if self.pp > 1:
             hops = (self.pp - 1) * self.pp_hop_s_per_token * shape.tokens
@@ -171,15 +211,17 @@ class MeteredCost:
         self.tables = tables
         self.dense_counts: dict[int, int] = {}
         self.lm_counts: dict[int, int] = {}
-        self.attention_s = {"prefill": 0.0, "decode": 0.0, "pp": 0.0}
+        self.chunk_counts: dict[Chunk, int] = {}
+        self.attention_s = {"decode": 0.0, "pp": 0.0}
 
     def step_time(self, shape: StepShape) -> float:
         tables = self.tables
         self.dense_counts[shape.dense_tokens] = self.dense_counts.get(shape.dense_tokens, 0) + 1
         self.lm_counts[shape.logits] = self.lm_counts.get(shape.logits, 0) + 1
+        for chunk in shape.chunks:
+            self.chunk_counts[chunk] = self.chunk_counts.get(chunk, 0) + 1
         prefill, decode, hops = tables.attention_parts(shape)
         acc = self.attention_s
-        acc["prefill"] += prefill
         acc["decode"] += decode
         acc["pp"] += hops
         return (tables.dense.get("dense", shape.dense_tokens)[0]
@@ -190,6 +232,8 @@ class MeteredCost:
         for part, counts in (("dense", self.dense_counts), ("lm", self.lm_counts)):
             for tokens, n in counts.items():
                 add_engine_time(out, self.tables.dense.get(part, tokens)[1], n)
+        for chunk, n in self.chunk_counts.items():
+            add_engine_time(out, self.tables.prefill.get(chunk)[1], n)
         shares = {**self.tables.attention_share, "pp": {"roofline": 1.0}}
         for part, seconds in self.attention_s.items():
             add_engine_time(out, shares.get(part, {}), seconds)
@@ -217,19 +261,15 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
     dense.prewarm("dense", grid)
     dense.prewarm("lm", grid)
     attn_dtype = kv_dtype if kv_dtype in (DType.BF16, DType.FP16, DType.FP8) else DType.BF16
-    prefill_grid = [L for L in grid if L >= 16] or [grid[-1]]
+    prefill = PrefillAttention(model, shard, estimator, attn_dtype)
     counts = Counter(model.layer_kinds)
     decode_points = [(b, c) for b in _DECODE_BATCHES for c in _DECODE_CONTEXTS]
-    tables, share = _attention_times(model, shard, estimator, counts, prefill_grid,
+    decode, share = _attention_times(model, shard, estimator, prefill,
+                                     [(0, L) for L in grid if L >= 16] or [(0, grid[-1])],
                                      decode_points, attn_dtype, decode_q)
-    decode = tables["decode"]
     windowed = tuple(
-        WindowTable(kind=k, span=model.attention_span(k), share=counts[k] / model.layers,
-                    prefill_per_pair_s=tables[k] / np.array(
-                        [causal_pairs(k, 0, L, model.attention_span(k)) for L in prefill_grid]))
+        WindowTable(kind=k, span=model.attention_span(k), share=counts[k] / model.layers)
         for k in counts if k is not AttentionKind.FULL)
-    prefill = tables[AttentionKind.FULL]
-    pairs = np.array([L * (L + 1) / 2.0 for L in prefill_grid])
     # decode attention ~ a * B + b * (B * ctx): least squares on the grid, relative weighting
     x = np.array([[b, b * (c + decode_q)] for b, c in decode_points], dtype=float)
     w = 1.0 / np.maximum(decode, 1e-12)
@@ -243,49 +283,38 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
         # per token, from a 1024-token bf16 activation message between stages
         hop = p2p_time(model.hidden * 2.0 * 1024, hw, same_node=same_node) / 1024
     return StepCostTables(
-        dense=dense, prefill_len_grid=np.array(prefill_grid, dtype=float),
-        prefill_per_pair_s=prefill / pairs, decode_per_seq_s=a, decode_per_kv_s=b,
+        dense=dense, prefill=prefill, decode_per_seq_s=a, decode_per_kv_s=b,
         pp_hop_s_per_token=hop, pp=shard.pp, fit_error=fit_error, attention_share=share,
         full_share=counts[AttentionKind.FULL] / model.layers, windowed=windowed,
     )
 
 
 def _attention_times(model: ModelSpec, shard: Sharding, estimator: Estimator,
-                     counts: Counter[AttentionKind], prefill_grid: list[int],
+                     prefill: PrefillAttention, chunks: list[Chunk],
                      decode_points: list[tuple[int, int]], attn_dtype: DType, decode_q: int
-                     ) -> tuple[dict[str, np.ndarray], dict[str, dict[str, float]]]:
-    """All-layer attention core times in one batched call: per attention kind the prefill cores
-    on ``prefill_grid`` as if every layer were of that kind, and the decode cores (a windowed
-    layer runs the full kernel over its capped keys, `attention_span.decode_keys`); with the
-    engines' share of each part, weighted by the layers of each kind."""
-    kinds = [AttentionKind.FULL, *(k for k in counts if k is not AttentionKind.FULL)]
-    ops: list[OpSpec] = []
-    plan: list[tuple[str, int, float, float]] = []  # (table, grid index, multiplicity, share)
-    for kind in kinds:
-        weight = 1.0 if counts[kind] == model.layers else counts[kind] / model.layers
-        for i, length in enumerate(prefill_grid):
-            for op, n in attention_specs(model, shard, TokenBatch(seqs=1, q_len=length),
-                                         LayerPhase.PREFILL, attn_dtype, kind):
-                ops.append(op)
-                plan.append((kind, i, float(model.layers) * n, weight))
-    for i, (batch, ctx) in enumerate(decode_points):
+                     ) -> tuple[np.ndarray, dict[str, dict[str, float]]]:
+    """All-layer attention core times in one batched call: the prefill cores of ``chunks``
+    (memoised in ``prefill``) and the decode cores at ``decode_points`` (a windowed layer runs
+    the full kernel over its capped keys, `attention_span.decode_keys`); with the engines'
+    share of each part."""
+    plan = [(c, op, n) for c in chunks for op, n in prefill.ops(c)]
+    ops: list[OpSpec] = [op for _, op, _ in plan]
+    for batch, ctx in decode_points:
         ((op, _),) = attention_specs(model, shard, TokenBatch(seqs=batch, q_len=decode_q,
                                                               kv_len=ctx + decode_q),
                                      LayerPhase.DECODE, attn_dtype)
         ops.append(op)
-        plan.append(("decode", i, float(model.layers), 1.0))
     answers = estimator.estimate_many(ops)
-    tables = {str(k): np.zeros(len(prefill_grid)) for k in kinds}
-    tables["decode"] = np.zeros(len(decode_points))
+    prefill.store([(c, n) for c, _, n in plan], answers[:len(plan)])
+    decode = np.array([model.layers * est.latency_s for est in answers[len(plan):]])
     share: dict[str, dict[str, float]] = {}
-    for (table, i, mult, weight), est in zip(plan, answers, strict=True):
-        tables[table][i] += mult * est.latency_s
-        if weight:
-            part = "decode" if table == "decode" else "prefill"
-            add_engine_time(share.setdefault(part, {}), {est.engine: est.latency_s},
-                            mult if weight == 1.0 else mult * weight)
+    for (_, _, n), est in zip(plan, answers, strict=False):
+        add_engine_time(share.setdefault("prefill", {}), {est.engine: est.latency_s}, n)
+    for est in answers[len(plan):]:
+        add_engine_time(share.setdefault("decode", {}), {est.engine: est.latency_s},
+                        float(model.layers))
     for comp in share.values():
         total = sum(comp.values()) or 1.0
         for engine in comp:
             comp[engine] /= total
-    return tables, share
+    return decode, share

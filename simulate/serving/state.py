@@ -85,6 +85,8 @@ class StepShape:
     graph_tokens: int = 0  # tokens the dense layers run, CUDA-graph padding included (0: tokens)
     # per windowed (kind, span): (kind, span, prefill pairs, decode keys) of one such layer
     windowed: tuple[tuple[AttentionKind, int, float, int], ...] = ()
+    # (cached prefix, new tokens) of each prefill chunk: its attention core is priced per chunk
+    chunks: tuple[tuple[int, int], ...] = ()
 
     @property
     def dense_tokens(self) -> int:
@@ -115,4 +117,5 @@ def step_shape(batch: Batch, decode_q: int = 1, spans: tuple[Span, ...] = ()) ->
         decode_kv=decode_kv,
         decode_q=decode_q,
         windowed=windowed,
+        chunks=tuple((seq.prefilled, new) for seq, new in batch.prefill),
     )

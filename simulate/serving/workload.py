@@ -70,10 +70,13 @@ def gamma_arrivals(rng: np.random.Generator, n: int, qps: float, cv: float) -> n
 
 
 def make_workload(arrival: ArrivalSpec | Mapping[str, Any], *, input_len: Length | Any,
-                  output_len: Length | Any, prefix_hit: float = 0.0,
+                  output_len: Length | Any, prefix_hit: float = 0.0, warm_requests: int = 0,
                   base_dir: Path | None = None, field: str = "serving.arrival") -> Workload:
     """The requests of an arrival spec (a plain mapping and plain lengths are parsed first, for
-    callers that build workloads without a scenario)."""
+    callers that build workloads without a scenario). The first ``warm_requests`` prompts are
+    whole in the prefix cache (a client re-sending prompts an earlier run on the same server
+    sent): all but the last token is reused, as vLLM recomputes the last one on a full hit
+    (vllm/v1/core/kv_cache_manager.py get_computed_blocks: max_cache_hit_length = num_tokens - 1)."""
     if not isinstance(arrival, ArrivalSpec):
         arrival = parse_arrival(arrival, field)
     prefix_hit = float_value(prefix_hit, "inference.prefix_cache.hit_ratio", maximum=1.0,
@@ -95,7 +98,8 @@ def make_workload(arrival: ArrivalSpec | Mapping[str, Any], *, input_len: Length
         times = gamma_arrivals(rng, n, float(arrival.qps or 0.0), float(arrival.cv or 0.0))
     reqs = tuple(
         Request(id=i, arrival_s=float(times[i]), input_len=int(ins[i]), output_len=int(outs[i]),
-                cached_prefix=_cached(int(ins[i]), prefix_hit))
+                cached_prefix=int(ins[i]) - 1 if i < warm_requests
+                else _cached(int(ins[i]), prefix_hit))
         for i in range(n)
     )
     return Workload(requests=reqs, concurrency=arrival.concurrency,

@@ -71,6 +71,7 @@ class ServingRow:
     kv_cache_tokens: int | None = None
     max_batched_tokens: int | None = None  # the launch's token budget per step (else the engine's)
     range_ratio: float | None = None  # the client's --random-range-ratio (None: its default)
+    warm_prompts: int = 0  # leading prompts an earlier run left in the prefix cache
     measured: Mapping[str, float] = field(default_factory=dict)  # MEASURES present
     stats: Mapping[str, str] = field(default_factory=dict)  # measure -> mean|median|p95|...
 
@@ -87,6 +88,7 @@ def _expand(doc: Mapping[str, Any], name: str) -> list[ServingRow]:
     for si, series in enumerate(doc["series"]):
         setup = {**doc.get("defaults", {}), **series}
         stats = {f"{k}_ms": v for k, v in dict(setup.get("stats") or {}).items()}
+        before: Mapping[str, Any] | None = None
         for pi, point in enumerate(series["points"]):
             if len(point) != len(columns):
                 raise SpecError(f"{name}.series[{si}].points[{pi}]",
@@ -94,12 +96,31 @@ def _expand(doc: Mapping[str, Any], name: str) -> list[ServingRow]:
             values = dict(zip(columns, point, strict=True))
             merged = {**setup, **{k: v for k, v in values.items() if k in _ROW_KEYS}}
             measured = {k: float(v) for k, v in values.items() if k in MEASURES and v is not None}
+            warm = _carried_prompts(merged, before, int(setup.get("carryover_repeats") or 0))
+            before = merged
             rows.append(ServingRow(
                 id=f"{name}/{si}/{pi}", source=str(doc["source"]), url=str(doc["url"]),
                 section=str(series["section"]), date=str(doc.get("date", "")),
                 commit=str(doc.get("commit", "")), measured=measured, stats=stats,
+                warm_prompts=warm,
                 **{k: merged[k] for k in _ROW_KEYS if k in merged and merged[k] is not None}))
     return rows
+
+
+def _carried_prompts(point: Mapping[str, Any], before: Mapping[str, Any] | None,
+                     repeats: int) -> int:
+    """Prompts of ``point`` already in the prefix cache when the harness ran the series' points
+    in order on one server, each point ``repeats`` times with the same per-repeat seeds
+    (series key `carryover_repeats`): a seeded random dataset's first n prompts are the same for
+    any request count >= n, so the previous point's prompts come back. Counted only when all of
+    its repeats' KV (prompt + output tokens) fit the published KV cache, a stand-in for LRU
+    eviction; 0 without the key, for the first point, or without a published KV size."""
+    if not repeats or before is None or not point.get("kv_cache_tokens"):
+        return 0
+    n = int(before.get("num_prompts") or 0)
+    footprint = repeats * n * (int(before["input_len"]) + int(before["output_len"]))
+    return min(n, int(point.get("num_prompts") or 0)) if footprint <= point["kv_cache_tokens"] \
+        else 0
 
 
 def load_corpus(paths: Iterable[str | Path] | None = None) -> list[ServingRow]:
@@ -192,6 +213,8 @@ def row_scenario(row: ServingRow, *, engine_presets: bool = True, max_prompts: i
                      "dp": max(row.num_gpus // (row.tp * row.pp), 1)},
         "precision": precision, "kv_cache_dtype": _kv_dtype(row, precision),
         "input_len": _length(row, row.input_len), "output_len": _length(row, row.output_len)}
+    if row.warm_prompts:
+        inference["prefix_cache"] = {"warm_requests": row.warm_prompts}
     doc: dict[str, Any] = {
         "name": row.id.replace("/", "-"), "model": row.model,
         "hardware": {"gpu": row.gpu, "num_gpus": row.num_gpus, "gpus_per_node": 8},

@@ -4,7 +4,6 @@ seconds (with a synthetic engine whose answers are known in closed form)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from analytical.dtypes import DType
@@ -16,7 +15,6 @@ from simulate.inference.layer_ops import inference_sharding, lm_head_ops, step_o
 from simulate.inference.step_cost import (
     DenseCost,
     MeteredCost,
-    _interp,
     build_tables,
     token_grid,
 )
@@ -64,13 +62,6 @@ def test_token_grid_is_sorted_dense_then_geometric():
     assert token_grid(5) == [1, 2, 3, 4, 5]
 
 
-def test_interp_inside_and_linear_extrapolation():
-    g, v = np.array([1.0, 2.0, 4.0]), np.array([10.0, 20.0, 30.0])
-    assert _interp(g, v, 3.0) == pytest.approx(25.0)
-    assert _interp(g, v, 6.0) == pytest.approx(40.0)  # slope of the last segment
-    assert _interp(g, v, 0.0) == 0.0
-
-
 def test_dense_cost_is_the_exact_sum_of_its_ops_and_memoised():
     model = load_model("llama-3-8b")
     shard = inference_sharding(tp=2, gpus_per_node=8)
@@ -90,22 +81,32 @@ def test_dense_cost_is_the_exact_sum_of_its_ops_and_memoised():
     assert dense.get("dense", 0) == (0.0, {})
 
 
-def test_decode_fit_recovers_a_linear_law_and_prefill_per_pair():
+def test_decode_fit_recovers_a_linear_law_and_prefill_is_exact_per_chunk():
     calls: list[int] = []
     model, _, tables = _tables(calls)
     layers = model.layers
     assert tables.decode_per_seq_s == pytest.approx(layers * A_SEQ, rel=1e-6)
     assert tables.decode_per_kv_s == pytest.approx(layers * B_KV, rel=1e-6)
     assert tables.fit_error < 1e-6
-    assert np.allclose(tables.prefill_per_pair_s, layers * PAIR, rtol=1e-9)
     assert tables.attention_share == {"prefill": {"xgboost": 1.0}, "decode": {"roofline": 1.0}}
     assert len(calls) == 3  # dense grid, LM head grid, attention: three batched engine calls
+    # a chunk on the grid is memoised; one off it (length 1000 after a 300-token prefix) is
+    # asked once, exactly: every causal pair of the chunk, no interpolation
+    seconds, engines = tables.prefill.get((0, 2048))  # the grid's top (max_tokens)
+    assert seconds == pytest.approx(layers * PAIR * 2048 * 2049 / 2, rel=1e-12)
+    assert len(calls) == 3
+    pairs = 1000 * 300 + 1000 * 1001 / 2
+    assert tables.prefill.seconds([(300, 1000)] * 2) == pytest.approx(2 * layers * PAIR * pairs,
+                                                                        rel=1e-12)
+    assert len(calls) == 4 and engines == {"xgboost": seconds}
+    tables.prefill.get((300, 1000))
+    assert len(calls) == 4  # memoised
 
 
 def test_step_time_and_metered_engine_seconds_agree():
     model, _, tables = _tables(pp=2)
     shape = StepShape(tokens=600, logits=9, prefill_pairs=512 * 513 / 2, prefill_chunks=1,
-                      decode_seqs=8, decode_kv=8 * 1000, decode_q=1)
+                      decode_seqs=8, decode_kv=8 * 1000, decode_q=1, chunks=((0, 512),))
     prefill, decode, hops = tables.attention_parts(shape)
     assert prefill == pytest.approx(shape.prefill_pairs * model.layers * PAIR, rel=1e-9)
     assert decode == pytest.approx(model.layers * (8 * A_SEQ + 8000 * B_KV), rel=1e-6)
