@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from analytical.errors import SpecError
+from simulate.inference.layer_ops import Fusions
 from simulate.serving.choices import Scheduler, ServingEngine
 
 ENGINES_DIR = Path(__file__).resolve().parents[2] / "datasets" / "engines"
@@ -71,6 +72,16 @@ class EnginePreset:
     frontend_s: float  # per request, API server to engine and back (HTTP, tokenize, stream)
     fp8_activation_quant: ActQuant = ActQuant.NONE
     host_overlap: bool = False  # host work of a step runs while the GPU runs the previous one
+    fused_add_norm: bool = False  # residual add inside the RMSNorm kernel
+    attention_fp8_out: bool = False  # attention writes the output projection's fp8 input
+    allreduce_norm_min_hidden: int = 0  # tp > 1, hidden >= this: all-reduce + add + norm + quant
+
+    def fusions(self) -> Fusions:
+        """The operator composition of a step under this engine (`layer_ops.Fusions`)."""
+        return Fusions(act_quant_bytes=self.fp8_activation_quant.bytes_per_element,
+                       add_into_norm=self.fused_add_norm,
+                       attention_fp8_out=self.attention_fp8_out,
+                       allreduce_norm_min_hidden=self.allreduce_norm_min_hidden)
 
 
 @functools.cache
@@ -112,7 +123,10 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
     data = engine_data(engine)
     gib = memory_bytes / GIB
 
-    def pick(key: str) -> Any:
+    def pick(key: str, default: Any = None) -> Any:
+        """The engine's setting; an operator fusion its file does not list is off."""
+        if key not in data and default is not None:
+            return default
         return _tier(data[key], gib=gib, device=device, tp=tp)
 
     budget = int(pick("max_batched_tokens"))
@@ -140,7 +154,10 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
         step_overhead_per_seq_s=float(pick("step_overhead_per_seq_us")) / 1e6,
         frontend_s=float(pick("frontend_ms")) / 1e3,
         fp8_activation_quant=ActQuant(pick("fp8_activation_quant")),
-        host_overlap=bool(pick("host_overlap")))
+        host_overlap=bool(pick("host_overlap")),
+        fused_add_norm=bool(pick("fused_add_norm", False)),
+        attention_fp8_out=bool(pick("attention_fp8_out", False)),
+        allreduce_norm_min_hidden=int(pick("allreduce_norm_min_hidden", 0)))
 
 
 def cuda_graph_sizes(preset: EnginePreset) -> tuple[int, ...]:

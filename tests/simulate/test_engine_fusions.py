@@ -1,0 +1,108 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The operator composition of a serving step under an engine's fusions
+(`simulate.inference.layer_ops.Fusions`, switched by ``datasets/engines/<engine>.yaml``):
+TensorRT-LLM's PyTorch backend runs the residual add inside the RMSNorm
+(``modules/rms_norm.py`` flashinfer_fused_add_rmsnorm), writes o_proj's fp8 input from the
+attention kernel (``modules/attention.py`` out_scale), and at tp > 1 with hidden > 4096 runs
+residual + RMSNorm + fp8 quantization inside the all-reduce (``models/modeling_llama.py``
+LlamaDecoderLayer, AllReduceFusionOp.RESIDUAL_RMS_NORM_QUANT_FP8)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from analytical.dtypes import DType
+from analytical.hardware import get_hardware
+from analytical.model import load_model
+from analytical.ops import CollectiveSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind
+from analytical.roofline import roofline_time
+from simulate.inference.layer_ops import Fusions, inference_sharding, step_ops
+from simulate.serving.engine_presets import engine_preset
+
+
+def _preset(engine: str, tp: int = 1):
+    hw = get_hardware("h100-sxm")
+    return engine_preset(engine, memory_bytes=hw.memory_bytes, device=hw.name, tp=tp)
+
+
+def _kinds(ops) -> Counter[str]:
+    out: Counter[str] = Counter()
+    for op, n in ops:
+        key = op.kind.value if isinstance(op, (MemoryBoundSpec, CollectiveSpec)) else "gemm"
+        out[key] += int(n)
+    return out
+
+
+def _ops(model: str, tp: int, fusions: Fusions | None, tokens: int = 64):
+    spec = load_model(model)
+    shard = inference_sharding(tp=tp, gpus_per_node=8)
+    return spec, step_ops(spec, tokens=tokens, shard=shard, weight_dtype=DType.FP8,
+                          act_quant_bytes=3.0, fusions=fusions)
+
+
+def test_only_trtllm_lists_the_fusions() -> None:
+    trt = _preset("trtllm").fusions()
+    assert trt.add_into_norm and trt.attention_fp8_out
+    assert trt.allreduce_norm_min_hidden == 4097  # modeling_llama.py: hidden_size > 4096
+    assert trt.act_quant_bytes == 3.0
+    for engine in ("vllm", "sglang"):
+        other = _preset(engine).fusions()
+        assert not (other.add_into_norm or other.attention_fp8_out)
+        assert other.allreduce_norm_min_hidden == 0
+
+
+def test_tp1_fuses_the_residual_add_and_the_output_projection_quantization() -> None:
+    model, plain = _ops("llama-3-8b", 1, None)
+    _, fused = _ops("llama-3-8b", 1, _preset("trtllm").fusions())
+    before, after = _kinds(plain), _kinds(fused)
+    layers = model.layers
+    assert before["add"] == 2 * layers and after["add"] == 0
+    assert before["copy"] == 4 * layers  # a quantization pass per fp8 GEMM
+    assert after["copy"] == 3 * layers  # qkv, gate_up, down; o_proj's input comes from attention
+    assert after["gemm"] == before["gemm"] and after["rmsnorm"] == before["rmsnorm"]
+    # the fused norm reads x and the residual and writes both: twice a plain norm's traffic
+    norms = [op for op, _ in fused if isinstance(op, MemoryBoundSpec)
+             and op.kind is MemoryOpKind.RMSNORM and op.cols == 2 * model.hidden]
+    assert sum(n for op, n in fused if op in norms) == 2 * layers  # both norms of each layer
+
+
+def test_allreduce_fusion_needs_tp_and_a_hidden_size_above_4096() -> None:
+    fusions = _preset("trtllm", tp=2).fusions()
+    model, fused = _ops("llama-3-70b", 2, fusions)
+    kinds = _kinds(fused)
+    assert model.hidden == 8192 and fusions.allreduce_norm(model, inference_sharding(tp=2))
+    # per layer: 4 GEMMs, 2 all-reduces (carrying add + norm + quant), rotary, SwiGLU and the
+    # down projection's input quantization; the final norm stays
+    assert kinds["add"] == 0 and kinds["rmsnorm"] == 1
+    assert kinds["copy"] == model.layers
+    assert kinds["gemm"] == 4 * model.layers
+    # Llama-3.1-8B (hidden 4096) at tp 2: no all-reduce fusion, the add still goes into the norm
+    small, at_tp2 = _ops("llama-3-8b", 2, _preset("trtllm", tp=2).fusions())
+    assert not fusions.allreduce_norm(small, inference_sharding(tp=2))
+    assert _kinds(at_tp2)["rmsnorm"] == 2 * small.layers + 1
+    assert _kinds(at_tp2)["copy"] == 3 * small.layers
+
+
+def test_fewer_kernels_make_a_faster_decode_step() -> None:
+    hw = get_hardware("h200")
+    _, plain = _ops("llama-3-70b", 2, Fusions(act_quant_bytes=3.0), tokens=8)
+    _, fused = _ops("llama-3-70b", 2, _preset("trtllm", tp=2).fusions(), tokens=8)
+
+    def seconds(ops) -> float:
+        return sum(n * roofline_time(op, hw) for op, n in ops)
+
+    saved = seconds(plain) - seconds(fused)
+    kernels = sum(n for _, n in plain) - sum(n for _, n in fused)
+    assert kernels == 7 * 80  # 2 adds, 2 norms, 3 quantization passes per layer
+    # each dropped kernel saves at least its fixed time (efficiency.kernel_latency_us)
+    assert saved >= kernels * hw.efficiency.kernel_latency_s * 0.99
+    assert all(isinstance(op, (GemmSpec, MemoryBoundSpec, CollectiveSpec)) for op, _ in fused)
+
+
+def test_without_fusions_step_ops_is_unchanged() -> None:
+    _, default = _ops("llama-3-8b", 1, None)
+    _, explicit = _ops("llama-3-8b", 1, Fusions(act_quant_bytes=3.0))
+    assert default == explicit
+    assert pytest.approx(sum(n for _, n in default)) == sum(n for _, n in explicit)
