@@ -20,6 +20,7 @@ from analytical.ops import CollectiveSpec, GemmSpec, MemoryBoundSpec, MemoryOpKi
 from analytical.roofline import roofline_time
 from simulate.inference.layer_ops import Fusions, inference_sharding, step_ops
 from simulate.serving.engine_presets import engine_preset
+from simulate.validate.serving_corpus import row_scenario
 
 
 def _preset(engine: str, tp: int = 1):
@@ -106,3 +107,26 @@ def test_without_fusions_step_ops_is_unchanged() -> None:
     _, explicit = _ops("llama-3-8b", 1, Fusions(act_quant_bytes=3.0))
     assert default == explicit
     assert pytest.approx(sum(n for _, n in default)) == sum(n for _, n in explicit)
+
+
+def test_perf_overview_throughput_needs_the_checkpoints_fp8_kv_cache() -> None:
+    # Output tok/s <= HBM bandwidth / (mean context x KV bytes per token): every decode step
+    # reads each running request's whole KV. With a bf16 KV the Llama-3.1-8B 128/4096 rows of
+    # the TensorRT-LLM perf overview would break that bound; with the fp8 KV that trtllm-bench's
+    # "auto" takes from a ModelOpt checkpoint they hold.
+    from analytical.memory import kv_cache_bytes
+    from simulate.validate.serving_corpus import load_corpus
+
+    rows = [r for r in load_corpus() if r.source == "trtllm-perf-overview"
+            and r.model == "llama-3-8b" and (r.input_len, r.output_len) == (128, 4096)]
+    assert len(rows) == 2
+    model = load_model("llama-3-8b")
+    for row in rows:
+        kv_dtype = row_scenario(row)["inference"]["kv_cache_dtype"]
+        assert kv_dtype == "fp8"
+        bw = get_hardware(row.gpu).memory_bw_bytes_per_s
+        context = row.input_len + row.output_len / 2
+        bound = {dtype: bw / (context * kv_cache_bytes(model, tokens=1, kv_dtype=dtype,
+                                                       tp=row.tp, pp=1))
+                 for dtype in (DType.BF16, DType.FP8)}
+        assert bound[DType.BF16] < row.measured["output_tok_s"] < bound[DType.FP8]
