@@ -48,18 +48,21 @@ class Fusions:
     - ``add_into_norm``: the residual add runs inside the next RMSNorm (fused add + RMSNorm:
       one kernel reads x and the residual, writes both).
     - ``attention_fp8_out``: the attention kernel writes the output projection's fp8 input.
-    - ``allreduce_norm_min_hidden``: at tp > 1 and hidden >= this (0: never), the all-reduce
-      kernel also adds the residual, runs the RMSNorm and writes the next GEMM's fp8 input.
+    - ``allreduce_norm_families`` / ``allreduce_norm_min_hidden``: for a model of one of these
+      families with hidden >= the minimum, at tp > 1, the all-reduce kernel also adds the
+      residual, runs the RMSNorm and writes the next GEMM's fp8 input (the engine's model code
+      decides, per family).
     """
 
     act_quant_bytes: float = 0.0
     add_into_norm: bool = False
     attention_fp8_out: bool = False
+    allreduce_norm_families: tuple[str, ...] = ()
     allreduce_norm_min_hidden: int = 0
 
     def allreduce_norm(self, model: ModelSpec, shard: Sharding) -> bool:
         """True where the all-reduce carries residual + RMSNorm + quantization."""
-        return (shard.tp > 1 and self.allreduce_norm_min_hidden > 0
+        return (shard.tp > 1 and model.family in self.allreduce_norm_families
                 and model.hidden >= self.allreduce_norm_min_hidden)
 
 

@@ -74,13 +74,16 @@ class EnginePreset:
     host_overlap: bool = False  # host work of a step runs while the GPU runs the previous one
     fused_add_norm: bool = False  # residual add inside the RMSNorm kernel
     attention_fp8_out: bool = False  # attention writes the output projection's fp8 input
-    allreduce_norm_min_hidden: int = 0  # tp > 1, hidden >= this: all-reduce + add + norm + quant
+    # tp > 1, these model families, hidden >= the minimum: all-reduce + add + norm + quant
+    allreduce_norm_families: tuple[str, ...] = ()
+    allreduce_norm_min_hidden: int = 0
 
     def fusions(self) -> Fusions:
         """The operator composition of a step under this engine (`layer_ops.Fusions`)."""
         return Fusions(act_quant_bytes=self.fp8_activation_quant.bytes_per_element,
                        add_into_norm=self.fused_add_norm,
                        attention_fp8_out=self.attention_fp8_out,
+                       allreduce_norm_families=self.allreduce_norm_families,
                        allreduce_norm_min_hidden=self.allreduce_norm_min_hidden)
 
 
@@ -140,6 +143,7 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
                                           graph_max_bs=graph_bs, tp=tp, pp=pp)
     else:
         util = float(pick("gpu_memory_utilization"))
+    fused_ar = pick("allreduce_norm_fusion", {}) or {}
     return EnginePreset(
         engine=ServingEngine(engine), version=str(data["version"]),
         scheduler=Scheduler(pick("scheduler")),
@@ -157,7 +161,8 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
         host_overlap=bool(pick("host_overlap")),
         fused_add_norm=bool(pick("fused_add_norm", False)),
         attention_fp8_out=bool(pick("attention_fp8_out", False)),
-        allreduce_norm_min_hidden=int(pick("allreduce_norm_min_hidden", 0)))
+        allreduce_norm_families=tuple(fused_ar.get("families", ())),
+        allreduce_norm_min_hidden=int(fused_ar.get("min_hidden", 0)))
 
 
 def cuda_graph_sizes(preset: EnginePreset) -> tuple[int, ...]:

@@ -47,11 +47,12 @@ def test_only_trtllm_lists_the_fusions() -> None:
     trt = _preset("trtllm").fusions()
     assert trt.add_into_norm and trt.attention_fp8_out
     assert trt.allreduce_norm_min_hidden == 4097  # modeling_llama.py: hidden_size > 4096
+    assert trt.allreduce_norm_families == ("llama",)  # modeling_qwen3.py: a plain all-reduce
     assert trt.act_quant_bytes == 3.0
     for engine in ("vllm", "sglang"):
         other = _preset(engine).fusions()
         assert not (other.add_into_norm or other.attention_fp8_out)
-        assert other.allreduce_norm_min_hidden == 0
+        assert other.allreduce_norm_families == ()
 
 
 def test_tp1_fuses_the_residual_add_and_the_output_projection_quantization() -> None:
@@ -84,6 +85,10 @@ def test_allreduce_fusion_needs_tp_and_a_hidden_size_above_4096() -> None:
     assert not fusions.allreduce_norm(small, inference_sharding(tp=2))
     assert _kinds(at_tp2)["rmsnorm"] == 2 * small.layers + 1
     assert _kinds(at_tp2)["copy"] == 3 * small.layers
+    # Qwen3-32B (hidden 5120): TensorRT-LLM's Qwen3 layer keeps a plain all-reduce
+    qwen, qwen_ops = _ops("qwen3-32b", 2, fusions)
+    assert qwen.hidden > 4096 and not fusions.allreduce_norm(qwen, inference_sharding(tp=2))
+    assert _kinds(qwen_ops)["add"] == 0 and _kinds(qwen_ops)["copy"] == 3 * qwen.layers
 
 
 def test_fewer_kernels_make_a_faster_decode_step() -> None:
