@@ -51,7 +51,8 @@ class Fusions:
     - ``allreduce_norm_families`` / ``allreduce_norm_min_hidden``: for a model of one of these
       families with hidden >= the minimum, at tp > 1, the all-reduce kernel also adds the
       residual, runs the RMSNorm and writes the next GEMM's fp8 input (the engine's model code
-      decides, per family).
+      decides, per family), while the bf16 message fits ``allreduce_norm_workspace_bytes``;
+      a larger one runs NCCL, then a fused add + RMSNorm kernel and a quantization pass.
     """
 
     act_quant_bytes: float = 0.0
@@ -59,11 +60,14 @@ class Fusions:
     attention_fp8_out: bool = False
     allreduce_norm_families: tuple[str, ...] = ()
     allreduce_norm_min_hidden: int = 0
+    allreduce_norm_workspace_bytes: float = float("inf")
 
-    def allreduce_norm(self, model: ModelSpec, shard: Sharding) -> bool:
-        """True where the all-reduce carries residual + RMSNorm + quantization."""
+    def allreduce_norm(self, model: ModelSpec, shard: Sharding, tokens: int = 0) -> bool:
+        """True where the all-reduce of a step of ``tokens`` tokens (0: any size) carries
+        residual + RMSNorm + quantization."""
         return (shard.tp > 1 and model.family in self.allreduce_norm_families
-                and model.hidden >= self.allreduce_norm_min_hidden)
+                and model.hidden >= self.allreduce_norm_min_hidden
+                and tokens * model.hidden * 2 <= self.allreduce_norm_workspace_bytes)
 
 
 NO_FUSIONS = Fusions()
@@ -127,18 +131,19 @@ def step_ops(model: ModelSpec, *, tokens: int, shard: Sharding, weight_dtype: DT
         if count:
             nodes = layer_ops(model, shard, batch, LayerPhase.PREFILL, moe=moe, precision=prec,
                               lora=lora)
-            out += [(op, count * n) for op, n in _compose(nodes, fusions, model, shard)]
+            out += [(op, count * n) for op, n in _compose(nodes, fusions, model, shard, tokens)]
     edges = [*embedding_ops(model, shard, tokens, prec), final_norm_op(model, shard, tokens, prec)]
     return out + [(n.op, n.count) for n in edges]
 
 
-def _compose(nodes: list[Node], fusions: Fusions, model: ModelSpec, shard: Sharding
-             ) -> list[tuple[OpSpec, float]]:
+def _compose(nodes: list[Node], fusions: Fusions, model: ModelSpec, shard: Sharding,
+             tokens: int) -> list[tuple[OpSpec, float]]:
     """One layer's kernels (attention core left out) under `fusions`, quantization passes
     after the GEMMs they feed."""
-    fused_ar = fusions.allreduce_norm(model, shard)
-    dropped = {*_RESIDUALS, *_NORMS} if fused_ar else set(_RESIDUALS) if \
-        fusions.add_into_norm else set()
+    fused_ar = fusions.allreduce_norm(model, shard, tokens)
+    # past the workspace the fused all-reduce falls back to NCCL + fused add/RMSNorm + quant
+    add_norm = fusions.add_into_norm or fusions.allreduce_norm(model, shard)
+    dropped = {*_RESIDUALS, *_NORMS} if fused_ar else set(_RESIDUALS) if add_norm else set()
     fed = {*(_NORM_FED if fused_ar else ()), *(("out_proj",) if fusions.attention_fp8_out
                                                  else ())}
     ops: list[tuple[OpSpec, float]] = []
@@ -147,7 +152,7 @@ def _compose(nodes: list[Node], fusions: Fusions, model: ModelSpec, shard: Shard
         if node.core or node.name in dropped:
             continue
         op = node.op
-        if fusions.add_into_norm and not fused_ar and node.name in _NORMS:
+        if add_norm and not fused_ar and node.name in _NORMS:
             assert isinstance(op, MemoryBoundSpec)
             op = replace(op, cols=2 * op.cols)  # reads x and the residual, writes both
         ops.append((op, node.count))

@@ -77,6 +77,7 @@ class EnginePreset:
     # tp > 1, these model families, hidden >= the minimum: all-reduce + add + norm + quant
     allreduce_norm_families: tuple[str, ...] = ()
     allreduce_norm_min_hidden: int = 0
+    allreduce_norm_workspace_bytes: float = float("inf")  # larger messages: NCCL, no fusion
 
     def fusions(self) -> Fusions:
         """The operator composition of a step under this engine (`layer_ops.Fusions`)."""
@@ -84,7 +85,8 @@ class EnginePreset:
                        add_into_norm=self.fused_add_norm,
                        attention_fp8_out=self.attention_fp8_out,
                        allreduce_norm_families=self.allreduce_norm_families,
-                       allreduce_norm_min_hidden=self.allreduce_norm_min_hidden)
+                       allreduce_norm_min_hidden=self.allreduce_norm_min_hidden,
+                       allreduce_norm_workspace_bytes=self.allreduce_norm_workspace_bytes)
 
 
 @functools.cache
@@ -162,7 +164,10 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
         fused_add_norm=bool(pick("fused_add_norm", False)),
         attention_fp8_out=bool(pick("attention_fp8_out", False)),
         allreduce_norm_families=tuple(fused_ar.get("families", ())),
-        allreduce_norm_min_hidden=int(fused_ar.get("min_hidden", 0)))
+        allreduce_norm_min_hidden=int(fused_ar.get("min_hidden", 0)),
+        allreduce_norm_workspace_bytes=float(
+            fused_ar.get("workspace_bytes_tp_le_2" if tp <= 2 else "workspace_bytes",
+                         float("inf"))))
 
 
 def cuda_graph_sizes(preset: EnginePreset) -> tuple[int, ...]:

@@ -85,6 +85,15 @@ def test_allreduce_fusion_needs_tp_and_a_hidden_size_above_4096() -> None:
     assert not fusions.allreduce_norm(small, inference_sharding(tp=2))
     assert _kinds(at_tp2)["rmsnorm"] == 2 * small.layers + 1
     assert _kinds(at_tp2)["copy"] == 3 * small.layers
+    # past the custom all-reduce workspace (16e6 bytes at tp 2) TensorRT-LLM falls back to NCCL,
+    # then a fused add + RMSNorm kernel and a quantization pass (allreduceOp.cpp)
+    assert fusions.allreduce_norm_workspace_bytes == 16e6
+    assert _preset("trtllm", tp=8).fusions().allreduce_norm_workspace_bytes == 8e6
+    tokens = 1024  # 1024 x 8192 x 2 B = 16.8 MB > 16e6
+    _, large = _ops("llama-3-70b", 2, fusions, tokens=tokens)
+    assert not fusions.allreduce_norm(model, inference_sharding(tp=2), tokens)
+    assert _kinds(large)["add"] == 0 and _kinds(large)["rmsnorm"] == 2 * model.layers + 1
+    assert _kinds(large)["copy"] == 3 * model.layers
     # Qwen3-32B (hidden 5120): TensorRT-LLM's Qwen3 layer keeps a plain all-reduce
     qwen, qwen_ops = _ops("qwen3-32b", 2, fusions)
     assert qwen.hidden > 4096 and not fusions.allreduce_norm(qwen, inference_sharding(tp=2))
