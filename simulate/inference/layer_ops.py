@@ -12,6 +12,8 @@ the MLP); KV heads replicated when tp > kv_heads; MoE experts spread over the TP
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 from analytical.attention_span import AttentionKind
 from analytical.dtypes import DType
 from analytical.errors import SpecError
@@ -20,6 +22,7 @@ from analytical.layer_edges import lm_head_ops as _lm_head_nodes
 from analytical.layer_spec import (
     LayerPhase,
     LoraSpec,
+    Node,
     Precision,
     Sharding,
     TokenBatch,
@@ -30,8 +33,48 @@ from analytical.layers import INT4_DEQUANT_MIN_TOKENS, attention_core, layer_ops
 from analytical.model import ModelSpec
 from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind, OpSpec
 
-__all__ = ["INT4_DEQUANT_MIN_TOKENS", "LoraSpec", "Sharding", "attention_specs", "check_sharding",
-           "heads_per_rank", "inference_sharding", "lm_head_ops", "step_ops"]
+__all__ = ["INT4_DEQUANT_MIN_TOKENS", "Fusions", "LoraSpec", "Sharding", "attention_specs",
+           "check_sharding", "heads_per_rank", "inference_sharding", "lm_head_ops", "step_ops"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fusions:
+    """Which of a layer's operators an engine runs inside another kernel (the engine's
+    ``datasets/engines/<engine>.yaml`` entries of the same names, each citing its code). A fused
+    operator is no kernel of its own: no launch, no per-kernel time, no extra pass over memory.
+
+    - ``act_quant_bytes``: traffic per input element of the kernel that quantizes an fp8 linear
+      layer's bf16 input where no producer writes fp8 (`engine_presets.ActQuant`).
+    - ``add_into_norm``: the residual add runs inside the next RMSNorm (fused add + RMSNorm:
+      one kernel reads x and the residual, writes both).
+    - ``attention_fp8_out``: the attention kernel writes the output projection's fp8 input.
+    - ``allreduce_norm_families`` / ``allreduce_norm_min_hidden``: for a model of one of these
+      families with hidden >= the minimum, at tp > 1, the all-reduce kernel also adds the
+      residual, runs the RMSNorm and writes the next GEMM's fp8 input (the engine's model code
+      decides, per family), while the bf16 message fits ``allreduce_norm_workspace_bytes``;
+      a larger one runs NCCL, then a fused add + RMSNorm kernel and a quantization pass.
+    """
+
+    act_quant_bytes: float = 0.0
+    add_into_norm: bool = False
+    attention_fp8_out: bool = False
+    allreduce_norm_families: tuple[str, ...] = ()
+    allreduce_norm_min_hidden: int = 0
+    allreduce_norm_workspace_bytes: float = float("inf")
+
+    def allreduce_norm(self, model: ModelSpec, shard: Sharding, tokens: int = 0) -> bool:
+        """True where the all-reduce of a step of ``tokens`` tokens (0: any size) carries
+        residual + RMSNorm + quantization."""
+        return (shard.tp > 1 and model.family in self.allreduce_norm_families
+                and model.hidden >= self.allreduce_norm_min_hidden
+                and tokens * model.hidden * 2 <= self.allreduce_norm_workspace_bytes)
+
+
+NO_FUSIONS = Fusions()
+_NORMS = ("attn_norm", "mlp_norm")
+_RESIDUALS = ("attn_residual", "mlp_residual")
+# fp8 GEMMs whose input a fused producer writes: the norm (qkv, MLP up) or attention (out)
+_NORM_FED = ("qkv_proj", "mlp.up_gate")
 
 
 def inference_sharding(*, tp: int = 1, pp: int = 1, ep: int = 1, gpus_per_node: int = 8
@@ -73,11 +116,14 @@ def _precision(weight_dtype: DType, act_dtype: DType) -> Precision:
 
 def step_ops(model: ModelSpec, *, tokens: int, shard: Sharding, weight_dtype: DType,
              act_dtype: DType = DType.BF16, lora: LoraSpec | None = None,
-             act_quant_bytes: float = 0.0) -> list[tuple[OpSpec, float]]:
+             act_quant_bytes: float = 0.0, fusions: Fusions | None = None
+             ) -> list[tuple[OpSpec, float]]:
     """(operator, count) for `tokens` new tokens through all layers of one pipeline replica on
-    one TP rank, excluding the attention core and the LM head. `act_quant_bytes`: memory
-    traffic per input element of quantizing each fp8 linear layer's bf16 input, a kernel of its
-    own (the engine's `fp8_activation_quant`, `engine_presets.ActQuant`)."""
+    one TP rank, excluding the attention core and the LM head, composed as the engine runs
+    them (`fusions`; None: every operator a kernel of its own). `act_quant_bytes` (without
+    `fusions`): memory traffic per input element of quantizing each fp8 linear layer's bf16
+    input, a kernel of its own (the engine's `fp8_activation_quant`)."""
+    fusions = fusions or Fusions(act_quant_bytes=act_quant_bytes)
     prec = _precision(weight_dtype, act_dtype)
     batch = TokenBatch(seqs=1, q_len=tokens)
     out: list[tuple[OpSpec, float]] = []
@@ -85,12 +131,35 @@ def step_ops(model: ModelSpec, *, tokens: int, shard: Sharding, weight_dtype: DT
         if count:
             nodes = layer_ops(model, shard, batch, LayerPhase.PREFILL, moe=moe, precision=prec,
                               lora=lora)
-            out += [(n.op, count * n.count) for n in nodes if not n.core]
-    if act_quant_bytes > 0:
-        out += [(_act_quant(op, act_quant_bytes), n) for op, n in list(out)
-                if isinstance(op, GemmSpec) and op.dtype == DType.FP8 and op.batch == 1]
+            out += [(op, count * n) for op, n in _compose(nodes, fusions, model, shard, tokens)]
     edges = [*embedding_ops(model, shard, tokens, prec), final_norm_op(model, shard, tokens, prec)]
     return out + [(n.op, n.count) for n in edges]
+
+
+def _compose(nodes: list[Node], fusions: Fusions, model: ModelSpec, shard: Sharding,
+             tokens: int) -> list[tuple[OpSpec, float]]:
+    """One layer's kernels (attention core left out) under `fusions`, quantization passes
+    after the GEMMs they feed."""
+    fused_ar = fusions.allreduce_norm(model, shard, tokens)
+    # past the workspace the fused all-reduce falls back to NCCL + fused add/RMSNorm + quant
+    add_norm = fusions.add_into_norm or fusions.allreduce_norm(model, shard)
+    dropped = {*_RESIDUALS, *_NORMS} if fused_ar else set(_RESIDUALS) if add_norm else set()
+    fed = {*(_NORM_FED if fused_ar else ()), *(("out_proj",) if fusions.attention_fp8_out
+                                                 else ())}
+    ops: list[tuple[OpSpec, float]] = []
+    quant: list[tuple[OpSpec, float]] = []
+    for node in nodes:
+        if node.core or node.name in dropped:
+            continue
+        op = node.op
+        if add_norm and not fused_ar and node.name in _NORMS:
+            assert isinstance(op, MemoryBoundSpec)
+            op = replace(op, cols=2 * op.cols)  # reads x and the residual, writes both
+        ops.append((op, node.count))
+        if (fusions.act_quant_bytes > 0 and isinstance(op, GemmSpec) and op.dtype == DType.FP8
+                and op.batch == 1 and node.name not in fed):
+            quant.append((_act_quant(op, fusions.act_quant_bytes), node.count))
+    return ops + quant
 
 
 def _act_quant(gemm: GemmSpec, bytes_per_element: float) -> MemoryBoundSpec:

@@ -140,8 +140,7 @@ def plan_instance(model: ModelSpec, hw: HardwareSpec, *, tp: int, pp: int, ep: i
                           estimator=estimator,
                           max_tokens=max(serving.max_batched_tokens, serving.max_num_seqs * decode_q),
                           decode_q=decode_q, lora=lora,
-                          act_quant_bytes=preset.fp8_activation_quant.bytes_per_element
-                          if preset else 0.0,
+                          fusions=preset.fusions() if preset else None,
                           graph_max_tokens=None if preset is None
                           else preset.cuda_graph_max_bs if hw.kind == "gpu" else 0)
     return InstancePlan(model=model, shard=shard, tables=tables, weight_bytes=weights,

@@ -33,6 +33,7 @@ from simulate.costs import add_engine_time
 from simulate.engines import Estimate, Estimator
 from simulate.inference.graph_replay import EngineKernels
 from simulate.inference.layer_ops import (
+    Fusions,
     LoraSpec,
     Sharding,
     attention_specs,
@@ -62,10 +63,10 @@ class DenseCost:
     engine runs it (`simulate.inference.graph_replay`); None: as measured."""
 
     def __init__(self, model: ModelSpec, shard: Sharding, weight_dtype: DType,
-                 estimator: Estimator, lora: LoraSpec | None, *, act_quant_bytes: float = 0.0,
+                 estimator: Estimator, lora: LoraSpec | None, *, fusions: Fusions | None = None,
                  kernels: EngineKernels | None = None) -> None:
         self._args = (model, shard, weight_dtype, lora)
-        self._act_quant_bytes = act_quant_bytes
+        self._fusions = fusions
         self._estimator = estimator
         self._kernels = kernels
         self._memo: dict[tuple[str, int], tuple[float, dict[str, float]]] = {}
@@ -74,7 +75,7 @@ class DenseCost:
         model, shard, wdtype, lora = self._args
         if part == "dense":
             return step_ops(model, tokens=tokens, shard=shard, weight_dtype=wdtype, lora=lora,
-                            act_quant_bytes=self._act_quant_bytes)
+                            fusions=self._fusions)
         return [(op, 1) for op in lm_head_ops(model, tokens, shard, wdtype)]
 
     def prewarm(self, part: str, counts: Sequence[int]) -> None:
@@ -242,7 +243,7 @@ class MeteredCost:
 
 def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_dtype: DType,
                  kv_dtype: DType, estimator: Estimator, max_tokens: int = 8192, decode_q: int = 1,
-                 lora: LoraSpec | None = None, act_quant_bytes: float = 0.0,
+                 lora: LoraSpec | None = None, fusions: Fusions | None = None,
                  graph_max_tokens: int | None = None) -> StepCostTables:
     """Build the step-cost model, asking the engine chain in a few batched calls.
 
@@ -250,14 +251,15 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
     the dense part is prewarmed on a grid of token counts and filled exactly on demand. Layers per
     pipeline stage are `model.layers / pp` but a request crosses all stages, so a step's latency
     sums them all (no micro-batch pipelining inside one step, as in vLLM's PP without virtual
-    engines). ``graph_max_tokens`` set (a serving engine's largest CUDA graph, 0 for none) prices
+    engines). ``fusions``: the serving engine's operator composition (`layer_ops.Fusions`;
+    None: every operator a kernel of its own). ``graph_max_tokens`` set (a serving engine's largest CUDA graph, 0 for none) prices
     the dense part as the engine runs it (`graph_replay.EngineKernels`); None: as measured.
     """
     grid = token_grid(max_tokens)
     kernels = None if graph_max_tokens is None else EngineKernels(
         hw=hw, graph_max_tokens=graph_max_tokens)
     dense = DenseCost(model, shard, weight_dtype, estimator, lora,
-                      act_quant_bytes=act_quant_bytes, kernels=kernels)
+                      fusions=fusions, kernels=kernels)
     dense.prewarm("dense", grid)
     dense.prewarm("lm", grid)
     attn_dtype = kv_dtype if kv_dtype in (DType.BF16, DType.FP16, DType.FP8) else DType.BF16

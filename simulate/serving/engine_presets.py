@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from analytical.errors import SpecError
+from simulate.inference.layer_ops import Fusions
 from simulate.serving.choices import Scheduler, ServingEngine
 
 ENGINES_DIR = Path(__file__).resolve().parents[2] / "datasets" / "engines"
@@ -71,6 +72,21 @@ class EnginePreset:
     frontend_s: float  # per request, API server to engine and back (HTTP, tokenize, stream)
     fp8_activation_quant: ActQuant = ActQuant.NONE
     host_overlap: bool = False  # host work of a step runs while the GPU runs the previous one
+    fused_add_norm: bool = False  # residual add inside the RMSNorm kernel
+    attention_fp8_out: bool = False  # attention writes the output projection's fp8 input
+    # tp > 1, these model families, hidden >= the minimum: all-reduce + add + norm + quant
+    allreduce_norm_families: tuple[str, ...] = ()
+    allreduce_norm_min_hidden: int = 0
+    allreduce_norm_workspace_bytes: float = float("inf")  # larger messages: NCCL, no fusion
+
+    def fusions(self) -> Fusions:
+        """The operator composition of a step under this engine (`layer_ops.Fusions`)."""
+        return Fusions(act_quant_bytes=self.fp8_activation_quant.bytes_per_element,
+                       add_into_norm=self.fused_add_norm,
+                       attention_fp8_out=self.attention_fp8_out,
+                       allreduce_norm_families=self.allreduce_norm_families,
+                       allreduce_norm_min_hidden=self.allreduce_norm_min_hidden,
+                       allreduce_norm_workspace_bytes=self.allreduce_norm_workspace_bytes)
 
 
 @functools.cache
@@ -112,7 +128,10 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
     data = engine_data(engine)
     gib = memory_bytes / GIB
 
-    def pick(key: str) -> Any:
+    def pick(key: str, default: Any = None) -> Any:
+        """The engine's setting; an operator fusion its file does not list is off."""
+        if key not in data and default is not None:
+            return default
         return _tier(data[key], gib=gib, device=device, tp=tp)
 
     budget = int(pick("max_batched_tokens"))
@@ -126,6 +145,7 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
                                           graph_max_bs=graph_bs, tp=tp, pp=pp)
     else:
         util = float(pick("gpu_memory_utilization"))
+    fused_ar = pick("allreduce_norm_fusion", {}) or {}
     return EnginePreset(
         engine=ServingEngine(engine), version=str(data["version"]),
         scheduler=Scheduler(pick("scheduler")),
@@ -140,7 +160,14 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
         step_overhead_per_seq_s=float(pick("step_overhead_per_seq_us")) / 1e6,
         frontend_s=float(pick("frontend_ms")) / 1e3,
         fp8_activation_quant=ActQuant(pick("fp8_activation_quant")),
-        host_overlap=bool(pick("host_overlap")))
+        host_overlap=bool(pick("host_overlap")),
+        fused_add_norm=bool(pick("fused_add_norm", False)),
+        attention_fp8_out=bool(pick("attention_fp8_out", False)),
+        allreduce_norm_families=tuple(fused_ar.get("families", ())),
+        allreduce_norm_min_hidden=int(fused_ar.get("min_hidden", 0)),
+        allreduce_norm_workspace_bytes=float(
+            fused_ar.get("workspace_bytes_tp_le_2" if tp <= 2 else "workspace_bytes",
+                         float("inf"))))
 
 
 def cuda_graph_sizes(preset: EnginePreset) -> tuple[int, ...]:
