@@ -34,6 +34,7 @@ import numpy as np
 from analytical.dtypes import DType
 from analytical.errors import SpecError, UnknownNameError
 from analytical.hardware import HardwareSpec
+from analytical.nccl import nccl_time
 from analytical.ops import (
     AttentionSpec,
     CollectiveKind,
@@ -47,7 +48,8 @@ from analytical.ops import (
     Phase,
 )
 
-SCHEMA_VERSIONS: dict[str, int] = {"gemm": 2, "attention": 2, "collective": 1, "memory": 1,
+# collective 2: the roofline (and the ratio targets' normaliser) is NCCL's own model
+SCHEMA_VERSIONS: dict[str, int] = {"gemm": 2, "attention": 2, "collective": 2, "memory": 1,
                                    "moe": 1}
 
 # GEMM kernels on NVIDIA GPUs tile the output in CTA tiles; the two most common are listed
@@ -91,11 +93,12 @@ def _peak_flops(op: OpSpec, hw: HardwareSpec) -> float:
 
 def ideal_time_s(op: OpSpec, hw: HardwareSpec) -> float:
     """Vendor-peak roofline, seconds: max(FLOPs / peak, bytes / HBM bandwidth) (Williams,
-    Waterman, Patterson 2009); collectives: bus bytes / link bandwidth + link latency (the
-    alpha-beta model with nccl-tests bus bytes)."""
+    Waterman, Patterson 2009); collectives: NCCL's own cost model on the YAML's links
+    (`analytical.nccl.nccl_time`: fixed constants from NCCL's source, no efficiency factor),
+    so the ratio targets learn NCCL's residual. With bus bytes / link bandwidth + the YAML's
+    link latency instead, h100-nvl, h100-sxm and l40s got no champion (predictors/README.md)."""
     if isinstance(op, CollectiveSpec):  # the one spec of family "collective"
-        link = hw.intra_node if op.nodes == 1 else hw.inter_node
-        return op.bytes / link.bandwidth_bytes_per_s + link.latency_s
+        return nccl_time(op, hw)
     return max(op.flops / _peak_flops(op, hw), op.bytes / hw.memory_bw_bytes_per_s)
 
 

@@ -34,7 +34,14 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from analytical.errors import SpecError, UnknownNameError
-from analytical.hardware import HardwareSpec, Link, LinkFabric
+from analytical.hardware import HardwareSpec
+from analytical.nccl import (
+    graph_bandwidth,
+    nccl_protocol_seconds,
+    nccl_time,
+    node_link,
+    ring_steps,
+)
 from analytical.ops import (
     AttentionSpec,
     CollectiveKind,
@@ -54,8 +61,9 @@ from predictors.features import (
     row_alignment_log2,
 )
 
-TRANSFER_SCHEMA_VERSION = 4  # 2: vendor-peak roofline target; 3: dtype as bits, floor per class;
-# 4: collectives relative to NCCL's own ring model (`nccl_seconds`)
+TRANSFER_SCHEMA_VERSION = 5  # 2: vendor-peak roofline target; 3: dtype as bits, floor per class;
+# 4: collectives relative to NCCL's own ring model; 5: NCCL's ring + tree model on its topology's
+# link credit (`analytical.nccl`)
 TRANSFER_FAMILIES = ("gemm", "attention", "collective", "memory")
 
 # CTA output tiles of CUTLASS/cuBLAS GEMMs (128x128 default, 128x256 and 256x128 Hopper wide
@@ -174,75 +182,23 @@ _ATTENTION = (["log2_batch", "log2_q_len", "log2_kv_len", "log2_heads", "log2_kv
               + _DTYPE)
 
 
-# NCCL's own cost model of a ring collective (NVIDIA/nccl src/graph/tuning.cc at 5067397,
-# ncclTopoTuneModel and ncclTopoGetAlgoTime): time = latency + bus bytes / bus bandwidth per
-# protocol (LL, LL128, Simple), NCCL taking the fastest. Latency = baseLatencies[Ring] +
-# (steps on the node's link) x hwLatencies[NVLINK or PCI][Ring] + (steps between nodes) x
-# hwLatencies[NET][Ring] (Tree's NET figures with one rank per node); bandwidth x 0.5 for LL,
-# x 0.92 for LL128 (which NCCL enables only over NVLink paths). Steps: all_reduce 2(n-1),
-# all_gather / reduce_scatter n-1; all_to_all and send_recv are point-to-point sends outside
-# that model: n-1 sends and one send. The link is the YAML's vendor link (the NVLink bridge for
-# a bridged pair, `HardwareSpec.pair_bridge`), not derated by an efficiency factor.
-_NCCL_BASE_US = (6.6, 14.0, 8.4)
-_NCCL_HW_US = {"nvlink": (0.6, 1.9, 3.4), "pcie": (1.0, 2.5, 5.7), "net": (2.7, 4.0, 14.0),
-               "net1": (5.0, 8.5, 14.0)}
-_NCCL_PROTO_BW = (0.5, 0.92, 1.0)
+# Collectives are priced relative to NCCL's own cost model (`analytical.nccl`: ring and tree x
+# LL / LL128 / Simple on the YAML's links as NCCL's topology credits them, its fastest choice).
 _NCCL_FABRICS = ("nvlink", "pcie", "net")
 
 
-def _nccl_link(op: CollectiveSpec, hw: HardwareSpec) -> tuple[Link, str]:
-    """The link that bounds the collective and NCCL's latency class of the node's link."""
-    if op.nodes > 1:
-        node = hw.intra_node
-    elif op.group_size == 2 and hw.pair_bridge is not None:
-        node = hw.pair_bridge
-    else:
-        node = hw.intra_node
-    fabric = "nvlink" if node.fabric in (LinkFabric.NVLINK, LinkFabric.XGMI) else "pcie"
-    return (hw.inter_node if op.nodes > 1 else node), fabric
-
-
-def _nccl_steps(op: CollectiveSpec) -> tuple[int, int]:
-    """(steps in all, steps that cross nodes) of the ring."""
-    n, nodes = op.group_size, op.nodes
-    if op.kind == CollectiveKind.ALL_REDUCE:
-        return 2 * (n - 1), 2 * (nodes - 1)
-    if op.kind == CollectiveKind.SEND_RECV:
-        return 1, int(nodes > 1)
-    return n - 1, nodes - 1
-
-
-def nccl_protocol_seconds(op: CollectiveSpec, hw: HardwareSpec) -> list[float]:
-    """NCCL's modelled time of ``op`` per protocol (LL, LL128, Simple); inf where disabled."""
-    link, fabric = _nccl_link(op, hw)
-    steps, inter = _nccl_steps(op)
-    net = _NCCL_HW_US["net1" if op.ranks_per_node == 1 else "net"]
-    out = []
-    for p, (base, intra, across, factor) in enumerate(zip(
-            _NCCL_BASE_US, _NCCL_HW_US[fabric], net, _NCCL_PROTO_BW, strict=True)):
-        if p == 1 and fabric != "nvlink":
-            out.append(math.inf)
-            continue
-        latency = (base + (steps - inter) * intra + inter * across) * 1e-6
-        out.append(latency + op.bytes / (link.bandwidth_bytes_per_s * factor))
-    return out
-
-
-def nccl_seconds(op: CollectiveSpec, hw: HardwareSpec) -> float:
-    return min(nccl_protocol_seconds(op, hw))
-
-
 def collective_row(op: CollectiveSpec, hw: HardwareSpec) -> list[float]:
-    link, fabric = _nccl_link(op, hw)
-    steps, inter = _nccl_steps(op)
+    _, fabric = node_link(op, hw)
+    bandwidth = graph_bandwidth(op, hw)
+    steps, inter = ring_steps(op)
     protos = nccl_protocol_seconds(op, hw)
     best = min(protos)
     row = [_log2(op.size_bytes), _log2(op.size_bytes / op.group_size), float(op.group_size),
            float(op.ranks_per_node), float(op.nodes), op.bus_factor, _log2(op.bytes)]
-    row += [_log2(op.bytes / link.bandwidth_bytes_per_s), _log2(ideal_time_s(op, hw)),
+    row += [_log2(op.bytes / bandwidth), _log2(ideal_time_s(op, hw)),
             _log2(op.size_bytes / hw.l2_bytes)]
     row += [_log2(best), float(steps), float(inter), float(int(np.argmin(protos))),
-            _log2(op.bytes / link.bandwidth_bytes_per_s / best)]
+            _log2(op.bytes / bandwidth / best)]
     row += [1.0 if fabric == f else 0.0 for f in _NCCL_FABRICS[:2]] + [float(op.nodes > 1)]
     row += [1.0 if op.kind == k else 0.0 for k in CollectiveKind]
     return row + _dtype(op)
@@ -293,7 +249,7 @@ def ideal_seconds(ops: Sequence[OpSpec], hw: HardwareSpec) -> np.ndarray:
     """The target's normaliser before the floor: the vendor-peak roofline
     (`predictors.features.ideal_time_s`: max(FLOPs / datasheet peak for the dtype, bytes /
     datasheet memory bandwidth); collectives: NCCL's own ring model on the YAML's links
-    (`nccl_seconds`; with the YAML's one link bandwidth and latency instead, the model was
+    (`analytical.nccl.nccl_time`; with the YAML's one link bandwidth and latency instead, the model was
     worse than that link model on three of seven held-out GPUs, predictors/README.md). Not
     `analytical.roofline.roofline_time`: its efficiency factors are per-GPU guesses (marked
     "uncertain" in most YAMLs), and an unseen GPU has only its datasheet; with them in the
@@ -303,6 +259,6 @@ def ideal_seconds(ops: Sequence[OpSpec], hw: HardwareSpec) -> np.ndarray:
     for op in ops:
         if op.family in ("gemm", "attention") and not hw.supports(op.dtype):
             raise SpecError(f"{op.family}.dtype", f"{op.dtype} is not supported on {hw.name}")
-    return np.array([nccl_seconds(op, hw) if isinstance(op, CollectiveSpec)
+    return np.array([nccl_time(op, hw) if isinstance(op, CollectiveSpec)
                      else ideal_time_s(op, hw) for op in ops], dtype=np.float64)
 

@@ -10,6 +10,7 @@ import pytest
 from analytical.dtypes import DType
 from analytical.errors import SpecError, UnknownNameError
 from analytical.hardware import get_hardware
+from analytical.nccl import nccl_time
 from analytical.ops import (
     AttentionSpec,
     CollectiveKind,
@@ -59,7 +60,7 @@ def test_row_matches_schema(family):
 
 def test_schema_contract():
     # Changing a family's names means a new version for it (saved models would mis-read them).
-    assert SCHEMA_VERSIONS == {"gemm": 2, "attention": 2, "collective": 1, "memory": 1, "moe": 1}
+    assert SCHEMA_VERSIONS == {"gemm": 2, "attention": 2, "collective": 2, "memory": 1, "moe": 1}
     assert feature_names("gemm")[:8] == ["m", "n", "k", "batch", "log2_m", "log2_n", "log2_k",
                                           "log2_batch"]
     assert len(feature_names("gemm")) == 34
@@ -126,8 +127,7 @@ def test_ideal_time_closed_forms():
     thin = GemmSpec(m=1, n=8192, k=8192)  # memory-bound: the weight read dominates
     assert ideal_time_s(thin, HW) == pytest.approx(thin.bytes / HW.memory_bw_bytes_per_s)
     ar = EXAMPLES["collective"]
-    assert ideal_time_s(ar, HW) == pytest.approx(
-        2 * 7 / 8 * 2**24 / HW.intra_node.bandwidth_bytes_per_s + HW.intra_node.latency_s)
+    assert ideal_time_s(ar, HW) == pytest.approx(nccl_time(ar, HW))  # no efficiency factor
 
 
 def test_attention_and_collective_fields():

@@ -295,25 +295,6 @@ def test_floor_is_per_stack_and_dtype_and_an_unseen_dtype_borrows_the_nearest():
     assert launch_floor("collective", rows) == {}
 
 
-def test_nccl_model_latency_protocols_and_bridge():
-    """NCCL's ring model (tuning.cc): an 8-rank NVLink all_reduce of a few bytes costs LL's
-    6.6 us base + 14 steps x 0.6 us; PCIe has no LL128; a bridged pair runs on its bridge."""
-    from analytical.ops import CollectiveKind, CollectiveSpec
-    from predictors.transfer_features import nccl_protocol_seconds, nccl_seconds
-
-    tiny = CollectiveSpec(kind=CollectiveKind.ALL_REDUCE, size_bytes=8, group_size=8,
-                          ranks_per_node=8)
-    assert nccl_seconds(tiny, get_hardware("h100-sxm")) == pytest.approx(15.0e-6, rel=1e-3)
-    assert nccl_seconds(tiny, get_hardware("l40s")) == pytest.approx(20.6e-6, rel=1e-3)
-    assert np.isinf(nccl_protocol_seconds(tiny, get_hardware("l40s"))[1])
-    big = CollectiveSpec(kind=CollectiveKind.ALL_REDUCE, size_bytes=2**30, group_size=2,
-                         ranks_per_node=2)
-    nvl = get_hardware("h100-nvl")
-    assert nccl_seconds(big, nvl) == pytest.approx(big.bytes / 300e9, rel=0.01)  # the bridge
-    four = replace(big, group_size=4, ranks_per_node=4)
-    assert nccl_seconds(four, nvl) == pytest.approx(four.bytes / 64e9, rel=0.01)  # PCIe
-
-
 def test_flash_attention_traffic_and_unsplit_decode_bound():
     """K/V re-read once per 128-query tile (causal: half the keys on average); a decode whose
     batch x KV heads covers a quarter of the SMs draws a quarter of the bandwidth."""
