@@ -91,6 +91,9 @@ class HardwareSpec:
     memory_bw_bytes_per_s: float
     compute_units: int  # SMs (NVIDIA), CUs (AMD), cores (CPU)
     l2_bytes: float
+    # Measured L2 read bandwidth where a microbenchmark publishes one (file key
+    # ``memory.l2_bandwidth_gb_per_s``); 0 = no source, callers fall back to DRAM bandwidth.
+    l2_bw_bytes_per_s: float = 0.0
     intra_node: Link  # NVLink / xGMI per GPU
     pcie: Link
     inter_node: Link  # network per GPU (NIC share)
@@ -243,7 +246,7 @@ def hardware_from_dict(data: Any, *, source: str = "<dict>") -> HardwareSpec:
     for required in (DType.FP32, DType.BF16):
         if required not in peaks:
             raise SpecError(f"peak_dense_tflops.{required}", "missing", source=source)
-    memory = r.mapping(top.get("memory"), "memory", {"capacity_gib", "bandwidth_gb_per_s", "type"})
+    memory = r.mapping(top.get("memory"), "memory", {"capacity_gib", "bandwidth_gb_per_s", "l2_bandwidth_gb_per_s", "type"})
     inter = r.mapping(top.get("interconnect"), "interconnect",
                       {"intra_node", "pcie", "inter_node", "pair_bridge"})
     node = r.mapping(top.get("node", {}), "node", {"gpus_per_node", "network"})
@@ -271,6 +274,7 @@ def hardware_from_dict(data: Any, *, source: str = "<dict>") -> HardwareSpec:
         memory_bw_bytes_per_s=r.number(memory, "bandwidth_gb_per_s", "memory") * GB,
         compute_units=int(r.number(top, "compute_units", "")),
         l2_bytes=r.number(top, "l2_mb", "") * MB,
+        l2_bw_bytes_per_s=r.number(memory, "l2_bandwidth_gb_per_s", "memory", default=0.0) * GB,
         intra_node=_link(r, inter.get("intra_node"), "interconnect.intra_node"),
         pcie=_link(r, inter.get("pcie"), "interconnect.pcie"),
         inter_node=_link(r, inter.get("inter_node"), "interconnect.inter_node"),
@@ -326,6 +330,8 @@ def hardware_to_dict(hw: HardwareSpec) -> dict[str, Any]:
                            if getattr(hw.efficiency, k)}
     if hw.efficiency.kernel_latency_s:
         data["efficiency"]["kernel_latency_us"] = _human(hw.efficiency.kernel_latency_s / US)
+    if hw.l2_bw_bytes_per_s:
+        data["memory"]["l2_bandwidth_gb_per_s"] = _human(hw.l2_bw_bytes_per_s / GB)
     if hw.memory_type:
         data["memory"]["type"] = hw.memory_type
     if hw.network:

@@ -117,6 +117,10 @@ CURRENT_GPUS = [
     ("h100-nvl", "memory_bw_bytes_per_s", 3.9e12, "H100 NVL: 94 GB HBM3 at 3.9 TB/s"),
     ("a10", DType.BF16, 125e12, "A10 datasheet: BF16 250 TF sparse"),
     ("a10", "memory_bw_bytes_per_s", 600e9, "A10 datasheet: 600 GB/s GDDR6"),
+    ("l40s", "l2_bw_bytes_per_s", 5.2e12, "gpu-benches gpu-l2-cache l40.txt: 5.1-5.3 TB/s"),
+    ("a100-sxm-80gb", "l2_bw_bytes_per_s", 5.4e12, "gpu-l2-cache a100_80.txt: 5.3-5.5 TB/s"),
+    ("h200", "l2_bw_bytes_per_s", 9.7e12, "gpu-l2-cache h200.txt: 9.5-9.9 TB/s"),
+    ("a40", "l2_bw_bytes_per_s", 0.0, "no published measurement: left empty"),
 ]
 
 
@@ -170,9 +174,10 @@ def _mutate(change) -> dict:
     (lambda d: d.update(architecture="hopper-ish"), "architecture"),
     (lambda d: d["interconnect"]["intra_node"].update(fabric="nvswitch"),
      "interconnect.intra_node.fabric"),
+    (lambda d: d["memory"].update(l2_bandwidth_gb_per_s=0), "memory.l2_bandwidth_gb_per_s"),
 ], ids=["unknown-top-key", "unknown-nested-key", "missing-bandwidth", "missing-bf16",
         "negative-bandwidth", "efficiency-above-1", "efficiency-not-number", "bad-kind",
-        "bad-architecture", "bad-fabric"])
+        "bad-architecture", "bad-fabric", "zero-l2-bandwidth"])
 def test_bad_file_names_file_and_field(tmp_path, change, field):
     path = _write(tmp_path, _mutate(change))
     with pytest.raises(SpecError) as info:

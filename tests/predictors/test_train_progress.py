@@ -61,3 +61,29 @@ def test_an_open_bar_reaches_its_total(gemm_frame, tiny):
         task = next(t for t in entry.display.progress.tasks if t.id == entry.task)
     at_least = len(evaluation_splits(data.ops, seed=0)) + 1 + 2 * search_steps("gemm", tiny)
     assert task.total is not None and task.completed == task.total >= at_least  # >= 2 folds
+
+
+def test_each_split_scores_a_model_refitted_on_all_its_training_rows(gemm_frame, tiny,
+                                                                      monkeypatch):
+    """Early stopping holds 10% of a split's training rows out; the scored model is then
+    refitted on all of them with the tree count found, as the baselines and the final model
+    see every row."""
+    calls = []
+    real = train.fit_model
+
+    def spy(x, latency, family, hardware, rows, valid, *args, **kwargs):
+        model = real(x, latency, family, hardware, rows, valid, *args, **kwargs)
+        calls.append((len(rows), valid is None, kwargs.get("rounds"), model.tree_counts))
+        return model
+
+    monkeypatch.setattr(train, "fit_model", spy)
+    data = training_data(gemm_frame, hardware="h100-sxm", family="gemm")
+    train.train_predictor(data, get_hardware("h100-sxm"), tiny)
+    splits = evaluation_splits(data.ops, seed=0)
+    protocol = calls[:-1]  # the last call is the final model
+    assert len(protocol) == 2 * len(splits)
+    pairs = zip(protocol[::2], protocol[1::2], strict=True)
+    for split, (stopped, refit) in zip(splits, pairs, strict=True):
+        assert stopped[1] is False and stopped[0] < len(split.train)
+        assert refit[0] == len(split.train) and refit[1] is True
+        assert refit[2] == stopped[3] == refit[3]

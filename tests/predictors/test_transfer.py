@@ -32,12 +32,15 @@ CONFIG = TransferConfig(seed=0, nthread=2, params=replace(DEFAULT_PARAMS, max_ro
 
 def law_seconds(op: GemmSpec, hw) -> float:
     """A GEMM law in the GPU's own units: compute at 70% of the dtype's peak scaled by the
-    busy fraction of 128x128 tile waves over the SMs, memory at 80% of HBM, plus 5 us."""
+    busy fraction of 128x128 tile waves over the SMs, memory at 80% of the warm-L2 bound
+    (the L2-resident share at the YAML's measured L2 bandwidth, the rest at HBM's), plus 5 us."""
+    from predictors.transfer_features import warm_memory_s
+
     tiles = -(-op.m // 128) * -(-op.n // 128)
     waves = tiles / hw.compute_units
     busy = waves / np.ceil(waves)
     compute = op.flops / (0.7 * hw.peak_flops(op.dtype) * busy)
-    memory = op.bytes / (0.8 * hw.memory_bw_bytes_per_s)
+    memory = warm_memory_s(op.bytes, hw) / 0.8
     return max(compute, memory) + 5e-6
 
 
@@ -268,6 +271,26 @@ def test_target_is_relative_to_the_datasheet_roofline():
         op.flops / hw.peak_flops(DType.BF16))
     with pytest.raises(SpecError):
         ideal_seconds([replace(op, dtype=DType.FP8)], hw)
+
+
+def test_warm_l2_serves_the_resident_share_from_l2():
+    """Repeated launches keep what fits in L2 there: a GEMM whose operands fit in L40S's L2
+    reads them at its measured 5.2 TB/s (6x its GDDR6), one twice the L2's size half from
+    each; a GPU without a published L2 bandwidth keeps its DRAM bound, and memory ops (eager
+    PyTorch in the store) keep the cold roofline."""
+    from analytical.ops import MemoryBoundSpec, MemoryOpKind
+    from predictors.transfer_features import warm_memory_s
+
+    l40s = get_hardware("l40s")
+    small = GemmSpec(m=16, n=4096, k=4096, dtype=DType.BF16)  # 34 MB of operands
+    assert warm_memory_s(small.bytes, l40s) == pytest.approx(small.bytes / 5.2e12)
+    assert warm_memory_s(2 * l40s.l2_bytes, l40s) == pytest.approx(
+        l40s.l2_bytes / 5.2e12 + l40s.l2_bytes / 864e9)
+    assert warm_memory_s(small.bytes, replace(l40s, l2_bw_bytes_per_s=0.0)) == pytest.approx(
+        small.bytes / 864e9)
+    assert ideal_seconds([small], l40s)[0] == pytest.approx(small.bytes / 5.2e12)
+    norm = MemoryBoundSpec(kind=MemoryOpKind.RMSNORM, rows=16, cols=4096)
+    assert ideal_seconds([norm], l40s)[0] == pytest.approx(norm.bytes / 864e9)
 
 
 def _rows(gpus, stacks, ops, latency):
