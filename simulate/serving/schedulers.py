@@ -18,7 +18,9 @@ Two admission options come from engine presets: `chunk_prompts=False` makes the 
 take prompts whole (TensorRT-LLM without chunked context; a prompt longer than the whole budget
 is still chunked, as it could never run otherwise), and `reserve_output=True` admits a request
 only when KV blocks for its prompt and whole output are free (TensorRT-LLM's
-GUARANTEED_NO_EVICT capacity policy), so it never needs preemption.
+GUARANTEED_NO_EVICT capacity policy), so it never needs preemption. With `prefix_caching` a
+recompute-preempted sequence's full blocks stay cached in the free pool (`SchedulerState.cached`)
+and it resumes from those nobody took meanwhile, as vLLM V1's free-block queue does.
 """
 
 from __future__ import annotations
