@@ -193,7 +193,8 @@ def make_tenant(name: str, plan: InstancePlan, workload: Workload, serving: Serv
                              chunk_prompts=preset.chunk_prompts if preset else True,
                              reserve_output=preset.reserve_output_kv if preset else False,
                              kv_windows=tuple((w.share, w.span) for w in plan.tables.windowed)
-                             if preset and preset.window_kv else ())
+                             if preset and preset.window_kv else (),
+                             prefix_caching=preset.prefix_caching if preset else False)
     tenant = Tenant(name=name, workload=workload, scheduler=serving.scheduler, config=config,
                     cost=cost, kv_blocks=plan.kv_blocks,
                     kv_bytes_per_token=plan.kv_bytes_per_token * plan.shard.tp,

@@ -18,7 +18,9 @@ Two admission options come from engine presets: `chunk_prompts=False` makes the 
 take prompts whole (TensorRT-LLM without chunked context; a prompt longer than the whole budget
 is still chunked, as it could never run otherwise), and `reserve_output=True` admits a request
 only when KV blocks for its prompt and whole output are free (TensorRT-LLM's
-GUARANTEED_NO_EVICT capacity policy), so it never needs preemption.
+GUARANTEED_NO_EVICT capacity policy), so it never needs preemption. With `prefix_caching` a
+recompute-preempted sequence's full blocks stay cached in the free pool (`SchedulerState.cached`)
+and it resumes from those nobody took meanwhile, as vLLM V1's free-block queue does.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class SchedulerConfig:
     # (layer share, span) of windowed layers that keep only their window's blocks (engine
     # preset `window_kv`; vLLM's SlidingWindowManager); empty: every layer keeps every token
     kv_windows: tuple[tuple[float, int], ...] = ()
+    prefix_caching: bool = False  # a preempted request's full blocks stay cached (LRU) for reuse
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_batched_tokens", "block_size", "decode_q"):
@@ -68,6 +71,10 @@ class SchedulerState:
         self.static_batch: list[Sequence] = []
         self.preemptions = 0
         self.kv_bytes_per_token = 0.0  # set by the loop for swap accounting
+        # preempted sequence -> its full blocks still cached in the free pool, oldest first
+        # (an LRU stand-in for vLLM's free-block queue; the pool's size bounds it)
+        self.cached: dict[Sequence, int] = {}
+        self.cached_blocks = 0
 
     def held_blocks(self, tokens: int) -> int:
         """Blocks (of every layer) a sequence of ``tokens`` cached tokens occupies: a windowed
@@ -89,9 +96,40 @@ class SchedulerState:
             return True
         if not self.pool.can_allocate(need):
             return False
+        self._evict(need - (self.pool.free - self.cached_blocks))
         self.pool.allocate(need)
         seq.blocks += need
         return True
+
+    def _evict(self, blocks: int) -> None:
+        """Reuse ``blocks`` cached free blocks, the least recently freed first and a sequence's
+        tail before its head: vLLM's FreeKVCacheBlockQueue pops from its head, and
+        KVCacheManager.free appends a request's blocks in reverse order (block_pool.py
+        get_new_blocks / _maybe_evict_cached_block; kv_cache_manager.py free)."""
+        while blocks > 0 and self.cached:
+            seq, held = next(iter(self.cached.items()))
+            drop = min(held, blocks)
+            if drop == held:
+                del self.cached[seq]
+            else:
+                self.cached[seq] = held - drop
+            self.cached_blocks -= drop
+            blocks -= drop
+
+    def cache_hit(self, seq: Sequence) -> int:
+        """Tokens of ``seq``'s context still cached since it was preempted. At least one token
+        is left to compute, as vLLM recomputes the last one for its logits
+        (kv_cache_manager.py get_computed_blocks: max_cache_hit_length = num_tokens - 1)."""
+        held = self.cached.get(seq, 0)
+        size = self.pool.block_size
+        return min(held, (seq.context_target - 1) // size) * size
+
+    def resume(self, seq: Sequence, hit: int) -> None:
+        """Take ``seq``'s cached prefix back (its blocks leave the free pool)."""
+        self.cached_blocks -= self.cached.pop(seq, 0)
+        seq.prefilled = hit
+        if not self.grow(seq, 0):
+            raise RuntimeError("KV pool short for a cached prefix")
 
     def free(self, seq: Sequence) -> None:
         self.pool.release(seq.blocks)
@@ -108,7 +146,14 @@ class SchedulerState:
             batch.swap_bytes += 2 * victim.prefilled * self.kv_bytes_per_token  # out and back
             victim.swapped = True
         else:
-            victim.prefilled = 0  # recompute prompt + generated tokens later (no prefix reuse)
+            if self.config.prefix_caching and not self.config.kv_windows:
+                # vLLM V1 hashes every full computed block (kv_cache_manager.py allocate_slots
+                # -> cache_blocks); freed, they stay in the free queue until reused
+                held = victim.prefilled // self.pool.block_size
+                self.cached_blocks -= self.cached.pop(victim, 0)
+                self.cached[victim] = held
+                self.cached_blocks += held
+            victim.prefilled = 0  # recompute what is no longer cached on re-admission
         self.free(victim)
         self.waiting.appendleft(victim)
         return victim
@@ -148,8 +193,14 @@ def _admit(state: SchedulerState, batch: Batch, budget: int, *, chunked: bool,
             state.waiting.popleft()
             state.running.append(seq)
             continue
-        whole = not chunked and not (split_long and seq.remaining_prefill > cfg.max_batched_tokens)
-        chunk = seq.remaining_prefill if whole else min(seq.remaining_prefill, budget)
+        hit = state.cache_hit(seq)
+        remaining = seq.remaining_prefill - hit
+        whole = not chunked and not (split_long and remaining > cfg.max_batched_tokens)
+        chunk = remaining if whole else min(remaining, budget)
+        if seq in state.cached:  # admitted only if its new blocks fit beside its cached ones
+            if chunk > budget or state.held_blocks(hit + chunk) > state.pool.free:
+                break
+            state.resume(seq, hit)
         if cfg.reserve_output and seq not in state.running and not state.grow(
                 seq, seq.req.input_len + seq.req.output_len - seq.prefilled):
             break
