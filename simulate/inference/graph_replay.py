@@ -44,8 +44,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from analytical.custom_allreduce import applies, custom_all_reduce_time
 from analytical.hardware import HardwareSpec
-from analytical.ops import OpSpec
+from analytical.ops import CollectiveSpec, OpSpec
 from analytical.roofline import roofline_time
 from simulate.engines import Estimate
 
@@ -66,13 +67,18 @@ def graph_replay_seconds(latency_s: float, stack: str) -> float:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineKernels:
     """How a serving engine runs a step's kernels: fused memory-bound ops always, CUDA-graph
-    replay for steps of up to ``graph_max_tokens`` tokens (0: never)."""
+    replay for steps of up to ``graph_max_tokens`` tokens (0: never), and its own all-reduce
+    kernel for TP all-reduces under ``custom_all_reduce_bytes`` where the GPUs qualify
+    (`analytical.custom_allreduce`; 0: NCCL's measured or modelled time)."""
 
     hw: HardwareSpec
     graph_max_tokens: int
+    custom_all_reduce_bytes: float = 0.0
 
     def seconds(self, est: Estimate, op: OpSpec, tokens: int) -> tuple[float, str]:
         """(seconds, engine it is counted to) of ``op`` in a step of ``tokens`` tokens."""
+        if isinstance(op, CollectiveSpec) and applies(op, self.hw, self.custom_all_reduce_bytes):
+            return custom_all_reduce_time(op, self.hw), "roofline"
         if op.family == "memory" and est.stack in EAGER_MEMORY_STACKS:
             return roofline_time(op, self.hw), "roofline"
         if tokens <= self.graph_max_tokens:

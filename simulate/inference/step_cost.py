@@ -244,7 +244,8 @@ class MeteredCost:
 def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_dtype: DType,
                  kv_dtype: DType, estimator: Estimator, max_tokens: int = 8192, decode_q: int = 1,
                  lora: LoraSpec | None = None, fusions: Fusions | None = None,
-                 graph_max_tokens: int | None = None) -> StepCostTables:
+                 graph_max_tokens: int | None = None, custom_all_reduce_bytes: float = 0.0
+                 ) -> StepCostTables:
     """Build the step-cost model, asking the engine chain in a few batched calls.
 
     `estimator.estimate_many(ops)` prices each op and names its engine (batched, as the chain);
@@ -253,11 +254,12 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
     sums them all (no micro-batch pipelining inside one step, as in vLLM's PP without virtual
     engines). ``fusions``: the serving engine's operator composition (`layer_ops.Fusions`;
     None: every operator a kernel of its own). ``graph_max_tokens`` set (a serving engine's largest CUDA graph, 0 for none) prices
-    the dense part as the engine runs it (`graph_replay.EngineKernels`); None: as measured.
+    the dense part as the engine runs it (`graph_replay.EngineKernels`; with
+    ``custom_all_reduce_bytes``, the engine's own all-reduce below that size); None: as measured.
     """
     grid = token_grid(max_tokens)
     kernels = None if graph_max_tokens is None else EngineKernels(
-        hw=hw, graph_max_tokens=graph_max_tokens)
+        hw=hw, graph_max_tokens=graph_max_tokens, custom_all_reduce_bytes=custom_all_reduce_bytes)
     dense = DenseCost(model, shard, weight_dtype, estimator, lora,
                       fusions=fusions, kernels=kernels)
     dense.prewarm("dense", grid)

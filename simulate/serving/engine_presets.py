@@ -78,6 +78,9 @@ class EnginePreset:
     allreduce_norm_families: tuple[str, ...] = ()
     allreduce_norm_min_hidden: int = 0
     allreduce_norm_workspace_bytes: float = float("inf")  # larger messages: NCCL, no fusion
+    # TP all-reduces under this many bytes run the engine's own kernel (0: always NCCL;
+    # `analytical.custom_allreduce`)
+    custom_all_reduce_bytes: float = 0.0
 
     def fusions(self) -> Fusions:
         """The operator composition of a step under this engine (`layer_ops.Fusions`)."""
@@ -146,6 +149,7 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
     else:
         util = float(pick("gpu_memory_utilization"))
     fused_ar = pick("allreduce_norm_fusion", {}) or {}
+    custom_ar = pick("custom_all_reduce", {}) or {}
     return EnginePreset(
         engine=ServingEngine(engine), version=str(data["version"]),
         scheduler=Scheduler(pick("scheduler")),
@@ -167,7 +171,9 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
         allreduce_norm_min_hidden=int(fused_ar.get("min_hidden", 0)),
         allreduce_norm_workspace_bytes=float(
             fused_ar.get("workspace_bytes_tp_le_2" if tp <= 2 else "workspace_bytes",
-                         float("inf"))))
+                         float("inf"))),
+        custom_all_reduce_bytes=float(
+            custom_ar.get("max_bytes_tp_le_2" if tp <= 2 else "max_bytes", 0.0)))
 
 
 def cuda_graph_sizes(preset: EnginePreset) -> tuple[int, ...]:

@@ -74,3 +74,27 @@ def test_eager_composite_memory_ops_are_the_engines_fused_kernel_at_any_step_siz
     assert engines["roofline"] == pytest.approx(memory)
     as_measured, _ = _dense(_Stacked("trtllm", memory_stack="profiled"))
     assert as_measured.get("dense", 64)[0] > seconds  # no engine: the champion's eager times
+
+
+def test_an_engine_with_a_custom_all_reduce_prices_small_tp_all_reduces_with_it():
+    from analytical.custom_allreduce import custom_all_reduce_time
+    from analytical.ops import CollectiveKind, CollectiveSpec
+    from simulate.serving.engine_presets import engine_preset
+
+    hw = get_hardware("h100-sxm")
+    small = CollectiveSpec(kind=CollectiveKind.ALL_REDUCE, size_bytes=8192 * 2, group_size=4,
+                           ranks_per_node=4)
+    large = CollectiveSpec(kind=CollectiveKind.ALL_REDUCE, size_bytes=2**24, group_size=4,
+                           ranks_per_node=4)
+    nccl = Estimate(latency_s=20 * US, engine="store", stack="nccl")
+    for engine, tp, limit in (("vllm", 4, 2**23), ("sglang", 4, 2**23), ("trtllm", 2, 16e6),
+                              ("trtllm", 4, 8e6)):
+        preset = engine_preset(engine, memory_bytes=80 * 2**30, device="H100", tp=tp)
+        assert preset.custom_all_reduce_bytes == limit
+    preset = engine_preset("vllm", memory_bytes=80 * 2**30, device="H100", tp=4)
+    kernels = EngineKernels(hw=hw, graph_max_tokens=512,
+                            custom_all_reduce_bytes=preset.custom_all_reduce_bytes)
+    assert kernels.seconds(nccl, small, 8) == (custom_all_reduce_time(small, hw), "roofline")
+    assert kernels.seconds(nccl, large, 8) == (20 * US, "store")  # over the buffer: NCCL
+    plain = EngineKernels(hw=hw, graph_max_tokens=512)
+    assert plain.seconds(nccl, small, 8) == (20 * US, "store")
