@@ -84,7 +84,7 @@ def preset_for(serving: ServingSpec, hw: HardwareSpec, *, tp: int, pp: int
     if not serving.engine:
         return None
     return engine_preset(serving.engine, memory_bytes=hw.memory_bytes, device=hw.name, tp=tp,
-                         pp=pp)
+                         pp=pp, backend=serving.engine_backend or "")
 
 
 def resolve_serving(serving: ServingSpec, hw: HardwareSpec, *, tp: int, pp: int) -> ServingSpec:

@@ -15,7 +15,7 @@ from analytical.dtypes import DType, parse_dtype
 from analytical.errors import SpecError
 from simulate.fields import check_keys, choice_field, float_field, int_field, optional_float
 from simulate.serving.arrival import ArrivalSpec, Length, parse_arrival, parse_length
-from simulate.serving.choices import Preemption, Scheduler, ServingEngine
+from simulate.serving.choices import EngineBackend, Preemption, Scheduler, ServingEngine
 
 PRECISIONS = (DType.BF16, DType.FP16, DType.FP8, DType.FP4, DType.INT8, DType.INT4)
 
@@ -148,6 +148,7 @@ class ServingSpec:
     decode_pool: PoolSpec | None = None
     engine: ServingEngine | None = None  # its defaults fill unset fields (serving.engine_presets)
     engine_version: str = ""
+    engine_backend: EngineBackend | None = None  # TensorRT-LLM only (datasets/engines/trtllm.yaml)
     explicit: frozenset[str] = frozenset()  # keys the scenario set (they override an engine preset)
 
 
@@ -156,7 +157,7 @@ def parse_serving(block: Any, path: str = "serving") -> ServingSpec:
                                  "chunk_size", "block_size", "preemption", "step_overhead_ms",
                                  "step_overhead_per_seq_us", "frontend_ms",
                                  "gpu_memory_utilization", "slo", "disaggregated", "engine",
-                                 "engine_version"}, {"arrival"})
+                                 "engine_version", "engine_backend"}, {"arrival"})
     scheduler = choice_field(b, "scheduler", path, Scheduler, Scheduler.CONTINUOUS)
     arrival = parse_arrival(b["arrival"], f"{path}.arrival")
     overhead = float_field(b, "step_overhead_ms", path, default=0.0, maximum=3.6e6)
@@ -173,6 +174,13 @@ def parse_serving(block: Any, path: str = "serving") -> ServingSpec:
                            {"instances", "tp"})
             pools[role] = PoolSpec(instances=pos_int(p, "instances", f"{path}.disaggregated.{role}"),
                                    tp=pos_int(p, "tp", f"{path}.disaggregated.{role}"))
+    engine = choice_field(b, "engine", path, ServingEngine, ServingEngine.VLLM) \
+        if "engine" in b else None
+    backend = choice_field(b, "engine_backend", path, EngineBackend, EngineBackend.PYTORCH) \
+        if "engine_backend" in b else None
+    if backend is not None and engine is not ServingEngine.TRTLLM:
+        raise SpecError(f"{path}.engine_backend", "only engine trtllm has backends "
+                        f"(pytorch, tensorrt); engine is {engine or 'not set'}")
     return ServingSpec(
         scheduler=scheduler, arrival=arrival,
         max_num_seqs=pos_int(b, "max_num_seqs", path, 256),
@@ -186,8 +194,7 @@ def parse_serving(block: Any, path: str = "serving") -> ServingSpec:
         slo_ttft_s=optional_float(slo, "ttft_s", f"{path}.slo", exclusive_min=True),
         slo_tpot_s=optional_float(slo, "tpot_s", f"{path}.slo", exclusive_min=True),
         prefill_pool=pools.get("prefill"), decode_pool=pools.get("decode"),
-        engine=choice_field(b, "engine", path, ServingEngine, ServingEngine.VLLM)
-        if "engine" in b else None, engine_version=str(b.get("engine_version", "")),
+        engine=engine, engine_version=str(b.get("engine_version", "")), engine_backend=backend,
         explicit=frozenset(b),
     )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["Preemption", "Scheduler", "ServingEngine"]
+__all__ = ["EngineBackend", "Preemption", "Scheduler", "ServingEngine"]
 
 
 class ServingEngine(StrEnum):
@@ -20,6 +20,15 @@ class ServingEngine(StrEnum):
     VLLM = "vllm"
     SGLANG = "sglang"
     TRTLLM = "trtllm"
+
+
+class EngineBackend(StrEnum):
+    """How a TensorRT-LLM model runs (``backends`` in ``datasets/engines/trtllm.yaml``): the
+    PyTorch backend (trtllm-serve's default) or a prebuilt TensorRT engine (NIM's optimized
+    profiles), whose build defaults fuse fewer operators."""
+
+    PYTORCH = "pytorch"
+    TENSORRT = "tensorrt"
 
 
 class Scheduler(StrEnum):

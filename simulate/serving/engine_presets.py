@@ -125,14 +125,29 @@ def sglang_mem_fraction_static(*, gpu_mib: float, chunked_prefill: int, graph_ma
     return round((gpu_mib - reserved) / gpu_mib, 3)
 
 
+def _backend_settings(engine: str, backend: str) -> Mapping[str, Any]:
+    """The settings an engine backend changes (``backends`` in the engine's YAML; "": none)."""
+    if not backend:
+        return {}
+    known = dict(engine_data(engine).get("backends", {}).get("value", {}))
+    if backend not in known:
+        raise SpecError("serving.engine_backend", f"{engine} has no backend {backend!r}; known: "
+                        f"{', '.join(known) or 'none'}")
+    return known[backend] or {}
+
+
 def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
-                  pp: int = 1) -> EnginePreset:
-    """Resolve `engine`'s defaults for one GPU (its memory in bytes and its name)."""
+                  pp: int = 1, backend: str = "") -> EnginePreset:
+    """Resolve `engine`'s defaults for one GPU (its memory in bytes and its name), under one of
+    its backends ("": the engine's default)."""
     data = engine_data(engine)
     gib = memory_bytes / GIB
+    override = _backend_settings(engine, backend)
 
     def pick(key: str, default: Any = None) -> Any:
         """The engine's setting; an operator fusion its file does not list is off."""
+        if key in override:
+            return override[key]
         if key not in data and default is not None:
             return default
         return _tier(data[key], gib=gib, device=device, tp=tp)

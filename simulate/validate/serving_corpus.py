@@ -57,6 +57,7 @@ class ServingRow:
     ep: int = 1
     engine: str = ""
     engine_version: str = ""
+    engine_backend: str = ""  # TensorRT-LLM: pytorch (default) | tensorrt (a prebuilt engine)
     weight_dtype: str = ""
     kv_dtype: str = ""
     checkpoint_kv_dtype: str = ""  # kv_cache_quant_algo the checkpoint declares (what "auto" picks)
@@ -76,7 +77,8 @@ class ServingRow:
     stats: Mapping[str, str] = field(default_factory=dict)  # measure -> mean|median|p95|...
 
 
-_ROW_KEYS = {"model", "gpu", "num_gpus", "tp", "pp", "ep", "engine", "engine_version", "tool",
+_ROW_KEYS = {"model", "gpu", "num_gpus", "tp", "pp", "ep", "engine", "engine_version",
+             "engine_backend", "tool",
              "weight_dtype", "kv_dtype", "checkpoint_kv_dtype", "mode", "input_len", "output_len",
              "concurrency", "num_prompts", "batch_size", "gpu_memory_utilization",
              "kv_cache_tokens", "max_batched_tokens", "range_ratio"}
@@ -237,6 +239,8 @@ def row_scenario(row: ServingRow, *, engine_presets: bool = True, max_prompts: i
     serving: dict[str, Any] = {"arrival": arrival}
     if engine_presets and row.engine:
         serving["engine"] = row.engine
+        if row.engine_backend:
+            serving["engine_backend"] = row.engine_backend
     if row.gpu_memory_utilization is not None:
         serving["gpu_memory_utilization"] = row.gpu_memory_utilization
     if row.max_batched_tokens is not None:  # e.g. vLLM --max-num-batched-tokens

@@ -14,13 +14,16 @@ from collections import Counter
 import pytest
 
 from analytical.dtypes import DType
+from analytical.errors import SpecError
 from analytical.hardware import get_hardware
 from analytical.model import load_model
 from analytical.ops import CollectiveSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind
 from analytical.roofline import roofline_time
 from simulate.inference.layer_ops import Fusions, inference_sharding, step_ops
+from simulate.inference.spec import parse_serving
+from simulate.serving.choices import EngineBackend
 from simulate.serving.engine_presets import engine_preset
-from simulate.validate.serving_corpus import row_scenario
+from simulate.validate.serving_corpus import CORPUS_DIR, load_corpus, row_scenario
 
 
 def _preset(engine: str, tp: int = 1):
@@ -144,3 +147,37 @@ def test_perf_overview_throughput_needs_the_checkpoints_fp8_kv_cache() -> None:
                                                        tp=row.tp, pp=1))
                  for dtype in (DType.BF16, DType.FP8)}
         assert bound[DType.BF16] < row.measured["output_tok_s"] < bound[DType.FP8]
+
+
+def test_a_prebuilt_tensorrt_engine_keeps_the_norm_and_allreduce_kernels() -> None:
+    """trtllm-build's defaults (tensorrt_llm/plugin/plugin.py: norm_quant_fusion and
+    reduce_fusion False): all-reduce, residual add, RMSNorm and quantization run apart."""
+    hw = get_hardware("h100-sxm")
+    trt = engine_preset("trtllm", memory_bytes=hw.memory_bytes, device=hw.name, tp=2,
+                        backend="tensorrt").fusions()
+    assert engine_preset("trtllm", memory_bytes=hw.memory_bytes, device=hw.name, tp=2,
+                         backend="pytorch").fusions() == _preset("trtllm", tp=2).fusions()
+    assert not trt.add_into_norm and trt.attention_fp8_out and trt.act_quant_bytes == 3.0
+    model, ops = _ops("llama-3-70b", 2, trt)
+    assert not trt.allreduce_norm(model, inference_sharding(tp=2))
+    kinds = _kinds(ops)
+    assert kinds["add"] == 2 * model.layers and kinds["rmsnorm"] == 2 * model.layers + 1
+    assert kinds["copy"] == 3 * model.layers  # o_proj's input still comes from attention
+    with pytest.raises(SpecError, match="engine_backend"):
+        engine_preset("vllm", memory_bytes=hw.memory_bytes, device=hw.name, backend="tensorrt")
+
+
+def test_engine_backend_is_checked_and_reaches_the_nim_rows() -> None:
+    arrival = {"process": "closed", "concurrency": 1, "num_requests": 2}
+    spec = parse_serving({"arrival": arrival, "engine": "trtllm", "engine_backend": "tensorrt"})
+    assert spec.engine_backend is EngineBackend.TENSORRT
+    assert parse_serving({"arrival": arrival, "engine": "trtllm"}).engine_backend is None
+    with pytest.raises(SpecError, match="serving.engine_backend"):
+        parse_serving({"arrival": arrival, "engine": "trtllm", "engine_backend": "onnx"})
+    with pytest.raises(SpecError, match="serving.engine_backend"):
+        parse_serving({"arrival": arrival, "engine": "vllm", "engine_backend": "tensorrt"})
+    nim = load_corpus([CORPUS_DIR / "nim-llama33-70b-h100.yaml"])
+    assert nim and all(row.engine_backend == "tensorrt" for row in nim)
+    assert row_scenario(nim[0])["serving"]["engine_backend"] == "tensorrt"
+    perf = [r for r in load_corpus() if r.source == "trtllm-perf-overview"]
+    assert perf and not any(r.engine_backend for r in perf)
