@@ -29,11 +29,14 @@ BUILDERS: dict[str, Callable[[OpSpec, str, str], Bench]] = {
 }
 
 
-def measure_point(op: OpSpec, backend: str, budget: Budget, device: str) -> Outcome:
-    """Measure one operator with one backend on ``device`` ("cpu", "cuda", "cuda:1")."""
+def measure_point(op: OpSpec, backend: str, budget: Budget, device: str, *,
+                  flush_bytes: int | None = None) -> Outcome:
+    """Measure one operator with one backend on ``device`` ("cpu", "cuda", "cuda:1");
+    ``flush_bytes`` as in `measure_bench` (CPU only)."""
     build = BUILDERS.get(op.family)
     if build is None:
         return Outcome(status=Status.UNSUPPORTED,
                        error=f"{op.family} is measured under torchrun (llmsim profile "
                              "collectives), not in a single process")
-    return measure_bench(lambda: build(op, backend, device), budget, device)
+    return measure_bench(lambda: build(op, backend, device), budget, device,
+                         flush_bytes=flush_bytes)

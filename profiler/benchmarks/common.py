@@ -89,8 +89,10 @@ def _free(device: str) -> None:
         torch.cuda.empty_cache()
 
 
-def measure_bench(build: Callable[[], Bench], budget: Budget, device: str) -> Outcome:
-    """Build and time one benchmark; never raises for a failing kernel."""
+def measure_bench(build: Callable[[], Bench], budget: Budget, device: str, *,
+                  flush_bytes: int | None = None) -> Outcome:
+    """Build and time one benchmark; never raises for a failing kernel. ``flush_bytes`` (CPU
+    only): the cache flush before every call, default `cpu_flush_bytes()`; 0 times it warm."""
     timer = TIMERS[device_kind(device)]
     try:
         bench = build()
@@ -98,7 +100,7 @@ def measure_bench(build: Callable[[], Bench], budget: Budget, device: str) -> Ou
             if device_kind(device) == "cuda":
                 timing = timer(bench.run, budget, prepare=bench.prepare, device=device)
             else:
-                timing = timer(bench.run, budget, prepare=bench.prepare)
+                timing = timer(bench.run, budget, prepare=bench.prepare, flush_bytes=flush_bytes)
     except Unsupported as exc:
         return Outcome(status=Status.UNSUPPORTED, error=str(exc))
     except (RuntimeError, ValueError, TypeError, NotImplementedError, MemoryError,

@@ -32,9 +32,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from analytical.ops import OpSpec
-from profiler.benchmarks import BUILDERS, Unsupported
+from profiler.benchmarks import measure_point
+from profiler.measurement import Status
 from profiler.sweep import default_backends
-from profiler.timers import Budget, time_cpu
+from profiler.timers import Budget
 from simulate.frontend.aten_map import Category
 from simulate.frontend.graph import TracedGraph, TracePhase
 from simulate.validate.measure import measure_model
@@ -88,11 +89,12 @@ def host_calls(traced: TracedGraph) -> int:
     return sum(1 for op in traced.ops if op.phase == TracePhase.FORWARD)
 
 
-def _single_s(spec: OpSpec, budget: Budget, flush_bytes: int) -> float:
-    """Median of one operator alone: the profiler's benchmark and CPU timer."""
-    bench = BUILDERS[spec.family](spec, default_backends(spec.family, "cpu", spec.dtype)[0],
-                                  "cpu")
-    return time_cpu(bench.run, budget, prepare=bench.prepare, flush_bytes=flush_bytes).median_s
+def _single_s(spec: OpSpec, budget: Budget, flush_bytes: int) -> float | None:
+    """Median of one operator alone, measured as the profiler measures it (`measure_point`,
+    the benchmark's context included); None when it cannot run here."""
+    backend = default_backends(spec.family, "cpu", spec.dtype)[0]
+    outcome = measure_point(spec, backend, budget, "cpu", flush_bytes=flush_bytes)
+    return outcome.timing.median_s if outcome.status == Status.OK and outcome.timing else None
 
 
 def _warm_ops_s(traced: TracedGraph, threads: int) -> float | None:
@@ -108,12 +110,12 @@ def _warm_ops_s(traced: TracedGraph, threads: int) -> float | None:
     torch.set_num_threads(threads)
     try:
         warm = {key: _single_s(spec, _WARM_BUDGET, 0) for key, spec in distinct.items()}
-    except (Unsupported, RuntimeError, ValueError, TypeError, NotImplementedError):
-        return None  # a probe whose operator cannot run here is left out
     finally:
         torch.set_num_threads(previous)
+    if any(v is None for v in warm.values()):
+        return None  # a probe whose operator cannot run here is left out
     keys = [op.spec.key for op in known if op.spec is not None]
-    return sum(warm[k] for k in keys)
+    return sum(warm[k] or 0.0 for k in keys)
 
 
 def measure_host_gap(traces: Mapping[str, TracedGraph], *, threads: int, warmup: int = 3,
