@@ -8,7 +8,8 @@
 # Runs with whatever python has torch with CUDA (PYTHON=..., default python3) and the repo on
 # PYTHONPATH, so it works in a CUDA image without the project's venv. Each sweep is resumable:
 # run the script again with the same OUT_DIR and only unmeasured points are timed. Per-step wall
-# limits (seconds) come from STEP_TIMEOUT_S (default 1500).
+# limits (seconds) come from STEP_TIMEOUT_S (default 1500). The calibrated file keeps the vendor
+# peaks of the GPU's own catalog entry (REFERENCE=name to choose another).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:?usage: gpu_profile.sh OUT_DIR [SWEEP ...]}
@@ -34,7 +35,7 @@ step "CUDA tests"
 
 step "calibrate"
 timeout "$LIMIT" "${L[@]}" hardware calibrate --device cuda --name calibrated-gpu \
-  --reference h100-sxm --budget-s 20 --out "$OUT_DIR/calibrated-gpu.yaml" --json \
+  ${REFERENCE:+--reference "$REFERENCE"} --budget-s 20 --out "$OUT_DIR/calibrated-gpu.yaml" --json \
   || echo "calibrate failed"
 
 for sweep in "${SWEEPS[@]}"; do
