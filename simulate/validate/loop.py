@@ -289,17 +289,17 @@ def _profile_and_train(config: LoopConfig, ops, hardware: str, store_path, threa
 
 def _predict(traces, warm: dict[tuple[str, str], bool],
              stores: dict[bool, tuple[Path, list[OpSpec]]], hw, tracking_uri: str | None,
-             threads: int) -> tuple[dict, dict[tuple[str, str], dict[str, float]], dict]:
+             threads: int) -> tuple[dict, dict, dict]:
     """Each trace priced through the chain of its store (``stores[warm[key]]``: path and the
-    ops profiled there; cold when no warm store exists), the stored medians of that store for
-    its composition, and its cache label."""
+    ops profiled there; cold when no warm store exists), the stored medians of (that store, the
+    cold store) for its compositions, and its cache label."""
     warm = {key: hot and True in stores for key, hot in warm.items()}
     fingerprint = _fingerprint(threads)
     medians = {hot: stored_medians(ops, path, fingerprint) for hot, (path, ops) in stores.items()}
     chains = {hot: EngineChain(hw, store_path=path, tracking_uri=tracking_uri)
               for hot, (path, _) in stores.items()}
     return ({key: price_traced(traced, chains[warm[key]], hw) for key, traced in traces.items()},
-            {key: medians[warm[key]] for key in traces},
+            {key: (medians[warm[key]], medians[False]) for key in traces},
             {key: "llc-warm" if warm[key] else "cold" for key in traces})
 
 
@@ -335,7 +335,7 @@ def _report_rows(traces, priced, model_only, medians, timings, host: HostGap,
     unknown_rows: list[UnknownRow] = []
     for (name, mode), traced in traces.items():
         pred, alone = priced[(name, mode)], model_only[(name, mode)]
-        composition, missing = _composition(traced, medians[(name, mode)])
+        composition, missing = _composition(traced, medians[(name, mode)][0])
         measured, spread, fastest = timings[(name, mode)]
         host_s = host.seconds(traced)
         rows.append(ValidationRow(
@@ -346,6 +346,7 @@ def _report_rows(traces, priced, model_only, medians, timings, host: HostGap,
             engine_share=pred.engine_share, composition_s=composition,
             composition_missing=missing, predictor_s=alone.serial_s + host_s,
             cache=cache[(name, mode)], working_set_bytes=working_set_bytes(traced),
+            composition_cold_s=_composition(traced, medians[(name, mode)][1])[0],
             predictor_xgb_share=alone.engine_share["xgboost"]))
         unknown_rows.extend(UnknownRow(model=name, mode=mode, aten=u.aten, count=u.count,
                                        bytes=u.bytes, time_s=u.time_s, share=u.share)

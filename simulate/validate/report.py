@@ -46,6 +46,7 @@ class ValidationRow:
     predictor_xgb_share: float = 0.0  # of predictor_s answered by xgboost
     cache: str = "cold"  # operator prices: "cold" store or "llc-warm" (simulate.validate.cache)
     working_set_bytes: int = 0  # `cache.working_set_bytes` of the trace
+    composition_cold_s: float | None = None  # the composition from the cold store (all rows)
 
     @property
     def error_pct(self) -> float | None:
@@ -136,6 +137,9 @@ def row_dict(row: ValidationRow) -> dict[str, Any]:
     out["composition_ms"] = None if row.composition_s is None else row.composition_s * 1e3
     out["composition_error_pct"] = row.composition_error_pct
     out["composition_missing"] = row.composition_missing
+    out["composition_cold_ms"] = (None if row.composition_cold_s is None
+                                  else row.composition_cold_s * 1e3)
+    out["composition_cold_error_pct"] = error_pct(row.composition_cold_s, row.measured_s)
     out["predictor_ms"] = None if row.predictor_s is None else row.predictor_s * 1e3
     out["predictor_error_pct"] = row.predictor_error_pct
     out["predictor_xgb_pct"] = row.predictor_xgb_share * 100.0

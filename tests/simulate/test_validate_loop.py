@@ -187,10 +187,11 @@ def test_a_model_that_fits_the_llc_is_priced_from_the_llc_warm_store(tmp_path: P
     # the prediction is the composition of the WARM store's medians plus the host term
     assert row.engine_share["store"] == pytest.approx(1.0)
     assert row.predicted_s == pytest.approx(row.composition_s + row.host_s, rel=1e-9)
+    assert row.composition_cold_s is not None and row.composition_cold_s != row.composition_s
     # an LLC too small for the model: the cold store, nothing profiled warm
     cold = run_validation(LoopConfig(**base, llc_bytes=1, profile=False))
     (cold_row,) = cold.rows
     assert cold_row.cache == "cold" and "profile_llc" not in cold.stages
-    assert cold_row.composition_s != row.composition_s  # another store's medians
+    assert cold_row.composition_s == pytest.approx(row.composition_cold_s, rel=1e-9)
     assert cold_row.predicted_s == pytest.approx(cold_row.composition_s + cold_row.host_s,
                                                  rel=1e-9)
