@@ -20,12 +20,12 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from analytical.calibrate import Measurement, hardware_entry
 from analytical.errors import SpecError
 from analytical.hardware import hardware_file
+from profiler.cpu_caches import cache_instances
 from profiler.fingerprint import cpu_model_name, hardware_name_for_device
 from profiler.timers import Budget, time_cpu, time_cuda
 
@@ -214,18 +214,7 @@ def _gemm_rates(device: str, budget_s: float, skipped: dict[str, str]
 
 def _cpu_l2_bytes() -> float:
     """Total L2 over all cores from sysfs (each shared instance counted once); 0 if unknown."""
-    seen: dict[str, float] = {}
-    for index in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cache/index[0-9]*"):
-        try:
-            if (index / "level").read_text().strip() != "2":
-                continue
-            size = (index / "size").read_text().strip().upper()
-            shared = (index / "shared_cpu_list").read_text().strip()
-        except OSError:
-            continue
-        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1:], 1)
-        seen[shared] = float(size.rstrip("KMG")) * scale
-    return sum(seen.values())
+    return float(sum(cache_instances(2).values()))
 
 
 def _device_facts(device: str) -> dict[str, Any]:

@@ -68,13 +68,14 @@ def resolve_device(device: str) -> str:
 def run_sweep(sweep: Sweep, store_path: str | Path | None, *, device: str | None = None,
               shard: tuple[int, int] | None = None, progress: bool = True,
               fingerprint: Fingerprint | None = None, command: str = "",
-              threads: int | None = None) -> RunSummary:
+              threads: int | None = None, flush_bytes: int | None = None) -> RunSummary:
     """Measure the sweep's single-process points on ``device`` into the store at ``store_path``.
 
     ``device`` defaults to the sweep's; ``shard=(i, N)`` measures every N-th point from i;
     ``fingerprint`` defaults to `current_fingerprint` of the device. On a CPU, ``threads`` sets
     torch's intra-op threads and becomes the fingerprint's device_count (a different thread
-    count is different hardware to the store).
+    count is different hardware to the store). ``flush_bytes`` (CPU only): the cache flush
+    before every timed call, default `profiler.timers.cpu_flush_bytes()`.
     """
     started = time.perf_counter()
     device = resolve_device(device or sweep.device)
@@ -101,7 +102,7 @@ def run_sweep(sweep: Sweep, store_path: str | Path | None, *, device: str | None
                                  sweep=sweep.name, fingerprint=fingerprint)
         with progress_bar(sweep.name, unit="points", total=len(todo), enabled=progress):
             for point, _key in todo:
-                measurement = _measure(point, device, fingerprint, run_id)
+                measurement = _measure(point, device, fingerprint, run_id, flush_bytes)
                 inserted += store.insert([measurement])
                 measured += 1
                 statuses[str(measurement.status)] += 1
@@ -115,8 +116,9 @@ def run_sweep(sweep: Sweep, store_path: str | Path | None, *, device: str | None
 
 
 def _measure(point: SweepPoint, device: str, fingerprint: Fingerprint,
-             run_id: str) -> Measurement:
-    outcome = measure_point(point.op, point.backend, point.budget, device)
+             run_id: str, flush_bytes: int | None = None) -> Measurement:
+    outcome = measure_point(point.op, point.backend, point.budget, device,
+                            flush_bytes=flush_bytes)
     return Measurement(op=point.op, fingerprint=fingerprint, backend=point.backend,
                        status=outcome.status, timing=outcome.timing, error=outcome.error,
                        run_id=run_id)

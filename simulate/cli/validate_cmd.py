@@ -69,6 +69,10 @@ def _status(label: str) -> None:
 @click.option("--threads", type=click.IntRange(1, 4096), default=1, show_default=True,
               help="torch intra-op threads for profiling and timing alike (1 resists other "
                    "load on the machine best).")
+@click.option("--cache", type=click.Choice(["fit", "cold", "warm"]), default="fit",
+              show_default=True,
+              help="Operator prices cold-flushed, warm in the last-level cache, or 'fit': warm "
+                   "where the model's working set fits this CPU's LLC (simulate.validate.cache).")
 @click.option("--skip-profile", is_flag=True, help="Use what the store holds; profile nothing.")
 @click.option("--skip-train", is_flag=True, help="Reuse the registered champion predictors.")
 @click.option("--fast", is_flag=True,
@@ -76,10 +80,12 @@ def _status(label: str) -> None:
 @_JSON
 @PROGRESS
 def cpu_cmd(models: str | None, modes: str, db: Path | None, tracking_uri: str | None,
-            repeats: int, warmup: int, threads: int, skip_profile: bool, skip_train: bool,
+            repeats: int, warmup: int, threads: int, cache: str, skip_profile: bool,
+            skip_train: bool,
             fast: bool, as_json: bool, progress: bool) -> None:
     """Trace, profile, train, predict and time >= 5 real architectures on this CPU."""
     from profiler.timers import Budget
+    from simulate.validate.cache import CacheRule
     from simulate.validate.loop import FAST_BUDGET, LoopConfig, run_validation
     from simulate.validate.models import VALIDATION_MODELS
     from simulate.validate.report import UNKNOWN_COLUMNS, report_dict, table_rows, unknown_dict
@@ -97,7 +103,8 @@ def cpu_cmd(models: str | None, modes: str, db: Path | None, tracking_uri: str |
                         store_path=db, tracking_uri=tracking_uri, threads=threads,
                         warmup=warmup, repeats=repeats,
                         budget=FAST_BUDGET if fast else Budget(), profile=not skip_profile,
-                        train=not skip_train, fast_train=fast, progress=progress and not as_json)
+                        train=not skip_train, fast_train=fast, progress=progress and not as_json,
+                        cache=CacheRule(cache))
     # stages: trace, profile, train, host, predict, measure (each counted as it starts)
     with bar("validate cpu", unit="stages", total=4 + (not skip_profile) + (not skip_train),
              enabled=progress and not as_json), _quiet_transformers():

@@ -9,6 +9,9 @@
 4. Measure the host work between operators on this machine (`host.measure_host_gap`: probe
    decoders that are not validation models, against their operators timed alone warm): the
    host work per Python-issued aten call.
+   A (model, mode) whose working set fits this CPU's last-level cache is priced from a second
+   store, its shapes profiled LLC-warm (`simulate.validate.cache`); the others from the cold
+   store of step 2.
 5. Predict each trace through the engine chain (`traced.price_traced`): the sum over the
    traced calls in order, one device, no overlap, plus the host term of step 4.
    Unknown aten calls are priced by the roofline of their COPY proxy and listed with their
@@ -31,6 +34,7 @@ from analytical.errors import SpecError
 from analytical.hardware import get_hardware
 from analytical.ops import OpSpec
 from analytical.paths import llmsim_home
+from profiler.cpu_caches import cpu_cache_bytes, last_level_cache_bytes
 from profiler.fingerprint import Fingerprint, current_fingerprint
 from profiler.measurement import point_key
 from profiler.runner import RunSummary, run_sweep
@@ -42,6 +46,7 @@ from simulate.frontend.aten_map import Category
 from simulate.frontend.graph import TracedGraph
 from simulate.frontend.hf import MODES
 from simulate.frontend.price import price_traced
+from simulate.validate.cache import CacheRule, fits_llc, warm_flush_bytes, working_set_bytes
 from simulate.validate.host import PROBE_MODELS, HostGap, measure_host_gap
 from simulate.validate.measure import measure_model
 from simulate.validate.models import (
@@ -55,7 +60,7 @@ from simulate.validate.report import UnknownRow, ValidationReport, ValidationRow
 from simulate.validate.training import train_families
 
 __all__ = ["FAST_BUDGET", "LoopConfig", "needed_ops", "needed_sweep",
-           "run_validation", "stored_medians", "validation_db_path"]
+           "run_validation", "stored_medians", "validation_db_path", "warm_store_path"]
 
 # Profiling budget of the fast mode (tests): a handful of repetitions per shape.
 FAST_BUDGET = Budget(warmup_s=0.0, measure_s=0.002, min_reps=3, max_reps=5)
@@ -78,6 +83,8 @@ class LoopConfig:
     train: bool = True  # False: reuse the registered champions
     fast_train: bool = False  # a small hyper-parameter search (tests)
     progress: bool = False  # rich progress bar on stderr while profiling
+    cache: CacheRule = CacheRule.FIT  # cold or LLC-warm operator prices (validate.cache)
+    llc_bytes: int | None = None  # None: this CPU's last-level cache from sysfs
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -130,6 +137,11 @@ def validation_db_path(threads: int) -> Path:
     validation self-contained (``--db`` points it elsewhere).
     """
     return llmsim_home() / "validate" / f"cpu-t{threads}.duckdb"
+
+
+def warm_store_path(store_path: Path) -> Path:
+    """The LLC-warm store beside the cold one: ``cpu-t1.duckdb`` -> ``cpu-t1-llc.duckdb``."""
+    return store_path.with_name(f"{store_path.stem}-llc{store_path.suffix}")
 
 
 def _fingerprint(threads: int) -> Fingerprint:
@@ -201,7 +213,7 @@ def run_validation(config: LoopConfig, *,
             on_stage(label)
 
     threads = config.threads or torch.get_num_threads()
-    store_path = config.store_path or validation_db_path(threads)
+    store_path = Path(config.store_path or validation_db_path(threads))
     hw = get_hardware(config.hardware)
     elapsed: dict[str, float] = {}
     stages: dict[str, object] = {"store": str(store_path)}
@@ -213,10 +225,15 @@ def run_validation(config: LoopConfig, *,
     probes = {name: trace_validation_model(spec, "generate")
               for name, spec in PROBE_MODELS.items()}
     ops = needed_ops(list(traces.values()))
+    llc = last_level_cache_bytes() if config.llc_bytes is None else config.llc_bytes
+    warm = {key: fits_llc(traced, llc, config.cache) for key, traced in traces.items()}
+    warm_ops = needed_ops([traced for key, traced in traces.items() if warm[key]])
     elapsed["trace"] = time.perf_counter() - started
 
     _profile_and_train(config, ops, hw.name, store_path, threads, stage=stage, stages=stages,
                        elapsed=elapsed)
+    warm_path = _profile_warm(config, warm_ops, llc, warm_store_path(store_path), threads,
+                              stage=stage, stages=stages, elapsed=elapsed)
 
     stage("host")
     t0 = time.perf_counter()
@@ -226,9 +243,8 @@ def run_validation(config: LoopConfig, *,
 
     stage("predict")
     t0 = time.perf_counter()
-    medians = stored_medians(ops, store_path, _fingerprint(threads))
-    chain = EngineChain(hw, store_path=store_path, tracking_uri=config.tracking_uri)
-    priced = {key: price_traced(traced, chain, hw) for key, traced in traces.items()}
+    stores = {False: (store_path, ops)} | ({True: (warm_path, warm_ops)} if warm_path else {})
+    priced, medians, cache = _predict(traces, warm, stores, hw, config.tracking_uri, threads)
     # The same traces without the store: what the predictors alone say (in-sample shapes).
     no_store = EngineChain(hw, use_store=False, tracking_uri=config.tracking_uri)
     model_only = {key: price_traced(traced, no_store, hw) for key, traced in traces.items()}
@@ -239,7 +255,7 @@ def run_validation(config: LoopConfig, *,
     timings = _timings(config, threads)
     elapsed["measure"] = time.perf_counter() - t0
 
-    rows, unknown_rows = _report_rows(traces, priced, model_only, medians, timings, host)
+    rows, unknown_rows = _report_rows(traces, priced, model_only, medians, timings, host, cache)
     elapsed["total"] = time.perf_counter() - started
     stages["loadavg_1m_end"] = os.getloadavg()[0]  # other work on the machine skews timings
     return ValidationReport(rows=tuple(rows), unknown=tuple(unknown_rows), hardware=hw.name,
@@ -271,15 +287,55 @@ def _profile_and_train(config: LoopConfig, ops, hardware: str, store_path, threa
         elapsed["train"] = time.perf_counter() - t0
 
 
-def _report_rows(traces, priced, model_only, medians, timings,
-                 host: HostGap) -> tuple[list[ValidationRow], list[UnknownRow]]:
-    """One row per (model, mode): predicted (operators + host work), measured and composition;
-    plus the unknown ops."""
+def _predict(traces, warm: dict[tuple[str, str], bool],
+             stores: dict[bool, tuple[Path, list[OpSpec]]], hw, tracking_uri: str | None,
+             threads: int) -> tuple[dict, dict, dict]:
+    """Each trace priced through the chain of its store (``stores[warm[key]]``: path and the
+    ops profiled there; cold when no warm store exists), the stored medians of (that store, the
+    cold store) for its compositions, and its cache label."""
+    warm = {key: hot and True in stores for key, hot in warm.items()}
+    fingerprint = _fingerprint(threads)
+    medians = {hot: stored_medians(ops, path, fingerprint) for hot, (path, ops) in stores.items()}
+    chains = {hot: EngineChain(hw, store_path=path, tracking_uri=tracking_uri)
+              for hot, (path, _) in stores.items()}
+    return ({key: price_traced(traced, chains[warm[key]], hw) for key, traced in traces.items()},
+            {key: (medians[warm[key]], medians[False]) for key in traces},
+            {key: "llc-warm" if warm[key] else "cold" for key in traces})
+
+
+def _profile_warm(config: LoopConfig, ops: Sequence[OpSpec], llc_bytes: int, path: Path,
+                  threads: int, *, stage: Callable[[str], None], stages: dict[str, object],
+                  elapsed: dict[str, float]) -> Path | None:
+    """Profile ``ops`` LLC-warm into ``path`` (`simulate.validate.cache`); the store to price
+    the fitting models from, None when there is none."""
+    flush = warm_flush_bytes(cpu_cache_bytes(2))
+    stages["cache"] = {"rule": str(config.cache), "llc_mb": llc_bytes / 2**20,
+                       "warm_flush_mb": flush / 2**20, "warm_shapes": len(ops)}
+    if not ops:
+        return None
+    if config.profile:
+        stage(f"profile {len(ops)} shapes LLC-warm")
+        t0 = time.perf_counter()
+        summary = run_sweep(needed_sweep(ops, budget=config.budget, name="validate-cpu-llc"),
+                            path, device="cpu", threads=threads, progress=config.progress,
+                            command="validate cpu (LLC-warm)", flush_bytes=flush)
+        stages["profile_llc"] = {"shapes": len(ops), "skipped": summary.skipped,
+                                 "measured": summary.measured, "statuses": summary.statuses}
+        elapsed["profile_llc"] = time.perf_counter() - t0
+    return path if path.is_file() else None
+
+
+def _report_rows(traces, priced, model_only, medians, timings, host: HostGap,
+                 cache: dict[tuple[str, str], str]
+                 ) -> tuple[list[ValidationRow], list[UnknownRow]]:
+    """One row per (model, mode): predicted (operators + host work), measured and composition
+    (``medians`` and ``cache``: per (model, mode), the store it is priced from); plus the
+    unknown ops."""
     rows: list[ValidationRow] = []
     unknown_rows: list[UnknownRow] = []
     for (name, mode), traced in traces.items():
         pred, alone = priced[(name, mode)], model_only[(name, mode)]
-        composition, missing = _composition(traced, medians)
+        composition, missing = _composition(traced, medians[(name, mode)][0])
         measured, spread, fastest = timings[(name, mode)]
         host_s = host.seconds(traced)
         rows.append(ValidationRow(
@@ -289,6 +345,8 @@ def _report_rows(traces, priced, model_only, medians, timings,
             measured_min_s=fastest,
             engine_share=pred.engine_share, composition_s=composition,
             composition_missing=missing, predictor_s=alone.serial_s + host_s,
+            cache=cache[(name, mode)], working_set_bytes=working_set_bytes(traced),
+            composition_cold_s=_composition(traced, medians[(name, mode)][1])[0],
             predictor_xgb_share=alone.engine_share["xgboost"]))
         unknown_rows.extend(UnknownRow(model=name, mode=mode, aten=u.aten, count=u.count,
                                        bytes=u.bytes, time_s=u.time_s, share=u.share)

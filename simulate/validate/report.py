@@ -44,6 +44,9 @@ class ValidationRow:
     composition_missing: int  # calls with no stored median (this fingerprint)
     predictor_s: float | None = None  # chain without the store (xgboost, else roofline) + host_s
     predictor_xgb_share: float = 0.0  # of predictor_s answered by xgboost
+    cache: str = "cold"  # operator prices: "cold" store or "llc-warm" (simulate.validate.cache)
+    working_set_bytes: int = 0  # `cache.working_set_bytes` of the trace
+    composition_cold_s: float | None = None  # the composition from the cold store (all rows)
 
     @property
     def error_pct(self) -> float | None:
@@ -127,12 +130,16 @@ def row_dict(row: ValidationRow) -> dict[str, Any]:
         "error_pct": row.error_pct, "spread_pct": row.measured_spread * 100.0,
         "measured_min_ms": None if row.measured_min_s is None else row.measured_min_s * 1e3,
         "error_vs_min_pct": row.error_vs_min_pct,
+        "cache": row.cache, "working_set_mb": row.working_set_bytes / 2**20,
     }
     for engine in ENGINES:
         out[f"{engine}_pct"] = row.engine_share.get(engine, 0.0) * 100.0
     out["composition_ms"] = None if row.composition_s is None else row.composition_s * 1e3
     out["composition_error_pct"] = row.composition_error_pct
     out["composition_missing"] = row.composition_missing
+    out["composition_cold_ms"] = (None if row.composition_cold_s is None
+                                  else row.composition_cold_s * 1e3)
+    out["composition_cold_error_pct"] = error_pct(row.composition_cold_s, row.measured_s)
     out["predictor_ms"] = None if row.predictor_s is None else row.predictor_s * 1e3
     out["predictor_error_pct"] = row.predictor_error_pct
     out["predictor_xgb_pct"] = row.predictor_xgb_share * 100.0
@@ -154,7 +161,7 @@ def report_dict(report: ValidationReport) -> dict[str, Any]:
 
 
 # (row_dict key, short header) of the printed table; --json has every key.
-TABLE_COLUMNS = (("model", "model"), ("mode", "mode"), ("ops", "ops"),
+TABLE_COLUMNS = (("model", "model"), ("mode", "mode"), ("ops", "ops"), ("cache", "cache"),
                  ("predicted_ms", "pred ms"), ("host_ms", "host ms"), ("measured_ms", "meas ms"),
                  ("error_pct", "err %"), ("error_vs_min_pct", "err(min) %"), ("store_pct", "store %"), ("xgboost_pct", "xgb %"),
                  ("roofline_pct", "roof %"), ("composition_error_pct", "comp err %"),

@@ -170,3 +170,28 @@ def test_loop_trains_predictors_fast(tmp_path: Path) -> None:
     for row in report.rows:  # without the store: XGBoost answers exactly when promoted
         assert (row.predictor_xgb_share > 0) == memory["promoted"]
         assert math.isfinite(row.predictor_s)
+
+
+@pytest.mark.slow
+def test_a_model_that_fits_the_llc_is_priced_from_the_llc_warm_store(tmp_path: Path) -> None:
+    db = tmp_path / "validate.duckdb"
+    base = {"models": ("mixtral-small-test",), "modes": ("forward",), "store_path": db,
+            "threads": 1, "warmup": 1, "repeats": 1, "budget": FAST_BUDGET, "train": False}
+    report = run_validation(LoopConfig(**base, llc_bytes=2**40))  # everything fits
+    (row,) = report.rows
+    assert row.cache == "llc-warm" and row.working_set_bytes > 0
+    assert (tmp_path / "validate-llc.duckdb").is_file()
+    warm = report.stages["profile_llc"]
+    assert warm["measured"] == warm["shapes"] == report.stages["profile"]["shapes"]
+    assert report.stages["cache"]["warm_flush_mb"] >= 1.0
+    # the prediction is the composition of the WARM store's medians plus the host term
+    assert row.engine_share["store"] == pytest.approx(1.0)
+    assert row.predicted_s == pytest.approx(row.composition_s + row.host_s, rel=1e-9)
+    assert row.composition_cold_s is not None and row.composition_cold_s != row.composition_s
+    # an LLC too small for the model: the cold store, nothing profiled warm
+    cold = run_validation(LoopConfig(**base, llc_bytes=1, profile=False))
+    (cold_row,) = cold.rows
+    assert cold_row.cache == "cold" and "profile_llc" not in cold.stages
+    assert cold_row.composition_s == pytest.approx(row.composition_cold_s, rel=1e-9)
+    assert cold_row.predicted_s == pytest.approx(cold_row.composition_s + cold_row.host_s,
+                                                 rel=1e-9)

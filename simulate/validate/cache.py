@@ -1,0 +1,67 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Which cache state a validation model's operators are priced in: cold, or warm in the LLC.
+
+The store times every operator alone with a cache flush before each call (`profiler.timers`:
+64 MiB written, so operands come from DRAM), the state of an operator inside a model whose data
+does not fit the caches: between two calls touching the same weight, the rest of the step's
+weights and activations pass through and evict it. When the whole step's working set fits the
+last-level cache (LLC), nothing evicts it: the real model runs with its weights in the LLC and
+the cold prices overcount. On the lent GPU VM's 16-core Xeon, whose LLC holds these small
+models, the sum of the cold per-operator medians exceeded the measured model by +17% (forward)
+and +53% (generate, median) while on the 2-core EPYC (32 MiB LLC, too small for them) it was
+-9% and -8% (`datasets/validation/cpu/xeon-16c-2026-11-26/`, simulate/validate/README.md).
+
+The rule (`CacheRule.FIT`, the default) is the reuse-distance argument of cache analysis (the
+data touched between two uses of a line must fit the cache for the second use to hit; Drepper,
+"What every programmer should know about memory", 2007, sections 3.3 and 6.2): a (model, mode)
+whose `working_set_bytes` fits this CPU's LLC (`profiler.cpu_caches`, read from sysfs) is
+priced from a second store profiled with `warm_flush_bytes` instead: twice the private L2, which
+evicts the operator's operands from L1 and L2 but leaves them in the LLC, where the model finds
+them. Other models keep the cold store. ``cold`` and ``warm`` force one state for every model.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from simulate.frontend.graph import TracedGraph
+
+__all__ = ["CacheRule", "fits_llc", "warm_flush_bytes", "working_set_bytes"]
+
+MIN_WARM_FLUSH_BYTES = 2**20  # when sysfs names no L2: 1 MiB, at least one L2 of any x86 core
+
+
+class CacheRule(StrEnum):
+    """How `run_validation` chooses the cache state of a (model, mode)'s operator prices."""
+
+    FIT = "fit"  # warm in the LLC when the step's working set fits it, else cold
+    COLD = "cold"  # always the cold-flushed store (the profiler's default)
+    WARM = "warm"  # always the LLC-warm store
+
+
+def working_set_bytes(traced: TracedGraph) -> int:
+    """The bytes one step of ``traced`` keeps reusing: its parameters (twice with a backward:
+    the gradients are written beside them) plus the largest activation bytes of one call (its
+    bytes less the parameters it reads: a logits GEMM, an attention score matrix).
+
+    A lower bound of the data touched between two uses of a weight: activations of different
+    calls reuse the allocator's blocks, and the largest one is the peak the step must hold.
+    """
+    params = traced.params
+    activations = max((op.bytes - sum(params[i].nbytes for i in op.params if i < len(params))
+                       for op in traced.ops), default=0)
+    return traced.param_bytes * (2 if traced.backward else 1) + max(0, activations)
+
+
+def fits_llc(traced: TracedGraph, llc_bytes: int, rule: CacheRule = CacheRule.FIT) -> bool:
+    """Whether ``traced``'s operators are priced warm in the LLC (module docstring); an
+    unknown LLC (0 bytes) is never fitted."""
+    if rule == CacheRule.FIT:
+        return 0 < working_set_bytes(traced) <= llc_bytes
+    return rule == CacheRule.WARM
+
+
+def warm_flush_bytes(l2_bytes: int) -> int:
+    """The flush before each call of an LLC-warm profile: twice the private L2 (so L1 and L2
+    hold the flush buffer, not the operands), at least `MIN_WARM_FLUSH_BYTES`."""
+    return max(MIN_WARM_FLUSH_BYTES, 2 * l2_bytes)
