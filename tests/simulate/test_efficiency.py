@@ -236,3 +236,21 @@ def test_sustained_gemm_above_one_is_rejected():
     base = hardware_to_dict(get_hardware("h100-sxm"))
     with pytest.raises(SpecError, match="sustained_gemm"):
         hardware_from_dict({**base, "efficiency": {**base["efficiency"], "sustained_gemm": 1.1}})
+
+
+def test_training_step_on_h100_pays_the_sustained_ceiling():
+    """The catalog H100 SXM carries the H200 measurement's ceiling (same die, clock and 700 W
+    limit), and `run_training` prices its GEMMs through it: a copy of the file without the key
+    trains faster, the bf16 roofline's 0.75 being above the 0.68 ceiling."""
+    from analytical.hardware import hardware_from_dict, hardware_to_dict
+
+    h100 = get_hardware("h100-sxm")
+    assert h100.efficiency.sustained_gemm == get_hardware("h200").efficiency.sustained_gemm < 1
+    raw = hardware_to_dict(h100)
+    raw["efficiency"].pop("sustained_gemm")
+    unbounded = hardware_from_dict(raw)
+    scenario = load_scenario(_doc("megatron"))
+    capped = run_training(scenario, chain=EngineChain.from_options(h100, ENGINES))
+    free = run_training(scenario, chain=EngineChain.from_options(unbounded, ENGINES))
+    assert capped.fits and free.fits
+    assert capped.iteration_time_s > 1.02 * free.iteration_time_s
