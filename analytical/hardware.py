@@ -47,6 +47,7 @@ class Link:
 
 
 _LOW_GEMM = ("gemm_fp8", "gemm_fp4")  # optional efficiency keys
+_SUSTAINED = "sustained_gemm"  # optional efficiency key, 1 where not measured
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,6 +66,10 @@ class Efficiency:
     # 0 = as ``gemm`` (bf16's). fp8 reaches ~0.85 of bf16's fraction on the store's H100/B200.
     gemm_fp8: float = 0.0
     gemm_fp4: float = 0.0
+    # Fraction of the bf16/fp16 dense peak that 16-bit GEMMs sustain when they run back to back
+    # for seconds at the board power limit (the SM clock drops; a kernel timed alone after an
+    # idle GPU runs faster): a ceiling on a training step's GEMM rate; 1 = not measured.
+    sustained_gemm: float = 1.0
 
     def gemm_at(self, dtype: DType) -> float:
         """Large-GEMM fraction of ``dtype``'s peak: ``gemm_fp8``/``gemm_fp4`` where set."""
@@ -222,10 +227,11 @@ def _architecture(value: Any, source: str) -> Architecture:
 def _efficiency(r: _Reader, raw: Any, source: str) -> Efficiency:
     """The ``efficiency`` mapping: fractions of peak (each <= 1) and the kernel alpha term."""
     eff = r.mapping(raw, "efficiency", {"gemm", "attention", "memory", "intra_node",
-                                        "inter_node", "kernel_latency_us", *_LOW_GEMM})
+                                        "inter_node", "kernel_latency_us", *_LOW_GEMM,
+                                        _SUSTAINED})
     values = {k: r.number(eff, k, "efficiency") for k in
               ("gemm", "attention", "memory", "intra_node", "inter_node")}
-    values |= {k: r.number(eff, k, "efficiency") for k in _LOW_GEMM if k in eff}
+    values |= {k: r.number(eff, k, "efficiency") for k in (*_LOW_GEMM, _SUSTAINED) if k in eff}
     for k, v in values.items():
         if v > 1.0:
             raise SpecError(f"efficiency.{k}", f"must be <= 1, got {v}", source=source)
@@ -328,6 +334,8 @@ def hardware_to_dict(hw: HardwareSpec) -> dict[str, Any]:
         data["interconnect"]["pair_bridge"] = link(hw.pair_bridge)
     data["efficiency"] |= {k: getattr(hw.efficiency, k) for k in _LOW_GEMM
                            if getattr(hw.efficiency, k)}
+    if hw.efficiency.sustained_gemm != 1.0:
+        data["efficiency"][_SUSTAINED] = hw.efficiency.sustained_gemm
     if hw.efficiency.kernel_latency_s:
         data["efficiency"]["kernel_latency_us"] = _human(hw.efficiency.kernel_latency_s / US)
     if hw.l2_bw_bytes_per_s:

@@ -114,6 +114,8 @@ EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
     ("ZeRO-3/FSDP root unit (embedding / head) gathered and reduced exposed",
      [(training, "fsdp_root_blocks", lambda model, step, pp: {}),
       (training, "with_root_keys", lambda chunks, par: chunks)]),
+    ("sustained 16-bit GEMM ceiling under the power limit (hardware efficiency.sustained_gemm)",
+     [(efficiency, "sustained", lambda op, e, hw: e)]),
 ]
 
 

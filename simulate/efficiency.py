@@ -37,7 +37,7 @@ from simulate.torch_kernels import Fp8Recipe, eager_traffic, optimizer_traffic, 
 
 __all__ = ["AttentionBackend", "attention_backend", "attention_fraction", "fp8_cast_nodes",
            "framework_estimates", "grad_reduce_dtype", "optimizer_estimate",
-           "power_scale", "reduction_fraction", "tp_overlap_rs_splits"]
+           "power_scale", "reduction_fraction", "sustained", "tp_overlap_rs_splits"]
 
 
 class AttentionBackend(StrEnum):
@@ -189,14 +189,40 @@ def _retimed(op: OpSpec, e: Estimate, hw: HardwareSpec, framework: str, kernel: 
     return e
 
 
+def sustained(op: OpSpec, e: Estimate, hw: HardwareSpec) -> Estimate:
+    """A 16-bit GEMM no faster than the rate GEMMs sustain back to back under the board power
+    limit (`analytical.hardware.Efficiency.sustained_gemm`). The store's kernels, and the
+    engines learned from them, were timed one at a time on a GPU that had idled (L2 flushed, a
+    spin before each repetition): a short kernel runs at the boost clock, a long one partly
+    power-capped already. A training step runs its GEMMs back to back for seconds, the power cap
+    holds the SM clock lower, and throughput settles at a ceiling (measured on an H200, 700 W:
+    Llama-3 8B/70B/405B layer GEMMs back to back for 22 s settle at 666-674 TFLOP/s with the
+    clock at 1,440-1,455 MHz under the software power cap, against 700-730 isolated;
+    datasets/measurements/llmsim/h200/sustained/). Why values matter: Horace He, "Strangely,
+    Matrix Multiplications on GPUs Run Faster When Given 'Predictable' Data!" (2024),
+    https://www.thonking.ai/p/strangely-matrix-multiplications. Other dtypes are not measured."""
+    rate = hw.efficiency.sustained_gemm
+    if rate == 1.0 or not isinstance(op, GemmSpec) or op.dtype not in _SIXTEEN_BIT:
+        return e
+    floor = op.flops / (hw.peak_flops(op.dtype) * rate)
+    if e.latency_s >= floor:
+        return e
+    return replace(e, latency_s=floor, detail=f"{e.detail}; sustained {rate:g} of peak")
+
+
+_SIXTEEN_BIT = frozenset({DType.BF16, DType.FP16})
+
+
 def framework_estimates(ops: Sequence[OpSpec], estimates: Sequence[Estimate],
                         hw: HardwareSpec, framework: str, *, kernel: str = "flash",
                         compiled: bool = True) -> list[Estimate]:
     """``estimates`` of ``ops`` with roofline attention re-timed at the fraction of peak of the
     framework's backend (or of ``kernel``'s; compute term only, the memory term stays the
-    roofline's) and roofline reductions at the framework's fraction of bandwidth (or, not
-    ``compiled``, at the eager composite's traffic)."""
-    return [_retimed(op, e, hw, framework, kernel, compiled) if e.engine == "roofline" else e
+    roofline's), roofline reductions at the framework's fraction of bandwidth (or, not
+    ``compiled``, at the eager composite's traffic), and 16-bit GEMMs no faster than the
+    hardware's sustained rate (`sustained`: a training step is long back-to-back compute)."""
+    return [sustained(op, _retimed(op, e, hw, framework, kernel, compiled)
+                      if e.engine == "roofline" else e, hw)
             for op, e in zip(ops, estimates, strict=True)]
 
 

@@ -197,3 +197,60 @@ def test_head_dim_64_costs_cudnn_more_than_flash_attention_2():
     (cudnn,) = framework_estimates([op], roof, h100, "megatron")
     (fa2,) = framework_estimates([op], roof, h100, "torchtitan")
     assert cudnn.latency_s < fa2.latency_s  # cuDNN still faster per FLOP at head dim 64
+
+
+def test_sustained_gemm_caps_16_bit_gemm_rate():
+    """`efficiency.sustained_gemm` is a ceiling on a 16-bit GEMM's rate in a training step (the
+    store timed kernels one at a time at boost clock): a faster measured or learned time is
+    raised to it, a slower one and other dtypes and ops are left alone, and a GPU whose file
+    does not set it keeps its times."""
+    from analytical.hardware import hardware_from_dict, hardware_to_dict
+    from analytical.ops import GemmSpec
+
+    base = hardware_to_dict(get_hardware("h100-sxm"))
+    base["efficiency"].pop("sustained_gemm", None)
+    plain = hardware_from_dict({**base, "name": "plain"})
+    hot = hardware_from_dict({**base, "name": "hot",
+                              "efficiency": {**base["efficiency"], "sustained_gemm": 0.5}})
+    assert hardware_to_dict(hot)["efficiency"]["sustained_gemm"] == 0.5
+    gemm = GemmSpec(m=8192, n=8192, k=8192, dtype=DType.BF16)
+    fp8 = GemmSpec(m=8192, n=8192, k=8192, dtype=DType.FP8)
+    ceiling = gemm.flops / (hot.peak_flops(DType.BF16) * 0.5)
+    norm = MemoryBoundSpec(kind=MemoryOpKind.RMSNORM, rows=8192, cols=8192, dtype=DType.BF16)
+    fast = Estimate(latency_s=0.5 * ceiling, engine="xgboost")
+    slow = Estimate(latency_s=2.0 * ceiling, engine="store")
+    tiny = Estimate(latency_s=1e-6, engine="store")
+    out = framework_estimates([gemm, gemm, fp8, norm], [fast, slow, fast, tiny], hot, "megatron")
+    assert out[0].latency_s == pytest.approx(ceiling)
+    assert out[1:] == [slow, fast, tiny]
+    roof = EngineChain.from_options(hot, ENGINES).estimate(gemm)  # 0.75 of peak, over 0.5
+    assert framework_estimates([gemm], [roof], hot, "megatron")[0].latency_s == pytest.approx(
+        ceiling)
+    assert framework_estimates([gemm], [fast], plain, "megatron")[0] == fast
+
+
+def test_sustained_gemm_above_one_is_rejected():
+    from analytical.errors import SpecError
+    from analytical.hardware import hardware_from_dict, hardware_to_dict
+
+    base = hardware_to_dict(get_hardware("h100-sxm"))
+    with pytest.raises(SpecError, match="sustained_gemm"):
+        hardware_from_dict({**base, "efficiency": {**base["efficiency"], "sustained_gemm": 1.1}})
+
+
+def test_training_step_on_h100_pays_the_sustained_ceiling():
+    """The catalog H100 SXM carries the H200 measurement's ceiling (same die, clock and 700 W
+    limit), and `run_training` prices its GEMMs through it: a copy of the file without the key
+    trains faster, the bf16 roofline's 0.75 being above the 0.68 ceiling."""
+    from analytical.hardware import hardware_from_dict, hardware_to_dict
+
+    h100 = get_hardware("h100-sxm")
+    assert h100.efficiency.sustained_gemm == get_hardware("h200").efficiency.sustained_gemm < 1
+    raw = hardware_to_dict(h100)
+    raw["efficiency"].pop("sustained_gemm")
+    unbounded = hardware_from_dict(raw)
+    scenario = load_scenario(_doc("megatron"))
+    capped = run_training(scenario, chain=EngineChain.from_options(h100, ENGINES))
+    free = run_training(scenario, chain=EngineChain.from_options(unbounded, ENGINES))
+    assert capped.fits and free.fits
+    assert capped.iteration_time_s > 1.02 * free.iteration_time_s
