@@ -11,7 +11,9 @@ After the sync the GPU's queue is empty, so each MoE layer takes at least the CP
 its kernels. The Megatron-Core MoE README (same commit, "CPU Overhead Bottleneck") names the
 symptom and the remedies: CUDA graphs, fewer kernels (router / permute fusion), a larger
 micro-batch. The backward pass has no sync, but its layers are alike, so the CPU falls behind
-there by the same per-layer margin: the backward pass takes max(GPU time, CPU issue time).
+there by the same per-layer margin: the backward pass takes max(GPU time, CPU issue time),
+unless it recomputes the dispatcher (full or ``moe`` recompute), whose replayed forward syncs
+again.
 
 Where the sync sits: the all-to-all dispatcher copies the token counts to the host at
 ``cuda_dtoh_point`` (right after ``preprocess`` has computed them from the routing map) and the
@@ -19,7 +21,7 @@ CPU waits on that copy (``d2h_event.synchronize()``) before the all-to-all, so t
 finish the layer up to its router before the CPU can issue the rest. The forward pass is
 therefore two host-bound halves, not one: max(CPU, GPU) of the attention block and router (the
 nodes before ``dispatch``) plus max(CPU, GPU) of the dispatch, experts and combine
-(`forward_with_sync`). A CPU slower than the GPU in either half is exposed there even where the
+(`pass_with_sync`). A CPU slower than the GPU in either half is exposed there even where the
 layer's total CPU time is below its GPU time.
 
 Kernels counted per pass (`pass_kernels`): every operator node (one kernel or collective each),
@@ -29,7 +31,9 @@ at NVIDIA/TransformerEngine d0067d0d, with ``_split_quantization._split_quantize
 - one cuBLAS GEMM per expert per GEMM node (``general_grouped_gemm``: a loop over ``m_splits``);
 - with fp8, one quantize per expert of each GEMM input and output gradient (``tex.split_quantize``
   over the per-expert splits); the weights are quantised only on a step's first micro-batch
-  (``quantize_weight(update_workspace=is_first_microbatch)``), so not per micro-batch;
+  (``quantize_weight(update_workspace=is_first_microbatch)``; Megatron-Core's
+  ``TEGroupedLinear.forward`` passes ``is_first_microbatch``, set by ``forward_step`` in
+  megatron/core/pipeline_parallel/schedules.py at d98e8a64), so not per micro-batch;
 - with biased experts (GPT-OSS, `ModelSpec.mlp_bias`), in bf16 the FC1 bias gradient is one
   ``tensor_part.sum(dim=0)`` per expert (``_split_quantize``; fp8 fuses it into
   ``tex.bgrad_quantize``), and Megatron-Core adds the FC2 bias per expert in Python
@@ -55,7 +59,7 @@ from simulate.costs import BlockCost, PassCost
 from simulate.engines import Estimate
 from simulate.graph import Block
 
-__all__ = ["HOST_S_PER_KERNEL", "forward_with_sync", "host_bound_costs", "pass_kernels"]
+__all__ = ["HOST_S_PER_KERNEL", "pass_with_sync", "host_bound_costs", "pass_kernels"]
 
 # CPU time to issue one kernel from eager PyTorch: Python, autograd and ATen dispatch and
 # cudaLaunchKernel together take "~5-25 us of CPU-side work per op" ("From PyTorch op to kernel
@@ -78,7 +82,7 @@ BIAS_KERNELS_PER_EXPERT = (2, 4)
 
 HOST_BOUND_FRAMEWORKS = frozenset({Framework.MEGATRON, Framework.NEMO})
 
-_SYNC_NODE = "dispatch"  # the first node after the token-count copy the CPU waits on
+SYNC_NODE = "dispatch"  # the first node after the token-count copy the CPU waits on
 
 
 def _is_moe(block: Block) -> bool:
@@ -129,24 +133,30 @@ def _raise(p: PassCost, elapsed_s: float) -> PassCost:
                     engine_s=p.engine_s)
 
 
-def _split(nodes: Sequence[Node]) -> tuple[list[Node], list[Node]]:
-    """Nodes before and after the sync; a cast node goes with the GEMM it feeds, wherever the
-    graph lists it."""
-    i = next((i for i, n in enumerate(nodes) if n.name == _SYNC_NODE), len(nodes))
+def _split(nodes: Sequence[Node], sync: str) -> tuple[list[Node], list[Node]]:
+    """Nodes before and after the node ``sync``; a cast node goes with the GEMM it feeds,
+    wherever the graph lists it."""
+    i = next((i for i, n in enumerate(nodes) if n.name == sync), len(nodes))
     before = {n.name for n in nodes[:i]}
     pre = list(nodes[:i]) + [n for n in nodes[i:] if n.name.split(".fp8_cast")[0] in before]
     return pre, [n for n in nodes[i:] if n not in pre]
 
 
-def forward_with_sync(p: PassCost, nodes: Sequence[Node], est: Mapping[str, Estimate],
-                      local_experts: int) -> PassCost:
-    """The forward pass of an MoE layer whose CPU waits on the GPU at the dispatcher's
-    token-count copy: max(CPU, GPU) before the sync plus max(CPU, GPU) after it."""
-    pre, post = _split(nodes)
+def pass_with_sync(p: PassCost, nodes: Sequence[Node], est: Mapping[str, Estimate],
+                   local_experts: int, *, backward: bool) -> PassCost:
+    """One pass of an MoE layer whose CPU waits on the GPU at the dispatcher's token-count
+    copy: max(CPU, GPU) before the sync plus max(CPU, GPU) after it. The backward pass syncs
+    only where it recomputes the dispatcher (full or ``moe`` recompute: ``recompute.dispatch``),
+    which replays the forward's routing bookkeeping before the sync; else it is max(CPU, GPU)."""
+    sync = f"recompute.{SYNC_NODE}" if backward else SYNC_NODE
+    pre, post = _split(nodes, sync)
+    fwd_routing, bwd_routing = ROUTING_KERNELS
+    if not post:  # no sync in this pass (a backward without recompute of the dispatcher)
+        return _raise(p, pass_kernels(nodes, local_experts, bwd_routing) * HOST_S_PER_KERNEL)
     gpu_pre = min(p.elapsed_s, sum(est[n.op.key].latency_s * n.count for n in pre))
-    # The routing bookkeeping (router, loss, token counts) runs before the sync.
-    cpu_pre = pass_kernels(pre, local_experts, ROUTING_KERNELS[0]) * HOST_S_PER_KERNEL
-    cpu_post = pass_kernels(post, local_experts, 0) * HOST_S_PER_KERNEL
+    cpu_pre = pass_kernels(pre, local_experts, fwd_routing) * HOST_S_PER_KERNEL
+    cpu_post = pass_kernels(post, local_experts, bwd_routing if backward else 0) \
+        * HOST_S_PER_KERNEL
     return _raise(p, max(cpu_pre, gpu_pre) + max(cpu_post, p.elapsed_s - gpu_pre))
 
 
@@ -162,7 +172,6 @@ def host_bound_costs(costs: Mapping[Any, BlockCost], blocks: Mapping[Any, Block]
             continue
         local = _local_experts(block)
         c = costs[key]
-        bwd_s = pass_kernels(block.bwd, local, ROUTING_KERNELS[1]) * HOST_S_PER_KERNEL
-        out[key] = BlockCost(fwd=forward_with_sync(c.fwd, block.fwd, est, local),
-                             bwd=_raise(c.bwd, bwd_s))
+        out[key] = BlockCost(fwd=pass_with_sync(c.fwd, block.fwd, est, local, backward=False),
+                             bwd=pass_with_sync(c.bwd, block.bwd, est, local, backward=True))
     return out

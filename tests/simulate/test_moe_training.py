@@ -201,7 +201,7 @@ def _sync_layer(pre_gemm_s: float, post_gemm_s: float):
 
 
 def test_the_dispatcher_sync_exposes_a_host_bound_half_of_the_forward():
-    from simulate.moe_host import HOST_S_PER_KERNEL, ROUTING_KERNELS, forward_with_sync
+    from simulate.moe_host import HOST_S_PER_KERNEL, ROUTING_KERNELS, pass_with_sync
 
     cpu_pre = (ROUTING_KERNELS[0] + 1) * HOST_S_PER_KERNEL
     cpu_post = (1 + 4) * HOST_S_PER_KERNEL  # the dispatch node, one GEMM per local expert
@@ -210,12 +210,12 @@ def test_the_dispatcher_sync_exposes_a_host_bound_half_of_the_forward():
     gpu_pre, gpu_post = 10 * cpu_pre, 0.2 * cpu_post
     nodes, est, p = _sync_layer(gpu_pre, gpu_post)
     assert cpu_pre + cpu_post < p.elapsed_s
-    out = forward_with_sync(p, nodes, est, local_experts=4)
+    out = pass_with_sync(p, nodes, est, 4, backward=False)
     assert out.elapsed_s == pytest.approx(gpu_pre + cpu_post)
     assert out.compute_s - p.compute_s == pytest.approx(out.elapsed_s - p.elapsed_s)
     # GPU-bound on both sides of the sync: unchanged.
     nodes, est, p = _sync_layer(10 * cpu_pre, 10 * cpu_post)
-    assert forward_with_sync(p, nodes, est, local_experts=4) == p
+    assert pass_with_sync(p, nodes, est, 4, backward=False) == p
 
 
 def test_host_kernels_follow_transformer_engine_grouped_linear_per_precision():
@@ -235,3 +235,18 @@ def test_host_kernels_follow_transformer_engine_grouped_linear_per_precision():
     # and the FC2 bias Megatron-Core adds per expert has its own kernels per expert.
     assert pass_kernels([wgrad, bias], 8, routing=0) == 8 * (2 + BIAS_KERNELS_PER_EXPERT[1])
     assert pass_kernels([wgrad, bias, cast], 8, routing=0) == 8 * (1 + 4 + 1)
+
+
+def test_a_recomputed_dispatcher_syncs_the_backward_too():
+    from dataclasses import replace
+
+    from simulate.moe_host import HOST_S_PER_KERNEL, ROUTING_KERNELS, pass_with_sync
+
+    cpu_pre = (ROUTING_KERNELS[0] + 1) * HOST_S_PER_KERNEL
+    cpu_post = (ROUTING_KERNELS[1] + 1 + 4) * HOST_S_PER_KERNEL
+    nodes, est, p = _sync_layer(10 * cpu_pre, 0.2 * cpu_post)
+    plain = pass_with_sync(p, nodes, est, 4, backward=True)  # no recompute.dispatch: no sync
+    assert plain == p
+    recomputed = [replace(n, name=f"recompute.{n.name}") for n in nodes]
+    out = pass_with_sync(p, recomputed, est, 4, backward=True)
+    assert out.elapsed_s == pytest.approx(10 * cpu_pre + cpu_post)
