@@ -11,13 +11,37 @@ After the sync the GPU's queue is empty, so each MoE layer takes at least the CP
 its kernels. The Megatron-Core MoE README (same commit, "CPU Overhead Bottleneck") names the
 symptom and the remedies: CUDA graphs, fewer kernels (router / permute fusion), a larger
 micro-batch. The backward pass has no sync, but its layers are alike, so the CPU falls behind
-there by the same per-layer margin; each pass takes max(GPU time, CPU issue time).
+there by the same per-layer margin: the backward pass takes max(GPU time, CPU issue time),
+unless it recomputes the dispatcher (full or ``moe`` recompute), whose replayed forward syncs
+again.
 
-Kernels counted per pass: every operator node (one kernel or collective each), the expert GEMMs
-and their fp8 casts once per local expert (Transformer Engine's ``GroupedLinear`` quantises each
-expert's split and issues one cuBLAS GEMM per expert: ``general_grouped_gemm``,
-transformer_engine/pytorch/cpp_extensions/gemm.py), plus the router, load-balancing loss and
-token-permutation bookkeeping that the operator graph does not list (`ROUTING_KERNELS`).
+Where the sync sits: the all-to-all dispatcher copies the token counts to the host at
+``cuda_dtoh_point`` (right after ``preprocess`` has computed them from the routing map) and the
+CPU waits on that copy (``d2h_event.synchronize()``) before the all-to-all, so the GPU must
+finish the layer up to its router before the CPU can issue the rest. The forward pass is
+therefore two host-bound halves, not one: max(CPU, GPU) of the attention block and router (the
+nodes before ``dispatch``) plus max(CPU, GPU) of the dispatch, experts and combine
+(`pass_with_sync`). A CPU slower than the GPU in either half is exposed there even where the
+layer's total CPU time is below its GPU time.
+
+Kernels counted per pass (`pass_kernels`): every operator node (one kernel or collective each),
+plus per local expert what Transformer Engine's ``GroupedLinear`` issues in its eager path
+(``_GroupedLinear.forward`` / ``backward``, transformer_engine/pytorch/module/grouped_linear.py
+at NVIDIA/TransformerEngine d0067d0d, with ``_split_quantization._split_quantize``):
+- one cuBLAS GEMM per expert per GEMM node (``general_grouped_gemm``: a loop over ``m_splits``);
+- with fp8, one quantize per expert of each GEMM input and output gradient (``tex.split_quantize``
+  over the per-expert splits); the weights are quantised only on a step's first micro-batch
+  (``quantize_weight(update_workspace=is_first_microbatch)``; Megatron-Core's
+  ``TEGroupedLinear.forward`` passes ``is_first_microbatch``, set by ``forward_step`` in
+  megatron/core/pipeline_parallel/schedules.py at d98e8a64), so not per micro-batch;
+- with biased experts (GPT-OSS, `ModelSpec.mlp_bias`), in bf16 the FC1 bias gradient is one
+  ``tensor_part.sum(dim=0)`` per expert (``_split_quantize``; fp8 fuses it into
+  ``tex.bgrad_quantize``), and Megatron-Core adds the FC2 bias per expert in Python
+  (``TEGroupedMLP._apply_bias``: ``t + b * p`` per expert, two kernels forward; autograd's
+  ``g * p`` and ``g * b`` with their two reductions backward, four; the ``torch.cat`` is the
+  graph's ``experts.down_bias`` node: `simulate.moe_kernels`);
+plus the router, load-balancing loss and token-permutation bookkeeping that the operator graph
+does not list (`ROUTING_KERNELS`).
 
 Switched by framework (`HOST_BOUND_FRAMEWORKS`: Megatron-Core and NeMo run this dispatcher);
 applies to MoE layer blocks only (dense layers have no sync, so the CPU runs ahead).
@@ -25,16 +49,17 @@ applies to MoE layer blocks only (dense layers have no sync, so the CPU runs ahe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from analytical.layer_spec import Node
 from analytical.memory import Framework
 from analytical.ops import GemmSpec, MoESpec
 from simulate.costs import BlockCost, PassCost
+from simulate.engines import Estimate
 from simulate.graph import Block
 
-__all__ = ["HOST_S_PER_KERNEL", "host_bound_costs", "pass_kernels"]
+__all__ = ["HOST_S_PER_KERNEL", "pass_with_sync", "host_bound_costs", "pass_kernels"]
 
 # CPU time to issue one kernel from eager PyTorch: Python, autograd and ATen dispatch and
 # cudaLaunchKernel together take "~5-25 us of CPU-side work per op" ("From PyTorch op to kernel
@@ -51,7 +76,13 @@ HOST_S_PER_KERNEL = 15e-6
 # (~15); autograd replays most of them in backward.
 ROUTING_KERNELS = (45, 40)
 
+# Kernels per local expert of the biased FC2 that Megatron-Core adds in Python
+# (`TEGroupedMLP._apply_bias`, module docstring): (forward, backward).
+BIAS_KERNELS_PER_EXPERT = (2, 4)
+
 HOST_BOUND_FRAMEWORKS = frozenset({Framework.MEGATRON, Framework.NEMO})
+
+SYNC_NODE = "dispatch"  # the first node after the token-count copy the CPU waits on
 
 
 def _is_moe(block: Block) -> bool:
@@ -63,27 +94,74 @@ def _local_experts(block: Block) -> int:
                 if n.name.startswith("experts.") and isinstance(n.op, GemmSpec)), default=1)
 
 
+def _per_expert(n: Node, biased_bf16_bwd: bool) -> float:
+    """Kernels per local expert that node ``n`` stands for (0: one kernel for all experts); a
+    recomputed forward node (``recompute.``) issues what its forward did."""
+    name = n.name.removeprefix("recompute.")
+    if not name.startswith("experts."):
+        return 0.0
+    if ".fp8_cast" in name:
+        return 1.0  # tex.split_quantize: one quantize per expert's split
+    if isinstance(n.op, GemmSpec):
+        # general_grouped_gemm: one cuBLAS GEMM per expert; in bf16 a biased FC1's wgrad
+        # comes with one bias-gradient sum per expert (`_split_quantize`).
+        return 2.0 if biased_bf16_bwd and name == "experts.up_gate.wgrad" else 1.0
+    if name == "experts.down_bias":
+        return BIAS_KERNELS_PER_EXPERT[0]
+    if name == "experts.down_bias.bwd":
+        return BIAS_KERNELS_PER_EXPERT[1]
+    return 0.0
+
+
 def pass_kernels(nodes: Iterable[Node], local_experts: int, routing: int) -> float:
     """Kernels the CPU issues for one pass of an MoE layer (see the module docstring)."""
+    nodes = list(nodes)
+    fp8 = any(".fp8_cast" in n.name for n in nodes)
+    biased_bf16 = not fp8 and any(n.name.endswith("experts.down_bias.bwd") for n in nodes)
     total = float(routing)
     for n in nodes:
-        per_expert = n.name.startswith("experts.") and (isinstance(n.op, GemmSpec)
-                                                        or ".fp8_cast" in n.name)
-        total += n.count * (local_experts if per_expert else 1)
+        per = _per_expert(n, biased_bf16)
+        total += n.count * (local_experts * per if per else 1.0)
     return total
 
 
-def _floor(p: PassCost, kernels: float) -> PassCost:
-    host_s = kernels * HOST_S_PER_KERNEL
-    if host_s <= p.elapsed_s:
+def _raise(p: PassCost, elapsed_s: float) -> PassCost:
+    if elapsed_s <= p.elapsed_s:
         return p
     # The GPU waits for the CPU inside the compute stream's critical path: counted as compute.
-    return PassCost(elapsed_s=host_s, compute_s=p.compute_s + host_s - p.elapsed_s,
+    return PassCost(elapsed_s=elapsed_s, compute_s=p.compute_s + elapsed_s - p.elapsed_s,
                     engine_s=p.engine_s)
 
 
+def _split(nodes: Sequence[Node], sync: str) -> tuple[list[Node], list[Node]]:
+    """Nodes before and after the node ``sync``; a cast node goes with the GEMM it feeds,
+    wherever the graph lists it."""
+    i = next((i for i, n in enumerate(nodes) if n.name == sync), len(nodes))
+    before = {n.name for n in nodes[:i]}
+    pre = list(nodes[:i]) + [n for n in nodes[i:] if n.name.split(".fp8_cast")[0] in before]
+    return pre, [n for n in nodes[i:] if n not in pre]
+
+
+def pass_with_sync(p: PassCost, nodes: Sequence[Node], est: Mapping[str, Estimate],
+                   local_experts: int, *, backward: bool) -> PassCost:
+    """One pass of an MoE layer whose CPU waits on the GPU at the dispatcher's token-count
+    copy: max(CPU, GPU) before the sync plus max(CPU, GPU) after it. The backward pass syncs
+    only where it recomputes the dispatcher (full or ``moe`` recompute: ``recompute.dispatch``),
+    which replays the forward's routing bookkeeping before the sync; else it is max(CPU, GPU)."""
+    sync = f"recompute.{SYNC_NODE}" if backward else SYNC_NODE
+    pre, post = _split(nodes, sync)
+    fwd_routing, bwd_routing = ROUTING_KERNELS
+    if not post:  # no sync in this pass (a backward without recompute of the dispatcher)
+        return _raise(p, pass_kernels(nodes, local_experts, bwd_routing) * HOST_S_PER_KERNEL)
+    gpu_pre = min(p.elapsed_s, sum(est[n.op.key].latency_s * n.count for n in pre))
+    cpu_pre = pass_kernels(pre, local_experts, fwd_routing) * HOST_S_PER_KERNEL
+    cpu_post = pass_kernels(post, local_experts, bwd_routing if backward else 0) \
+        * HOST_S_PER_KERNEL
+    return _raise(p, max(cpu_pre, gpu_pre) + max(cpu_post, p.elapsed_s - gpu_pre))
+
+
 def host_bound_costs(costs: Mapping[Any, BlockCost], blocks: Mapping[Any, Block],
-                     framework: str) -> dict[Any, BlockCost]:
+                     framework: str, est: Mapping[str, Estimate]) -> dict[Any, BlockCost]:
     """``costs`` with each MoE layer pass raised to its CPU issue time under a framework that
     synchronises in the dispatcher (unchanged otherwise)."""
     out = dict(costs)
@@ -94,6 +172,6 @@ def host_bound_costs(costs: Mapping[Any, BlockCost], blocks: Mapping[Any, Block]
             continue
         local = _local_experts(block)
         c = costs[key]
-        out[key] = BlockCost(fwd=_floor(c.fwd, pass_kernels(block.fwd, local, ROUTING_KERNELS[0])),
-                             bwd=_floor(c.bwd, pass_kernels(block.bwd, local, ROUTING_KERNELS[1])))
+        out[key] = BlockCost(fwd=pass_with_sync(c.fwd, block.fwd, est, local, backward=False),
+                             bwd=pass_with_sync(c.bwd, block.bwd, est, local, backward=True))
     return out

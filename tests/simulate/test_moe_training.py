@@ -179,3 +179,74 @@ def test_unstated_placement_spreads_over_the_fewest_domains():
     assert "gpus_per_node" not in pub.row_scenario(row, "r")["hardware"]  # one rack
     row.update(gpus_per_node="72", num_gpus="144")
     assert pub.row_scenario(row, "r")["hardware"]["gpus_per_node"] == 72  # stated wins
+
+
+def _sync_layer(pre_gemm_s: float, post_gemm_s: float):
+    """A toy MoE forward: one GEMM before the dispatcher's sync, one expert GEMM after it."""
+    from analytical.layer_spec import Node
+    from analytical.op_kinds import MoEOpKind
+    from analytical.ops import GemmSpec, MoESpec
+    from simulate.costs import PassCost
+    from simulate.engines import Estimate
+
+    attn = Node(name="qkv_proj", op=GemmSpec(m=64, n=64, k=64))
+    disp = Node(name="dispatch", op=MoESpec(kind=MoEOpKind.DISPATCH, tokens=8, hidden=8,
+                                            experts=4, top_k=1))
+    expert = Node(name="experts.up_gate", op=GemmSpec(m=64, n=64, k=128, batch=4))
+    est = {attn.op.key: Estimate(latency_s=pre_gemm_s, engine="roofline"),
+           disp.op.key: Estimate(latency_s=0.0, engine="roofline"),
+           expert.op.key: Estimate(latency_s=post_gemm_s, engine="roofline")}
+    total = pre_gemm_s + post_gemm_s
+    return [attn, disp, expert], est, PassCost(elapsed_s=total, compute_s=total, engine_s={})
+
+
+def test_the_dispatcher_sync_exposes_a_host_bound_half_of_the_forward():
+    from simulate.moe_host import HOST_S_PER_KERNEL, ROUTING_KERNELS, pass_with_sync
+
+    cpu_pre = (ROUTING_KERNELS[0] + 1) * HOST_S_PER_KERNEL
+    cpu_post = (1 + 4) * HOST_S_PER_KERNEL  # the dispatch node, one GEMM per local expert
+    # The GPU outlasts the CPU before the sync (attention) and the CPU outlasts it after it
+    # (experts): the layer's CPU total is below its GPU total, yet the sync exposes the CPU.
+    gpu_pre, gpu_post = 10 * cpu_pre, 0.2 * cpu_post
+    nodes, est, p = _sync_layer(gpu_pre, gpu_post)
+    assert cpu_pre + cpu_post < p.elapsed_s
+    out = pass_with_sync(p, nodes, est, 4, backward=False)
+    assert out.elapsed_s == pytest.approx(gpu_pre + cpu_post)
+    assert out.compute_s - p.compute_s == pytest.approx(out.elapsed_s - p.elapsed_s)
+    # GPU-bound on both sides of the sync: unchanged.
+    nodes, est, p = _sync_layer(10 * cpu_pre, 10 * cpu_post)
+    assert pass_with_sync(p, nodes, est, 4, backward=False) == p
+
+
+def test_host_kernels_follow_transformer_engine_grouped_linear_per_precision():
+    from analytical.layer_spec import Node
+    from analytical.ops import GemmSpec, MemoryBoundSpec, MemoryOpKind
+    from simulate.moe_host import BIAS_KERNELS_PER_EXPERT, pass_kernels
+
+    g = GemmSpec(m=64, n=64, k=64, batch=8)
+    mem = MemoryBoundSpec(kind=MemoryOpKind.COPY, rows=8, cols=8)
+    wgrad = Node(name="experts.up_gate.wgrad", op=g)
+    cast = Node(name="experts.up_gate.fp8_cast_grad", op=mem)
+    bias = Node(name="experts.down_bias.bwd", op=mem)
+    # fp8: one quantize per expert's split; a recomputed expert GEMM is per expert too.
+    assert pass_kernels([wgrad, cast], 8, routing=0) == 16
+    assert pass_kernels([Node(name="recompute.experts.up_gate", op=g)], 8, routing=0) == 8
+    # bf16 biased experts: FC1's bias gradient is one sum per expert beside its wgrad GEMM,
+    # and the FC2 bias Megatron-Core adds per expert has its own kernels per expert.
+    assert pass_kernels([wgrad, bias], 8, routing=0) == 8 * (2 + BIAS_KERNELS_PER_EXPERT[1])
+    assert pass_kernels([wgrad, bias, cast], 8, routing=0) == 8 * (1 + 4 + 1)
+
+
+def test_a_recomputed_dispatcher_syncs_the_backward_too():
+    from dataclasses import replace
+
+    from simulate.moe_host import HOST_S_PER_KERNEL, ROUTING_KERNELS, pass_with_sync
+
+    cpu_pre = (ROUTING_KERNELS[0] + 1) * HOST_S_PER_KERNEL
+    cpu_post = (ROUTING_KERNELS[1] + 1 + 4) * HOST_S_PER_KERNEL
+    nodes, est, p = _sync_layer(10 * cpu_pre, 0.2 * cpu_post)
+    plain = pass_with_sync(p, nodes, est, 4, backward=True)  # no recompute.dispatch: no sync
+    assert plain == p
+    recomputed = [replace(n, name=f"recompute.{n.name}") for n in nodes]
+    out = pass_with_sync(p, recomputed, est, 4, backward=True)
+    assert out.elapsed_s == pytest.approx(10 * cpu_pre + cpu_post)
