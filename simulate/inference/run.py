@@ -144,7 +144,8 @@ def plan_instance(model: ModelSpec, hw: HardwareSpec, *, tp: int, pp: int, ep: i
                           graph_max_tokens=None if preset is None
                           else preset.cuda_graph_max_bs if hw.kind == "gpu" else 0,
                           custom_all_reduce_bytes=preset.custom_all_reduce_bytes if preset
-                          else 0.0)
+                          else 0.0,
+                          eager_launch_s=preset.eager_launch_s if preset else 0.0)
     return InstancePlan(model=model, shard=shard, tables=tables, weight_bytes=weights,
                         kv_bytes_per_token=kv_per_token, kv_blocks=blocks,
                         activation_reserve_bytes=reserve, memory_bytes=usable)

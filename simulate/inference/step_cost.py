@@ -78,6 +78,11 @@ class DenseCost:
                             fusions=self._fusions)
         return [(op, 1) for op in lm_head_ops(model, tokens, shard, wdtype)]
 
+    def kernels(self) -> float:
+        """Kernels of one step's dense part and LM head (their count does not depend on the
+        token count)."""
+        return sum(n for part in ("dense", "lm") for _, n in self._ops(part, 1))
+
     def prewarm(self, part: str, counts: Sequence[int]) -> None:
         """Evaluate many token counts in one batched engine call."""
         todo = [c for c in dict.fromkeys(counts) if c > 0 and (part, c) not in self._memo]
@@ -179,6 +184,10 @@ class StepCostTables:
     attention_share: dict[str, dict[str, float]]  # prefill/decode -> engine -> fraction
     full_share: float = 1.0  # fraction of full-attention layers
     windowed: tuple[WindowTable, ...] = ()
+    # host time of issuing one step's kernels when it runs eagerly (engine `eager_launch_us` x
+    # kernels per step), and the largest step a CUDA graph replays (decode only)
+    eager_step_s: float = 0.0
+    graph_max_tokens: int = 0
 
     @property
     def spans(self) -> tuple[Span, ...]:
@@ -199,9 +208,17 @@ class StepCostTables:
             hops = (self.pp - 1) * self.pp_hop_s_per_token * shape.tokens
         return prefill, decode, hops
 
+    def launch_s(self, shape: StepShape) -> float:
+        """Host time an eager step adds: a step with a prefill chunk, or a decode step above
+        the largest CUDA graph, issues its kernels from Python (`EnginePreset.eager_launch_s`)."""
+        if self.eager_step_s and (shape.prefill_chunks or shape.dense_tokens > self.graph_max_tokens):
+            return self.eager_step_s
+        return 0.0
+
     def step_time(self, shape: StepShape) -> float:
         return (self.dense.get("dense", shape.dense_tokens)[0]
-                + self.dense.get("lm", shape.logits)[0] + sum(self.attention_parts(shape)))
+                + self.dense.get("lm", shape.logits)[0] + sum(self.attention_parts(shape))
+                + self.launch_s(shape))
 
 
 class MeteredCost:
@@ -226,7 +243,8 @@ class MeteredCost:
         acc["decode"] += decode
         acc["pp"] += hops
         return (tables.dense.get("dense", shape.dense_tokens)[0]
-                + tables.dense.get("lm", shape.logits)[0] + prefill + decode + hops)
+                + tables.dense.get("lm", shape.logits)[0] + prefill + decode + hops
+                + tables.launch_s(shape))
 
     def engine_seconds(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -244,8 +262,8 @@ class MeteredCost:
 def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_dtype: DType,
                  kv_dtype: DType, estimator: Estimator, max_tokens: int = 8192, decode_q: int = 1,
                  lora: LoraSpec | None = None, fusions: Fusions | None = None,
-                 graph_max_tokens: int | None = None, custom_all_reduce_bytes: float = 0.0
-                 ) -> StepCostTables:
+                 graph_max_tokens: int | None = None, custom_all_reduce_bytes: float = 0.0,
+                 eager_launch_s: float = 0.0) -> StepCostTables:
     """Build the step-cost model, asking the engine chain in a few batched calls.
 
     `estimator.estimate_many(ops)` prices each op and names its engine (batched, as the chain);
@@ -256,6 +274,8 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
     None: every operator a kernel of its own). ``graph_max_tokens`` set (a serving engine's largest CUDA graph, 0 for none) prices
     the dense part as the engine runs it (`graph_replay.EngineKernels`; with
     ``custom_all_reduce_bytes``, the engine's own all-reduce below that size); None: as measured.
+    ``eager_launch_s``: host time per kernel of a step the engine runs eagerly
+    (`StepCostTables.launch_s`).
     """
     grid = token_grid(max_tokens)
     kernels = None if graph_max_tokens is None else EngineKernels(
@@ -286,10 +306,12 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
         same_node = shard.tp * shard.pp <= hw.gpus_per_node
         # per token, from a 1024-token bf16 activation message between stages
         hop = p2p_time(model.hidden * 2.0 * 1024, hw, same_node=same_node) / 1024
+    kernels = dense.kernels() + model.layers  # + one attention core per layer
     return StepCostTables(
         dense=dense, prefill=prefill, decode_per_seq_s=a, decode_per_kv_s=b,
         pp_hop_s_per_token=hop, pp=shard.pp, fit_error=fit_error, attention_share=share,
         full_share=counts[AttentionKind.FULL] / model.layers, windowed=windowed,
+        eager_step_s=kernels * eager_launch_s, graph_max_tokens=graph_max_tokens or 0,
     )
 
 

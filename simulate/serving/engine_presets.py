@@ -81,6 +81,8 @@ class EnginePreset:
     # TP all-reduces under this many bytes run the engine's own kernel (0: always NCCL;
     # `analytical.custom_allreduce`)
     custom_all_reduce_bytes: float = 0.0
+    # host time per kernel of a step run eagerly (not a CUDA-graph replay), added to the step
+    eager_launch_s: float = 0.0
 
     def fusions(self) -> Fusions:
         """The operator composition of a step under this engine (`layer_ops.Fusions`)."""
@@ -188,7 +190,8 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
             fused_ar.get("workspace_bytes_tp_le_2" if tp <= 2 else "workspace_bytes",
                          float("inf"))),
         custom_all_reduce_bytes=float(
-            custom_ar.get("max_bytes_tp_le_2" if tp <= 2 else "max_bytes", 0.0)))
+            custom_ar.get("max_bytes_tp_le_2" if tp <= 2 else "max_bytes", 0.0)),
+        eager_launch_s=float(pick("eager_launch_us", 0.0)) / 1e6)
 
 
 def cuda_graph_sizes(preset: EnginePreset) -> tuple[int, ...]:

@@ -11,6 +11,7 @@ import pytest
 
 from analytical.dtypes import DType
 from analytical.hardware import get_hardware
+from analytical.inference_memory import kv_cache_bytes, weight_bytes
 from analytical.model import load_model
 from analytical.ops import GemmSpec, MemoryBoundSpec, MemoryOpKind
 from simulate.inference.layer_ops import inference_sharding, step_ops
@@ -27,12 +28,32 @@ def test_auto_kv_dtype_follows_the_checkpoint_declaration_else_the_activations()
     # dtype (bf16) even for fp8 weights (--quantization fp8, or a linear-only ModelOpt export).
     rows = load_corpus()
     nim = next(r for r in rows if r.source == "nim-benchmarking")
-    assert nim.weight_dtype == "fp8" and not nim.checkpoint_kv_dtype
-    assert row_scenario(nim)["inference"]["kv_cache_dtype"] == "bf16"
-    declared = dataclasses.replace(nim, checkpoint_kv_dtype="fp8")
+    assert nim.weight_dtype == "fp8" and nim.checkpoint_kv_dtype == "fp8"
+    undeclared = dataclasses.replace(nim, checkpoint_kv_dtype="")
+    assert row_scenario(undeclared)["inference"]["kv_cache_dtype"] == "bf16"
+    declared = dataclasses.replace(undeclared, checkpoint_kv_dtype="fp8")
     assert row_scenario(declared)["inference"]["kv_cache_dtype"] == "fp8"
     forced = dataclasses.replace(declared, kv_dtype="bf16")  # --kv-cache-dtype wins
     assert row_scenario(forced)["inference"]["kv_cache_dtype"] == "bf16"
+
+
+def test_nim_saturation_needs_an_fp8_kv_cache() -> None:
+    # At 100-250 clients the NIM page's output rate saturates (920 tok/s at ITL 93 ms): by
+    # Little's law rate x ITL requests decode at once, each holding at least its prompt's KV.
+    # With a bf16 KV that exceeds an H100's memory besides the fp8 weights; with fp8 it fits.
+    rows = [r for r in load_corpus() if r.source == "nim-benchmarking" and r.concurrency >= 100]
+    assert len(rows) == 4
+    model = load_model(rows[0].model)
+    hw = get_hardware(rows[0].gpu)
+    for row in rows:
+        assert row_scenario(row)["inference"]["kv_cache_dtype"] == "fp8"
+        decoding = row.measured["output_tok_s"] * row.measured["tpot_ms"] / 1e3
+        assert decoding > 80
+        free = hw.memory_bytes - weight_bytes(model, dtype=DType.FP8, tp=row.tp)
+        need = {dtype: kv_cache_bytes(model, tokens=round(decoding * row.input_len),
+                                      kv_dtype=dtype, tp=row.tp)
+                for dtype in (DType.BF16, DType.FP8)}
+        assert need[DType.FP8] < free < need[DType.BF16]
 
 
 def _preset(engine: str):
