@@ -132,6 +132,9 @@ def run_tenants(tenants: Seq[Tenant], *, record_steps: bool = False,
                 continue
             dt = _step_time(tenant, batch)
             start = t
+            for seq, _ in batch.prefill:
+                if seq.admitted_s is None:
+                    seq.admitted_s = start
             t += dt
             tenant.sched_cutoff_s = start if tenant.host_overlap else None
             tenant.busy_s += dt
@@ -218,6 +221,8 @@ def _admit_arrivals(tenant: Tenant, reqs: list[Request], cursor: list[int], ti: 
             break
         ready += 1
     if ready:
+        for seq in tenant.in_frontend[:ready]:
+            seq.ready_s = seq.req.arrival_s + tenant.frontend_s
         state.waiting.extend(tenant.in_frontend[:ready])
         del tenant.in_frontend[:ready]
 

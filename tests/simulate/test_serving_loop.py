@@ -149,3 +149,23 @@ def test_trace_file(tmp_path) -> None:
     with pytest.raises(SpecError, match="missing columns"):
         make_workload({"trace": str(bad)}, input_len=1, output_len=1)
     assert np.isclose(wl.requests[1].arrival_s, 0.5)
+
+
+def test_ttft_parts_split_front_end_queue_and_prefill() -> None:
+    """Two requests at t=0 under the whole-prompt scheduler with a 1-prompt budget: the second
+    waits for the first one's prefill step, and the parts add up to each TTFT."""
+    from simulate.serving.metrics import latency_arrays, ttft_parts
+
+    wl = make_workload({"process": "burst", "num_requests": 2, "seed": 0}, input_len=100,
+                       output_len=1)
+    tenant = _tenant(wl, cost=LinearCost(0.01, 1e-4), max_batched_tokens=100)
+    tenant.frontend_s = 0.002
+    run_tenants([tenant])
+    arr = latency_arrays(tenant.sequences)
+    step = 0.01 + 100e-4
+    parts = ttft_parts(arr)
+    assert parts["frontend"] == pytest.approx(0.002)
+    assert parts["queue"] == pytest.approx(step / 2)  # 0 for the first, one step for the second
+    assert parts["prefill"] == pytest.approx(step)
+    assert sum(parts.values()) == pytest.approx(float(arr["ttft"].mean()))
+    assert ttft_parts(arr, warmup=1)["queue"] == pytest.approx(step)
