@@ -247,6 +247,7 @@ def row_scenario(row: ServingRow, *, engine_presets: bool = True, max_prompts: i
         serving["max_batched_tokens"] = row.max_batched_tokens
     if row.tool in IN_PROCESS_TOOLS:
         serving["frontend_ms"] = 0.0
+        serving["tokenize_us_per_token"] = 0.0
     if step_overhead_ms is not None:
         serving["step_overhead_ms"] = step_overhead_ms
     if step_overhead_per_seq_us is not None:

@@ -169,3 +169,36 @@ def test_ttft_parts_split_front_end_queue_and_prefill() -> None:
     assert parts["prefill"] == pytest.approx(step)
     assert sum(parts.values()) == pytest.approx(float(arr["ttft"].mean()))
     assert ttft_parts(arr, warmup=1)["queue"] == pytest.approx(step)
+
+
+def test_serial_tokenizer_spaces_a_burst_by_prompt_length() -> None:
+    """The API server tokenizes one prompt at a time: the k-th of a burst reaches the scheduler
+    after k prompts' tokenization plus the front-end time."""
+    wl = make_workload({"process": "burst", "num_requests": 3, "seed": 0}, input_len=1000,
+                       output_len=2)
+    tenant = _tenant(wl)
+    tenant.frontend_s, tenant.tokenize_s_per_token = 0.005, 1e-6
+    run_tenants([tenant])
+    ready = sorted(s.ready_s for s in tenant.sequences)
+    assert ready == pytest.approx([0.006, 0.007, 0.008])
+
+
+def _closed_ttfts(tokenize_s_per_token: float) -> np.ndarray:
+    wl = make_workload({"process": "closed", "concurrency": 4, "num_requests": 40, "seed": 0},
+                       input_len=128, output_len=16)
+    tenant = _tenant(wl, scheduler="chunked_prefill", cost=LinearCost(0.005, 1e-5))
+    tenant.host_overlap, tenant.frontend_s = True, 0.008
+    tenant.tokenize_s_per_token = tokenize_s_per_token
+    run_tenants([tenant])
+    return np.array([s.first_token_s - s.req.arrival_s for s in tenant.sequences[4:]])
+
+
+def test_serial_front_end_desynchronises_closed_loop_clients() -> None:
+    """Without a serial stage, clients that start together stay in lockstep (every request
+    reaches an idle engine with the others: one TTFT for all); handed over one at a time, the
+    first starts a step alone, the rest join later steps, and later requests arrive while
+    others decode, so they wait for running steps (larger, varied TTFTs)."""
+    lockstep, serial = _closed_ttfts(0.0), _closed_ttfts(1e-6)
+    assert np.ptp(lockstep) == pytest.approx(0.0, abs=1e-12)
+    assert np.ptp(serial) > 0.004  # at least most of a decode step apart
+    assert serial.mean() > lockstep.mean()
