@@ -135,3 +135,17 @@ def test_overlapping_engine_admits_a_request_one_step_later() -> None:
 
     assert ttft_ms(False) == pytest.approx(7.5)  # joins the step starting at 5 ms
     assert ttft_ms(True) == pytest.approx(12.5)  # that step was formed at 0: joins the next
+
+
+def test_api_server_clients_tokenize_serially_in_process_clients_do_not() -> None:
+    """Each engine's preset tokenizes in its API server; a row of an in-process client
+    (`vllm bench latency`, `trtllm-bench`) has no API server, so no tokenizer queue either."""
+    for engine in ("vllm", "sglang", "trtllm"):
+        preset = engine_preset(engine, memory_bytes=80 * 2**30, device="H100 SXM")
+        assert preset.tokenize_s_per_token > 0
+    rows = load_corpus()
+    by_tool = {r.tool: r for r in rows}
+    served = row_scenario(by_tool["vllm-bench-serve"])["serving"]
+    assert "tokenize_us_per_token" not in served  # the preset's value applies
+    for tool in ("vllm-bench-latency", "trtllm-bench"):
+        assert row_scenario(by_tool[tool])["serving"]["tokenize_us_per_token"] == 0.0
