@@ -149,3 +149,22 @@ def test_api_server_clients_tokenize_serially_in_process_clients_do_not() -> Non
     assert "tokenize_us_per_token" not in served  # the preset's value applies
     for tool in ("vllm-bench-latency", "trtllm-bench"):
         assert row_scenario(by_tool[tool])["serving"]["tokenize_us_per_token"] == 0.0
+
+
+def test_prompt_cap_leaves_bursts_with_latencies_whole() -> None:
+    """A burst's mean TTFT grows with its size, so the speed cap skips offline rows that
+    measure a latency; throughput-only bursts and closed loops are still capped."""
+    rows = load_corpus()
+
+    def requests(row: ServingRow) -> int:
+        return int(row_scenario(row, max_prompts=50)["serving"]["arrival"]["num_requests"])
+
+    burst = next(r for r in rows if r.mode == "offline" and "ttft_ms" in r.measured
+                 and (r.num_prompts or 0) > 50)
+    assert requests(burst) == burst.num_prompts
+    tput = next(r for r in rows if r.mode == "offline" and set(r.measured) == {"output_tok_s"}
+                and (r.num_prompts or 0) > 50)
+    assert requests(tput) == 50
+    closed = next(r for r in rows if r.mode == "closed" and (r.num_prompts or 0) > 50
+                  and r.concurrency <= 50)
+    assert requests(closed) == 50
