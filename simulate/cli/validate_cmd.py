@@ -275,7 +275,9 @@ def _published_serving(max_prompts: int, sources: str | None, db_path: Path | No
         columns = list(dict.fromkeys(k for r in table for k in r))  # every measure any row has
         print_table(table, columns, title=f"validate published (serving), {title}")
     bands = [{"band": band, **{f"{m} signed %": f"{v['mean_signed_pct']:+.1f} ({v['n']})"
-                               for m, v in measures.items()}}
+                               for m, v in measures.items() if m != "ttft_parts_pct"},
+              **{f"TTFT {k} %": f"{v:.0f}"
+                 for k, v in measures.get("ttft_parts_pct", {}).items()}}
              for band, measures in report["loso"]["by_band"].items() if measures]
     if bands:
         print_table(bands, list(dict.fromkeys(k for r in bands for k in r)), title="signed error by concurrency band (leave-one-source-out)")

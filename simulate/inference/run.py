@@ -106,6 +106,8 @@ def resolve_serving(serving: ServingSpec, hw: HardwareSpec, *, tp: int, pp: int)
         changes["step_overhead_per_seq_s"] = preset.step_overhead_per_seq_s
     if "frontend_ms" not in given:
         changes["frontend_s"] = preset.frontend_s
+    if "tokenize_us_per_token" not in given:
+        changes["tokenize_s_per_token"] = preset.tokenize_s_per_token
     return replace(serving, **changes)
 
 
@@ -204,6 +206,7 @@ def make_tenant(name: str, plan: InstancePlan, workload: Workload, serving: Serv
                     step_overhead_s=serving.step_overhead_s,
                     step_overhead_per_seq_s=serving.step_overhead_per_seq_s,
                     frontend_s=serving.frontend_s,
+                    tokenize_s_per_token=serving.tokenize_s_per_token,
                     host_overlap=preset.host_overlap if preset else False,
                     graph_sizes=cuda_graph_sizes(preset) if preset else (),
                     swap_bw_bytes_per_s=hw.pcie.bandwidth_bytes_per_s * plan.shard.tp,

@@ -63,6 +63,8 @@ class Tenant:
     step_overhead_s: float = 0.0  # scheduler / CPU time per step (calibratable)
     step_overhead_per_seq_s: float = 0.0  # plus this per request in the step (calibratable)
     frontend_s: float = 0.0  # a request reaches the scheduler this long after the client sent it
+    # the API server tokenizes one prompt at a time, this long per token (`_send`)
+    tokenize_s_per_token: float = 0.0
     host_overlap: bool = False  # the step overhead runs under the GPU step (async scheduling)
     graph_sizes: tuple[int, ...] = ()  # CUDA-graph token counts a step is padded up to
     swap_bw_bytes_per_s: float = 0.0  # host link for swap preemption
@@ -75,6 +77,7 @@ class Tenant:
     # an overlapping engine formed the next batch when the running step started: requests that
     # reached it later wait one more step (None: idle or not overlapping, admit up to now)
     sched_cutoff_s: float | None = None
+    tokenizer_free_s: float = 0.0  # when the API server's tokenizer finishes its queue
     kv_trace: list[tuple[float, float]] = field(default_factory=list)
     steps: int = 0
     busy_s: float = 0.0
@@ -132,6 +135,9 @@ def run_tenants(tenants: Seq[Tenant], *, record_steps: bool = False,
                 continue
             dt = _step_time(tenant, batch)
             start = t
+            for seq, _ in batch.prefill:
+                if seq.admitted_s is None:
+                    seq.admitted_s = start
             t += dt
             tenant.sched_cutoff_s = start if tenant.host_overlap else None
             tenant.busy_s += dt
@@ -166,6 +172,7 @@ def _start(tenant: Tenant) -> list[Request]:
     tenant.state = SchedulerState(BlockPool(tenant.kv_blocks, tenant.config.block_size),
                                   tenant.config)
     tenant.sched_cutoff_s = None
+    tenant.tokenizer_free_s = 0.0
     tenant.state.kv_bytes_per_token = tenant.kv_bytes_per_token
     reqs = list(tenant.workload.requests)
     if tenant.workload.closed:
@@ -203,6 +210,7 @@ def _admit_arrivals(tenant: Tenant, reqs: list[Request], cursor: list[int], ti: 
         elif req.arrival_s > t:
             break
         seq = Sequence(req)
+        _send(tenant, seq)
         tenant.sequences.append(seq)
         tenant.in_frontend.append(seq)
         cursor[ti] += 1
@@ -214,7 +222,7 @@ def _admit_arrivals(tenant: Tenant, reqs: list[Request], cursor: list[int], ti: 
     cutoff = t if tenant.sched_cutoff_s is None else tenant.sched_cutoff_s
     ready = 0
     for seq in tenant.in_frontend:
-        if seq.req.arrival_s + tenant.frontend_s > cutoff:
+        if (seq.ready_s or 0.0) > cutoff:
             break
         ready += 1
     if ready:
@@ -222,11 +230,27 @@ def _admit_arrivals(tenant: Tenant, reqs: list[Request], cursor: list[int], ti: 
         del tenant.in_frontend[:ready]
 
 
+def _send(tenant: Tenant, seq: Sequence) -> None:
+    """When a request just sent reaches the scheduler (`Sequence.ready_s`): after the front-end
+    time, and after the API server has tokenized it, one prompt at a time in send order (vLLM's
+    OpenAI server tokenizes on a single-thread executor, serving_engine.py
+    ``ThreadPoolExecutor(max_workers=1)``, vllm-project/vllm issue #25301; SGLang's
+    TokenizerManager and trtllm-serve tokenize in their one server process). Requests that a
+    closed loop's clients send together thus reach the engine one after another, and an idle
+    engine starts its step with the first (vLLM EngineCore ``run_busy_loop`` blocks on its input
+    queue and steps as soon as a request is there), which is how real clients drift apart."""
+    start = max(seq.req.arrival_s, tenant.tokenizer_free_s)
+    done = start + tenant.tokenize_s_per_token * seq.req.input_len
+    if tenant.tokenize_s_per_token > 0:
+        tenant.tokenizer_free_s = done
+    seq.ready_s = done + tenant.frontend_s
+
+
 def _next_arrival(tenants: Seq[Tenant], pending: list[list[Request]], cursor: list[int],
                   closed_next: list[int]) -> float | None:
     times = [pending[i][cursor[i]].arrival_s for i, t in enumerate(tenants)
              if cursor[i] < len(pending[i]) and not t.workload.closed]
-    times += [t.in_frontend[0].req.arrival_s + t.frontend_s for t in tenants if t.in_frontend]
+    times += [t.in_frontend[0].ready_s or 0.0 for t in tenants if t.in_frontend]
     return min(times) if times else None
 
 

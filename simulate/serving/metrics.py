@@ -6,6 +6,7 @@ summary to `simulate.inference.result`; `ServingMetrics.to_dict` is the JSON at 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -164,7 +165,26 @@ def latency_arrays(seqs: Seq[Sequence]) -> dict[str, np.ndarray]:
         "finish": finish,
         "input_len": np.array([s.req.input_len for s in seqs]),
         "output_len": outs,
+        "request_id": np.array([s.req.id for s in seqs]),
+        # when the request reached the scheduler's queue and when its first chunk was scheduled
+        # (TTFT = front end + queueing + prefill steps; `ttft_parts`)
+        "ready": np.array([s.ready_s for s in seqs], dtype=float),
+        "admitted": np.array([s.admitted_s for s in seqs], dtype=float),
     }
+
+
+def ttft_parts(arr: Mapping[str, np.ndarray], warmup: int = 0) -> dict[str, float]:
+    """Mean TTFT split into where the time went (s), over requests with id >= ``warmup``:
+    ``frontend`` (client send to the scheduler's queue: the API server), ``queue`` (waiting for
+    the step that takes the request's first prefill chunk) and ``prefill`` (that step's start to
+    the first token: the prompt's chunks and the steps it shares with other requests)."""
+    keep = arr["request_id"] >= warmup
+    arrival, ready = arr["arrival"][keep], arr["ready"][keep]
+    admitted, first = arr["admitted"][keep], arr["ttft"][keep] + arrival
+    if not arrival.size:
+        return {}
+    return {"frontend": float(np.mean(ready - arrival)), "queue": float(np.mean(admitted - ready)),
+            "prefill": float(np.mean(first - admitted))}
 
 
 def summarize_latencies(arr: dict[str, np.ndarray], slo: Slo | None = None) -> ServingMetrics:

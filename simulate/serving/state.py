@@ -16,7 +16,7 @@ class Sequence:
     """A request in flight: how much of its context is in the KV cache and what it generated."""
 
     __slots__ = ("req", "prefilled", "generated", "blocks", "first_token_s", "finish_s",
-                 "preemptions", "swapped", "admitted_s", "token_times", "last_token_s")
+                 "preemptions", "swapped", "ready_s", "admitted_s", "last_token_s")
 
     def __init__(self, req: Request) -> None:
         self.req = req
@@ -27,6 +27,9 @@ class Sequence:
         self.finish_s: float | None = None
         self.preemptions = 0
         self.swapped = False
+        # TTFT parts: the request reaches the scheduler's queue (after the front end) at ready_s
+        # and its first prefill chunk runs in the step starting at admitted_s
+        self.ready_s: float | None = None
         self.admitted_s: float | None = None
         self.last_token_s: float | None = None  # when the newest token came out (for ITL)
 

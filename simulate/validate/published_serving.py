@@ -39,12 +39,20 @@ Predict = Callable[[dict[str, Any]], Mapping[str, Any]]
 def simulate_json(*, use_store: bool = False, use_predictors: bool = False,
                   store_path: str | Path | None = None, tracking_uri: str | None = None
                   ) -> Predict:
-    """A predictor that runs a scenario exactly as ``llmsim simulate --json`` does."""
+    """A predictor that runs a scenario exactly as ``llmsim simulate --json`` does, plus the
+    mean TTFT split into front end, queueing and prefill (``ttft_parts_s``, from the run's
+    per-request times)."""
     from simulate.api import run
+    from simulate.serving.metrics import ttft_parts
 
     def predict(doc: dict[str, Any]) -> Mapping[str, Any]:
-        return run(doc, store_path=store_path, tracking_uri=tracking_uri, use_store=use_store,
-                   use_predictors=use_predictors).data
+        out = run(doc, store_path=store_path, tracking_uri=tracking_uri, use_store=use_store,
+                  use_predictors=use_predictors, trace=True)
+        data = dict(out.data)
+        if out.latencies is not None and "admitted" in out.latencies:
+            warmup = int(doc.get("serving", {}).get("arrival", {}).get("warmup_requests", 0))
+            data["ttft_parts_s"] = ttft_parts(out.latencies, warmup)
+        return data
 
     return predict
 
@@ -78,6 +86,9 @@ def score_row(row: ServingRow, predict: Predict, *, engine_presets: bool = True,
         return {**out, "reason": str(data.get("reason", ""))}
     pred = {m: predicted_value(data, m, row.stats.get(m, "")) for m in row.measured}
     out["predicted"] = pred
+    parts = data.get("ttft_parts_s")
+    if isinstance(parts, Mapping) and parts:
+        out["ttft_parts_ms"] = {k: float(v) * 1e3 for k, v in parts.items()}
     coverage = data.get("engine_coverage")
     if isinstance(coverage, Mapping) and coverage:  # GPU time not from the roofline
         out["measured_share"] = 1.0 - float(coverage.get("roofline", 0.0))
@@ -110,7 +121,8 @@ def summarize(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             summary[measure] = {"n": int(errs.size),
                                 "mape_pct": float(np.mean(np.abs(errs)) * 100),
                                 "median_ape_pct": float(np.median(np.abs(errs)) * 100),
-                                "mean_signed_pct": float(np.mean(errs) * 100)}
+                                "mean_signed_pct": float(np.mean(errs) * 100),
+                                "median_signed_pct": float(np.median(errs) * 100)}
     return summary
 
 
@@ -122,9 +134,26 @@ def by_band(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     out = {}
     for name, group in bands.items():
         s = summarize(group)
-        out[name] = {m: {"n": s[m]["n"], "mean_signed_pct": s[m]["mean_signed_pct"]}
+        out[name] = {m: {"n": s[m]["n"], "mean_signed_pct": s[m]["mean_signed_pct"],
+                         "median_signed_pct": s[m]["median_signed_pct"]}
                      for m in ("ttft_ms", "tpot_ms", "itl_ms") if m in s}
+        parts = ttft_shares(group)
+        if parts:
+            out[name]["ttft_parts_pct"] = parts
     return out
+
+
+def ttft_shares(results: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Where the predicted mean TTFT goes, in % of it, averaged over rows: front end, queueing
+    for the first scheduled step, prefill steps (`simulate.serving.metrics.ttft_parts`)."""
+    shares: dict[str, list[float]] = {}
+    for r in results:
+        parts = r.get("ttft_parts_ms")
+        total = sum(parts.values()) if isinstance(parts, Mapping) else 0.0
+        if total > 0:
+            for k, v in parts.items():
+                shares.setdefault(k, []).append(100.0 * v / total)
+    return {k: float(np.mean(v)) for k, v in shares.items()}
 
 
 def score_serving(rows: Sequence[ServingRow] | None = None, *, engine_presets: bool = True,

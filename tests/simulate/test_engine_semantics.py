@@ -156,3 +156,36 @@ def test_overlapping_engine_admits_a_request_one_step_later() -> None:
 
     assert ttft_ms(False) == pytest.approx(7.5)  # joins the step starting at 5 ms
     assert ttft_ms(True) == pytest.approx(12.5)  # that step was formed at 0: joins the next
+
+
+def test_api_server_clients_tokenize_serially_in_process_clients_do_not() -> None:
+    """Each engine's preset tokenizes in its API server; a row of an in-process client
+    (`vllm bench latency`, `trtllm-bench`) has no API server, so no tokenizer queue either."""
+    for engine in ("vllm", "sglang", "trtllm"):
+        preset = engine_preset(engine, memory_bytes=80 * 2**30, device="H100 SXM")
+        assert preset.tokenize_s_per_token > 0
+    rows = load_corpus()
+    by_tool = {r.tool: r for r in rows}
+    served = row_scenario(by_tool["vllm-bench-serve"])["serving"]
+    assert "tokenize_us_per_token" not in served  # the preset's value applies
+    for tool in ("vllm-bench-latency", "trtllm-bench"):
+        assert row_scenario(by_tool[tool])["serving"]["tokenize_us_per_token"] == 0.0
+
+
+def test_prompt_cap_leaves_bursts_with_latencies_whole() -> None:
+    """A burst's mean TTFT grows with its size, so the speed cap skips offline rows that
+    measure a latency; throughput-only bursts and closed loops are still capped."""
+    rows = load_corpus()
+
+    def requests(row: ServingRow) -> int:
+        return int(row_scenario(row, max_prompts=50)["serving"]["arrival"]["num_requests"])
+
+    burst = next(r for r in rows if r.mode == "offline" and "ttft_ms" in r.measured
+                 and (r.num_prompts or 0) > 50)
+    assert requests(burst) == burst.num_prompts
+    tput = next(r for r in rows if r.mode == "offline" and set(r.measured) == {"output_tok_s"}
+                and (r.num_prompts or 0) > 50)
+    assert requests(tput) == 50
+    closed = next(r for r in rows if r.mode == "closed" and (r.num_prompts or 0) > 50
+                  and r.concurrency <= 50)
+    assert requests(closed) == 50

@@ -149,3 +149,56 @@ def test_trace_file(tmp_path) -> None:
     with pytest.raises(SpecError, match="missing columns"):
         make_workload({"trace": str(bad)}, input_len=1, output_len=1)
     assert np.isclose(wl.requests[1].arrival_s, 0.5)
+
+
+def test_ttft_parts_split_front_end_queue_and_prefill() -> None:
+    """Two requests at t=0 under the whole-prompt scheduler with a 1-prompt budget: the second
+    waits for the first one's prefill step, and the parts add up to each TTFT."""
+    from simulate.serving.metrics import latency_arrays, ttft_parts
+
+    wl = make_workload({"process": "burst", "num_requests": 2, "seed": 0}, input_len=100,
+                       output_len=1)
+    tenant = _tenant(wl, cost=LinearCost(0.01, 1e-4), max_batched_tokens=100)
+    tenant.frontend_s = 0.002
+    run_tenants([tenant])
+    arr = latency_arrays(tenant.sequences)
+    step = 0.01 + 100e-4
+    parts = ttft_parts(arr)
+    assert parts["frontend"] == pytest.approx(0.002)
+    assert parts["queue"] == pytest.approx(step / 2)  # 0 for the first, one step for the second
+    assert parts["prefill"] == pytest.approx(step)
+    assert sum(parts.values()) == pytest.approx(float(arr["ttft"].mean()))
+    assert ttft_parts(arr, warmup=1)["queue"] == pytest.approx(step)
+
+
+def test_serial_tokenizer_spaces_a_burst_by_prompt_length() -> None:
+    """The API server tokenizes one prompt at a time: the k-th of a burst reaches the scheduler
+    after k prompts' tokenization plus the front-end time."""
+    wl = make_workload({"process": "burst", "num_requests": 3, "seed": 0}, input_len=1000,
+                       output_len=2)
+    tenant = _tenant(wl)
+    tenant.frontend_s, tenant.tokenize_s_per_token = 0.005, 1e-6
+    run_tenants([tenant])
+    ready = sorted(s.ready_s for s in tenant.sequences)
+    assert ready == pytest.approx([0.006, 0.007, 0.008])
+
+
+def _closed_ttfts(tokenize_s_per_token: float) -> np.ndarray:
+    wl = make_workload({"process": "closed", "concurrency": 4, "num_requests": 40, "seed": 0},
+                       input_len=128, output_len=16)
+    tenant = _tenant(wl, scheduler="chunked_prefill", cost=LinearCost(0.005, 1e-5))
+    tenant.host_overlap, tenant.frontend_s = True, 0.008
+    tenant.tokenize_s_per_token = tokenize_s_per_token
+    run_tenants([tenant])
+    return np.array([s.first_token_s - s.req.arrival_s for s in tenant.sequences[4:]])
+
+
+def test_serial_front_end_desynchronises_closed_loop_clients() -> None:
+    """Without a serial stage, clients that start together stay in lockstep (every request
+    reaches an idle engine with the others: one TTFT for all); handed over one at a time, the
+    first starts a step alone, the rest join later steps, and later requests arrive while
+    others decode, so they wait for running steps (larger, varied TTFTs)."""
+    lockstep, serial = _closed_ttfts(0.0), _closed_ttfts(1e-6)
+    assert np.ptp(lockstep) == pytest.approx(0.0, abs=1e-12)
+    assert np.ptp(serial) > 0.004  # at least most of a decode step apart
+    assert serial.mean() > lockstep.mean()
