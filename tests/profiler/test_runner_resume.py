@@ -95,11 +95,11 @@ def test_same_shape_medians_agree_within_spread(tmp_path):
     # Two runs of the same sweep give the same relative timings: the 1024-row GEMM (twice the
     # work) over the 512-row one agrees between runs within 2x, and is > 1.15 in each. Ratios
     # within one run cancel what another process on a shared 2-core host does to a whole run
-    # (absolute medians were seen 1.85x apart under load), and the 10th percentile resists a
-    # load spike inside a run better than the median (medians' ratios of 1.1 to 4.0 were seen
-    # with a quickstart running beside the suite); a store that mixed up shapes gives a ratio
-    # near 0.5 or 1 and fails. Up to three attempts: a load spike inside one run passes on the
-    # next, a broken timer or store fails all three.
+    # (absolute medians were seen 1.85x apart under load), and the fastest repetition resists
+    # load inside a run best (medians' ratios of 1.1 to 4.0 were seen with a quickstart running
+    # beside the suite, 10th percentiles' 0.72 to 4.1 with five other agents on 2 cores); a
+    # store that mixed up shapes gives a ratio near 0.5 or 1 and fails. Up to three attempts: a
+    # load spike inside one run passes on the next, a broken timer or store fails all three.
     failures = []
     for attempt in range(3):
         ratios = []
@@ -111,12 +111,13 @@ def test_same_shape_medians_agree_within_spread(tmp_path):
             assert len(frame) == 2 and (frame["n_samples"] >= 10).all()
             assert (frame["p10_s"] <= frame["median_s"]).all()
             assert (frame["median_s"] <= frame["p90_s"]).all()
-            small, large = (frame.loc[k].p10_s for k in sorted(frame.index, key=_rows_of))
+            assert (frame["min_s"] <= frame["p10_s"]).all()
+            small, large = (frame.loc[k].min_s for k in sorted(frame.index, key=_rows_of))
             ratios.append(large / small)
         if min(ratios) > 1.15 and 1 / 2 < ratios[0] / ratios[1] < 2:
             return
         failures.append(ratios)
-    raise AssertionError(f"1024-row / 512-row p10 ratios of two runs, per attempt: {failures}")
+    raise AssertionError(f"1024-row / 512-row min ratios of two runs, per attempt: {failures}")
 
 
 def _rows_of(op_key: str) -> int:
