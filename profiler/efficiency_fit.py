@@ -11,6 +11,10 @@ rate / that roofline rate at efficiency 1:
 - attention: forward prefill (context) attention in bf16, head dim 128 (the training models'),
   at least ``ATTENTION_MIN_FLOPS``; FLOPs as `AttentionSpec.flops` counts them (causal pairs).
 
+The fixed time of one kernel, `efficiency.kernel_latency_us`, is the intercept of the least
+squares line t = t0 + c * roofline over the bf16 GEMMs with m <= ``LATENCY_MAX_M`` (decode-sized
+shapes, where launch and ramp-up are most of the time), the roofline without its latency term.
+
 Measured rows only (never end-to-end runs). Reproduce the YAML values with
 ``python -m profiler.efficiency_fit datasets/measurements/aiconfigurator``.
 """
@@ -24,12 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow.parquet as pq
 
 from analytical.dtypes import DType, parse_dtype
 from analytical.hardware import Efficiency, HardwareSpec, get_hardware
 from analytical.ops import GemmSpec
-from analytical.roofline import gemm_tile_efficiency
+from analytical.roofline import gemm_tile_efficiency, roofline_estimate
 
 # Large enough that launch and tail time are under ~1% of the kernel (>= 1 TFLOP runs >= 0.4 ms
 # on any GPU in the store at its peak), small enough to keep > 1,000 rows per GPU and dtype.
@@ -37,6 +42,7 @@ GEMM_MIN_FLOPS = 1e12
 ATTENTION_MIN_FLOPS = 1e12
 ATTENTION_HEAD_DIM = 128
 FRACTION_DTYPES = ("bf16", "fp8", "fp4")  # printed; the file's gemm value is bf16's
+LATENCY_MAX_M = 16
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,6 +83,41 @@ def attention_fraction(rows: Iterable[Mapping[str, Any]], hw: HardwareSpec, *,
     return _median(out)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LatencyFit:
+    """t = t0_s + slope * roofline over ``n`` rows (fewer than 2 rows: all zero)."""
+
+    t0_s: float
+    slope: float
+    n: int
+
+
+def kernel_latency_fit(rows: Iterable[Mapping[str, Any]], hw: HardwareSpec, *,
+                       max_m: int = LATENCY_MAX_M) -> LatencyFit:
+    """Least squares t = t0 + c * max(compute, memory) over ok bf16 GEMM rows with m <= max_m."""
+    times, roofs = [], []
+    for r in rows:
+        if r["status"] != "ok" or r["dtype"] != "bf16" or r["m"] > max_m:
+            continue
+        est = roofline_estimate(GemmSpec(m=r["m"], n=r["n"], k=r["k"], batch=r["batch"],
+                                         dtype=DType.BF16), hw)
+        times.append(r["median_s"])
+        roofs.append(max(est.compute_s, est.memory_s))
+    if len(times) < 2:
+        return LatencyFit(t0_s=0.0, slope=0.0, n=len(times))
+    design = np.column_stack([np.ones(len(roofs)), roofs])
+    (t0, slope), *_ = np.linalg.lstsq(design, np.asarray(times), rcond=None)
+    return LatencyFit(t0_s=float(t0), slope=float(slope), n=len(times))
+
+
+def _small_m_rows(path: Path) -> list[dict[str, Any]]:
+    """bf16 GEMM rows with m <= LATENCY_MAX_M of a store parquet file (none if it is missing)."""
+    if not path.is_file():
+        return []
+    return pq.read_table(path, filters=[("m", "<=", LATENCY_MAX_M),
+                                        ("dtype", "=", "bf16")]).to_pylist()
+
+
 def _rows(path: Path, min_flops: float) -> list[dict[str, Any]]:
     """Rows of a store parquet file with >= ``min_flops`` (none if the file is missing)."""
     if not path.is_file():
@@ -105,6 +146,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         eff = get_hardware(sub.name).efficiency
         cells = [f"{k} {f.median:.3f} (n={f.n}; file {_file_value(eff, k)})"
                  for k, f in derive(args.folder, sub.name).items() if f.n]
+        fit = kernel_latency_fit(_small_m_rows(sub / "gemm.parquet"), get_hardware(sub.name))
+        if fit.n:
+            cells.append(f"kernel_latency_us {fit.t0_s * 1e6:.2f} (slope {fit.slope:.2f}, "
+                         f"n={fit.n}; file {eff.kernel_latency_s * 1e6:g})")
         print(f"{sub.name}: " + ", ".join(cells))
 
 

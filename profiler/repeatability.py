@@ -8,7 +8,9 @@ key, backend) and reports the absolute percent difference of the second median f
 per family and per latency band (of the first run's median), and the median ratio second /
 first, which says whether one set is systematically slower. With ``across_backends`` operators
 match on (hardware, family, op key) alone: two software stacks measuring the same shapes (our
-torch/cuBLAS H100 GEMMs against TensorRT-LLM's) rather than two runs of one. Behind ``llmsim db
+torch/cuBLAS H100 GEMMs against TensorRT-LLM's) rather than two runs of one. With
+``across_hardware`` they match on (family, op key, backend): one stack's kernels on two GPUs (our
+H100 and H200 sweeps), whose median ratio is the second GPU's speed-up. Behind ``llmsim db
 compare``.
 """
 
@@ -32,6 +34,7 @@ __all__ = ["LATENCY_BANDS_US", "Agreement", "compare_runs", "load_ok_rows"]
 LATENCY_BANDS_US: tuple[float, ...] = (0.0, 10.0, 20.0, 50.0, 100.0, 1000.0, float("inf"))
 _MATCH = ("hardware", "family", "op_key", "backend")
 _MATCH_ACROSS_BACKENDS = ("hardware", "family", "op_key")
+_MATCH_ACROSS_HARDWARE = ("family", "op_key", "backend")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,14 +86,18 @@ def _agreement(family: str, band: str, rows: pd.DataFrame) -> Agreement:
 
 def compare_runs(first: pd.DataFrame, second: pd.DataFrame, *,
                  bands_us: tuple[float, ...] = LATENCY_BANDS_US,
-                 across_backends: bool = False) -> list[Agreement]:
+                 across_backends: bool = False,
+                 across_hardware: bool = False) -> list[Agreement]:
     """Per family: all matched operators, then each latency band that holds any.
 
     Operators measured several times in one set (or, ``across_backends``, by several backends)
     are folded to their median first, so each operator counts once. Raises StoreError when the
-    two sets share no operator.
+    two sets share no operator, or when both ``across_*`` are asked (one of them, not both).
     """
-    match = list(_MATCH_ACROSS_BACKENDS if across_backends else _MATCH)
+    if across_backends and across_hardware:
+        raise StoreError("compare across backends or across hardware, not both")
+    match = list(_MATCH_ACROSS_HARDWARE if across_hardware
+                 else _MATCH_ACROSS_BACKENDS if across_backends else _MATCH)
     folded = [frame.groupby(match, sort=True)["median_s"].median().rename(name)
               for frame, name in ((first, "first_s"), (second, "second_s"))]
     both = pd.concat(folded, axis=1, join="inner").reset_index()

@@ -8,13 +8,13 @@ bash scripts/setup.sh
 L=.venv/bin/llmsim
 step() { printf '\n== %s\n' "$*"; }
 
-step "1/4 load the curated GPU measurements (published, and our H100 sweep) into the store"
+step "1/4 load the curated GPU measurements (published, and our H100 and H200 sweeps) into the store"
 $L db import-parquet datasets/measurements
 step "2/4 profile this CPU (GEMM, attention, memory-bound ops)"
 $L profile run datasets/sweeps/cpu-smoke.yaml --no-progress
 $L db info
 step "3/4 train, evaluate and register an XGBoost predictor per (GPU, family) of the curated set in MLflow"
-# 19 models (A100 SXM/PCIe, H100 SXM/NVL, B200, L40S, A40), each promoted to champion only if
+# 22 models (A100 SXM/PCIe, H100 SXM/NVL, H200, B200, L40S, A40), each promoted to champion only if
 # it beats its baselines on held-out shapes; bounded: 4 search draws, 3,000 training rows per fit.
 $L train all --configs 4 --max-train-rows 3000
 $L train report

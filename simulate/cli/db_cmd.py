@@ -108,8 +108,11 @@ def query(sql: str, db: Path | None, as_json: bool, as_csv: bool) -> None:
 @click.argument("second", type=InputPath(exists=True))
 @click.option("--across-backends", is_flag=True,
               help="Match on op key alone: two software stacks measuring the same shapes.")
+@click.option("--across-hardware", is_flag=True,
+              help="Match on op key and backend: one stack's kernels on two GPUs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as a JSON list.")
-def compare(first: Path, second: Path, across_backends: bool, as_json: bool) -> None:
+def compare(first: Path, second: Path, across_backends: bool, across_hardware: bool,
+            as_json: bool) -> None:
     """Run-to-run agreement of two measurements of the same operators (the noise floor).
 
     FIRST and SECOND are store files or Parquet folders (`db export`); operators match on
@@ -119,7 +122,8 @@ def compare(first: Path, second: Path, across_backends: bool, as_json: bool) -> 
     from profiler.repeatability import compare_runs, load_ok_rows  # noqa: PLC0415
 
     rows = [a.as_row() for a in compare_runs(load_ok_rows(first), load_ok_rows(second),
-                                             across_backends=across_backends)]
+                                             across_backends=across_backends,
+                                             across_hardware=across_hardware)]
     if as_json:
         print_json(rows)
         return

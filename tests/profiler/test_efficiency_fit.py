@@ -12,7 +12,12 @@ from analytical.errors import SpecError
 from analytical.hardware import HARDWARE_DIR, get_hardware, load_hardware_file
 from analytical.ops import GemmSpec
 from analytical.roofline import gemm_tile_efficiency, roofline_time
-from profiler.efficiency_fit import attention_fraction, derive, gemm_fraction
+from profiler.efficiency_fit import (
+    attention_fraction,
+    derive,
+    gemm_fraction,
+    kernel_latency_fit,
+)
 
 MEASURED = Path(__file__).resolve().parents[2] / "datasets" / "measurements" / "aiconfigurator"
 
@@ -51,6 +56,23 @@ def test_attention_fraction_keeps_forward_bf16_prefill_of_the_head_dim() -> None
             _attention(0.9, flops=1e9, median_s=1e9 / (2250e12 * 0.9))]
     got = attention_fraction(rows, get_hardware("b200"))
     assert (got.n, got.median) == (3, pytest.approx(0.45))
+
+
+def test_kernel_latency_is_the_intercept_over_small_m_bf16_gemms() -> None:
+    hw = get_hardware("h100-sxm")
+
+    def row(m: int, n: int, *, dtype: str = "bf16", extra_s: float = 0.0) -> dict:
+        spec = GemmSpec(m=m, n=n, k=4096, dtype=DType(dtype))
+        roof = roofline_time(spec, hw) - hw.efficiency.kernel_latency_s
+        return {"m": m, "n": n, "k": 4096, "batch": 1, "dtype": dtype, "status": "ok",
+                "median_s": 5e-6 + 1.5 * roof + extra_s}
+
+    rows = [row(m, n) for m in (1, 8, 16) for n in (1024, 8192, 65536)]
+    rows += [row(64, 8192, extra_s=1e-3), row(8, 8192, dtype="fp8", extra_s=1e-3)]  # ignored
+    fit = kernel_latency_fit(rows, hw)
+    assert fit.n == 9
+    assert fit.t0_s == pytest.approx(5e-6, rel=1e-6) and fit.slope == pytest.approx(1.5)
+    assert kernel_latency_fit(rows[:1], hw).n == 1 and kernel_latency_fit(rows[:1], hw).t0_s == 0
 
 
 @pytest.mark.parametrize(("gpu", "keys"), [

@@ -64,6 +64,20 @@ def test_two_stacks_match_across_backends_and_the_ratio_says_which_is_slower():
     assert every.mean_pct == pytest.approx((100 + 50) / 2)
 
 
+def test_one_stack_on_two_gpus_matches_across_hardware():
+    h100 = _rows({"a": 1e-3, "b": 2e-3})
+    h200 = _rows({"a": 0.5e-3, "b": 2e-3}).assign(hardware="h200")
+    with pytest.raises(StoreError, match="share no operator"):
+        compare_runs(h100, h200)  # two GPUs never match by default
+    (every, *_) = compare_runs(h100, h200, across_hardware=True)
+    assert every.n == 2 and every.median_ratio == pytest.approx((0.5 + 1.0) / 2)
+    other = h200.assign(backend="trtllm")
+    with pytest.raises(StoreError, match="share no operator"):
+        compare_runs(h100, other, across_hardware=True)  # the backend still has to match
+    with pytest.raises(StoreError, match="not both"):
+        compare_runs(h100, h200, across_hardware=True, across_backends=True)
+
+
 def test_store_files_and_parquet_folders_load_alike(tmp_path: Path):
     db = tmp_path / "s.duckdb"
     with Store(db) as store:

@@ -122,22 +122,30 @@ def test_curated_h100_data_loads_without_shared_data(tmp_path: Path,
     assert busbw and all(350 < bw < 480 for bw in busbw)
 
 
-def test_our_h100_measurements_load_with_their_fingerprint(tmp_path: Path,
-                                                           capsys: pytest.CaptureFixture[str]):
-    """datasets/measurements/llmsim: measured by this project on one H100 SXM. The large GEMMs
-    run near the vendor's dense peaks (bf16 989, fp8 1979 TFLOP/s) and a copy near HBM3's
-    3.35 TB/s; every row carries the fingerprint of the machine and stack that measured it."""
+def test_our_h100_and_h200_measurements_load_with_their_fingerprints(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """datasets/measurements/llmsim: measured by this project on one H100 SXM and one H200 (the
+    same sweeps). The large GEMMs run near the vendor's dense peaks (bf16 989, fp8 1979
+    TFLOP/s, the same die) and a copy near each HBM's bandwidth (3.35 and 4.8 TB/s); every row
+    carries the fingerprint of the machine and stack that measured it, and each GPU's GEMM,
+    attention and memory rows are a group `llmsim train all` (the quickstart) trains."""
+    from predictors.pipeline import trainable_groups
+
     db = tmp_path / "ours.duckdb"
     code, out, _ = _run(capsys, "db", "import-parquet", str(CURATED / "llmsim"), "--db", str(db))
-    assert code == 0 and "5,119 rows inserted" in out  # 5,015 ok + 104 unsupported
-    with Store(db, read_only=True) as store:
-        gemm = store.frame("gemm", hardware="h100-sxm")
-        memory = store.frame("memory", hardware="h100-sxm")
-    assert set(gemm["provenance"]) == {"profiled"}
-    assert set(gemm["device_name"]) == {"NVIDIA H100 80GB HBM3"}
-    assert set(gemm["torch"]) == {"2.11.0+cu130"} and gemm["fingerprint_id"].nunique() == 1
-    big = gemm[(gemm.m == 8192) & (gemm.n == 8192) & (gemm.k == 8192)].set_index("dtype")
-    tflops = big["flops"] / big["median_s"] / 1e12
-    assert 600 < tflops["bf16"] < 989 and 1000 < tflops["fp8"] < 1979
-    copy = memory[memory.kind == "copy"]
-    assert 2000 < (copy["bytes"] / copy["median_s"]).max() / 1e9 < 3350
+    assert code == 0 and "10,238 rows inserted" in out  # per GPU 5,015 ok + 104 unsupported
+    for gpu, device, hbm_gb_s in (("h100-sxm", "NVIDIA H100 80GB HBM3", 3350),
+                                  ("h200", "NVIDIA H200", 4800)):
+        with Store(db, read_only=True) as store:
+            gemm = store.frame("gemm", hardware=gpu)
+            memory = store.frame("memory", hardware=gpu)
+        assert set(gemm["provenance"]) == {"profiled"}
+        assert set(gemm["device_name"]) == {device}
+        assert set(gemm["torch"]) == {"2.11.0+cu130"} and gemm["fingerprint_id"].nunique() == 1
+        big = gemm[(gemm.m == 8192) & (gemm.n == 8192) & (gemm.k == 8192)].set_index("dtype")
+        tflops = big["flops"] / big["median_s"] / 1e12
+        assert 600 < tflops["bf16"] < 989 and 1000 < tflops["fp8"] < 1979
+        copy = memory[memory.kind == "copy"]
+        assert 0.6 * hbm_gb_s < (copy["bytes"] / copy["median_s"]).max() / 1e9 < hbm_gb_s
+    groups = {(hw, family) for hw, family, _ in trainable_groups(db)}
+    assert groups == {(hw, f) for hw in ("h100-sxm", "h200") for f in ("attention", "gemm", "memory")}
