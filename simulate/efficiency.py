@@ -171,22 +171,27 @@ def _retimed(op: OpSpec, e: Estimate, hw: HardwareSpec, framework: str, kernel: 
         target = attention_fraction(hw, framework, backward=op.backward, kernel=kernel, op=op)
         if target != base:
             r = roofline_estimate(op, hw)
-            latency = max(r.compute_s * base / target, r.memory_s) + hw.efficiency.kernel_latency_s
             name = kernel if kernel == "flash-triton" else attention_backend(framework)
-            return replace(e, latency_s=latency, detail=f"{e.detail}; {name}")
+            return _repriced(e, hw, r.compute_s * base / target, r.memory_s, name)
     elif isinstance(op, MemoryBoundSpec):
         traffic = eager_traffic(framework, compiled, op.kind, backward=op.backward)
         if traffic != 1.0:
             r = roofline_estimate(op, hw)
-            latency = max(r.compute_s, r.memory_s * traffic) + hw.efficiency.kernel_latency_s
-            return replace(e, latency_s=latency,
-                           detail=f"{e.detail}; eager x{traffic:.2f} traffic")
+            return _repriced(e, hw, r.compute_s, r.memory_s * traffic,
+                             f"eager x{traffic:.2f} traffic")
         frac = reduction_fraction(hw, framework, op.kind, backward=op.backward)
         if frac != 1.0:
             r = roofline_estimate(op, hw)
-            latency = max(r.compute_s, r.memory_s / frac) + hw.efficiency.kernel_latency_s
-            return replace(e, latency_s=latency, detail=f"{e.detail}; {frac:.2f} of bandwidth")
+            return _repriced(e, hw, r.compute_s, r.memory_s / frac, f"{frac:.2f} of bandwidth")
     return e
+
+
+def _repriced(e: Estimate, hw: HardwareSpec, compute_s: float, memory_s: float,
+              note: str) -> Estimate:
+    """``e`` re-timed as the roofline does (the slower of its two terms, plus the hardware's
+    fixed time per kernel) from re-rated terms; one place adds the kernel alpha."""
+    latency = max(compute_s, memory_s) + hw.efficiency.kernel_latency_s
+    return replace(e, latency_s=latency, detail=f"{e.detail}; {note}")
 
 
 def sustained(op: OpSpec, e: Estimate, hw: HardwareSpec) -> Estimate:
