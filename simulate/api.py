@@ -51,10 +51,12 @@ class SimulationOutput:
 def run(scenario: str | Path | Mapping[str, Any] | Scenario, *, overrides: Sequence[str] = (),
         store_path: str | Path | None = None, tracking_uri: str | None = None,
         use_store: bool = True, use_predictors: bool = True, trace: bool = False,
-        options: EngineOptions | None = None) -> SimulationOutput:
+        latencies: bool = False, options: EngineOptions | None = None) -> SimulationOutput:
     """Predict a scenario (file path, mapping or parsed `Scenario`), training or inference.
 
     ``options`` say which engines answer; without them the four engine keywords do.
+    ``latencies`` keeps a serving run's per-request arrays without recording its steps or
+    building the trace (``trace`` does all three).
     """
     sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario, overrides)
     hw = get_hardware(sc.cluster.gpu)
@@ -68,7 +70,7 @@ def run(scenario: str | Path | Mapping[str, Any] | Scenario, *, overrides: Seque
         trace_obj = chrome_trace(result.records, name=sc.name) if trace and result.fits else None
         return SimulationOutput(scenario=sc, training=result, trace=trace_obj,
                                 missing_sweep=_missing(chain, sc.name))
-    inference = _inference(sc, chain, record=trace)
+    inference = _inference(sc, chain, record=trace, latencies=latencies)
     steps = inference.step_records
     trace_obj = serving_trace(steps, name=sc.name) if trace and steps else None
     return SimulationOutput(scenario=sc, inference=inference,
@@ -79,7 +81,8 @@ def _missing(chain: EngineChain, name: str) -> dict[str, Any]:
     return missing_sweep(chain.ops_served_by(("xgboost", "xgboost-transfer", "roofline")), name)
 
 
-def _inference(sc: Scenario, chain: EngineChain, *, record: bool) -> InferenceResult:
+def _inference(sc: Scenario, chain: EngineChain, *, record: bool,
+               latencies: bool = False) -> InferenceResult:
     """Inference/serving prediction; a model that does not fit gets a verdict, no latency."""
     from analytical.model import load_model
     from simulate.inference.predict import predict_colocated, predict_inference
@@ -94,7 +97,8 @@ def _inference(sc: Scenario, chain: EngineChain, *, record: bool) -> InferenceRe
             assert sc.inference is not None  # parse_scenario: exactly one mode
             result = predict_inference(sc.inference, model=load_model(sc.model),
                                        hw=chain.hardware, num_gpus=num_gpus, estimator=chain,
-                                       base_dir=sc.base_dir, record_steps=record)
+                                       base_dir=sc.base_dir, record_steps=record,
+                                       keep_latencies=latencies)
     except InfeasibleError as exc:
         return InferenceResult(mode=InferenceMode.DOES_NOT_FIT, reason=str(exc),
                                memory=exc.details, head=head)

@@ -89,9 +89,11 @@ def _check_gpus(num_gpus: int, used: int, what: str) -> None:
 
 def predict_inference(setup: InferenceSetup, *, model: ModelSpec, hw: HardwareSpec,
                       num_gpus: int, estimator: Estimator, base_dir: Path | None = None,
-                      record_steps: bool = False) -> InferenceResult:
+                      record_steps: bool = False, keep_latencies: bool = False
+                      ) -> InferenceResult:
     """Predict one model's inference: a single batch, a served stream or disaggregated pools.
-    ``record_steps`` keeps the executed steps and per-request latencies (trace, plots)."""
+    ``record_steps`` keeps the executed steps and per-request latencies (trace, plots);
+    ``keep_latencies`` the per-request latencies alone (no step records)."""
     inf, serving = setup.inference, setup.serving
     if serving is not None:  # an engine preset fills what the scenario left unset
         serving = resolve_serving(serving, hw, tp=inf.tp, pp=inf.pp)
@@ -125,8 +127,8 @@ def predict_inference(setup: InferenceSetup, *, model: ModelSpec, hw: HardwareSp
         decode_fit_error=plan.tables.fit_error, batch_size=inf.batch_size,
         kv_timeline=() if single else tuple(kv_timeline(tenants[0])), speculative=report,
         step_records=tuple(steps),
-        latencies=latency_arrays([s for t in tenants for s in t.sequences]) if record_steps
-        else None)
+        latencies=latency_arrays([s for t in tenants for s in t.sequences])
+        if record_steps or keep_latencies else None)
 
 
 def _disaggregated(inf: InferenceSpec, serving: ServingSpec, *, model: ModelSpec,

@@ -47,7 +47,7 @@ def simulate_json(*, use_store: bool = False, use_predictors: bool = False,
 
     def predict(doc: dict[str, Any]) -> Mapping[str, Any]:
         out = run(doc, store_path=store_path, tracking_uri=tracking_uri, use_store=use_store,
-                  use_predictors=use_predictors, trace=True)
+                  use_predictors=use_predictors, latencies=True)
         data = dict(out.data)
         if out.latencies is not None and "admitted" in out.latencies:
             warmup = int(doc.get("serving", {}).get("arrival", {}).get("warmup_requests", 0))
