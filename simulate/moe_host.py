@@ -152,7 +152,8 @@ def pass_with_sync(p: PassCost, nodes: Sequence[Node], est: Mapping[str, Estimat
     pre, post = _split(nodes, sync)
     fwd_routing, bwd_routing = ROUTING_KERNELS
     if not post:  # no sync in this pass (a backward without recompute of the dispatcher)
-        return _raise(p, pass_kernels(nodes, local_experts, bwd_routing) * HOST_S_PER_KERNEL)
+        routing = bwd_routing if backward else fwd_routing
+        return _raise(p, pass_kernels(nodes, local_experts, routing) * HOST_S_PER_KERNEL)
     gpu_pre = min(p.elapsed_s, sum(est[n.op.key].latency_s * n.count for n in pre))
     cpu_pre = pass_kernels(pre, local_experts, fwd_routing) * HOST_S_PER_KERNEL
     cpu_post = pass_kernels(post, local_experts, bwd_routing if backward else 0) \

@@ -306,12 +306,13 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
         same_node = shard.tp * shard.pp <= hw.gpus_per_node
         # per token, from a 1024-token bf16 activation message between stages
         hop = p2p_time(model.hidden * 2.0 * 1024, hw, same_node=same_node) / 1024
-    kernels = dense.kernels() + model.layers  # + one attention core per layer
+    # kernels of one step: the dense part, the LM head and one attention core per layer
+    eager_step_s = (dense.kernels() + model.layers) * eager_launch_s if eager_launch_s else 0.0
     return StepCostTables(
         dense=dense, prefill=prefill, decode_per_seq_s=a, decode_per_kv_s=b,
         pp_hop_s_per_token=hop, pp=shard.pp, fit_error=fit_error, attention_share=share,
         full_share=counts[AttentionKind.FULL] / model.layers, windowed=windowed,
-        eager_step_s=kernels * eager_launch_s, graph_max_tokens=graph_max_tokens or 0,
+        eager_step_s=eager_step_s, graph_max_tokens=graph_max_tokens or 0,
     )
 
 
