@@ -110,6 +110,10 @@ class HardwareSpec:
     sources: tuple[str, ...] = ()
     memory_type: str = ""  # e.g. "HBM3"; descriptive only
     network: str = ""  # the node's network, e.g. "8x ConnectX-7 400 Gb/s"; descriptive only
+    # CPU time of one eager PyTorch op on the node's host CPU where measured (file key
+    # ``node.host_op_us``; 0 = not measured): what a host-bound framework's kernel issue rate
+    # scales with (`simulate.moe_host`).
+    host_op_s: float = 0.0
     notes: str = ""
 
     def peak_flops(self, dtype: DType) -> float:
@@ -255,7 +259,7 @@ def hardware_from_dict(data: Any, *, source: str = "<dict>") -> HardwareSpec:
     memory = r.mapping(top.get("memory"), "memory", {"capacity_gib", "bandwidth_gb_per_s", "l2_bandwidth_gb_per_s", "type"})
     inter = r.mapping(top.get("interconnect"), "interconnect",
                       {"intra_node", "pcie", "inter_node", "pair_bridge"})
-    node = r.mapping(top.get("node", {}), "node", {"gpus_per_node", "network"})
+    node = r.mapping(top.get("node", {}), "node", {"gpus_per_node", "network", "host_op_us"})
     kind = r.text(top, "kind")
     if kind not in ("gpu", "cpu"):
         raise SpecError("kind", f"must be 'gpu' or 'cpu', got {kind!r}", source=source)
@@ -291,6 +295,7 @@ def hardware_from_dict(data: Any, *, source: str = "<dict>") -> HardwareSpec:
         sources=tuple(sources),
         memory_type=texts["memory.type"],
         network=texts["node.network"],
+        host_op_s=r.number(node, "host_op_us", "node", default=0.0, positive=False) * US,
         notes=texts["notes"],
     )
 
@@ -344,6 +349,8 @@ def hardware_to_dict(hw: HardwareSpec) -> dict[str, Any]:
         data["memory"]["type"] = hw.memory_type
     if hw.network:
         data["node"]["network"] = hw.network
+    if hw.host_op_s:
+        data["node"]["host_op_us"] = _human(hw.host_op_s / US)
     if hw.notes:
         data["notes"] = hw.notes
     return data

@@ -43,6 +43,12 @@ at NVIDIA/TransformerEngine d0067d0d, with ``_split_quantization._split_quantize
 plus the router, load-balancing loss and token-permutation bookkeeping that the operator graph
 does not list (`ROUTING_KERNELS`).
 
+The issue rate follows the host CPU (`host_kernel_s`): `HOST_S_PER_KERNEL` is an x86 host's,
+and a node whose hardware file states ``node.host_op_us`` scales it by that CPU's time per
+eager PyTorch op against the DGX H100's Xeon (`X86_HOST_OP_S`). Transformer Engine issue 2053
+measured one bf16 ``torch.nn.Linear`` forward at 37.08 us of CPU on GB200 and 33.17 on GH200
+(Grace) against 13.48 on a DGX H100 (Xeon Platinum 8480C): 2.75x on a GB200/GB300 host.
+
 Switched by framework (`HOST_BOUND_FRAMEWORKS`: Megatron-Core and NeMo run this dispatcher);
 applies to MoE layer blocks only (dense layers have no sync, so the CPU runs ahead).
 """
@@ -52,6 +58,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from analytical.hardware import HardwareSpec
 from analytical.layer_spec import Node
 from analytical.memory import Framework
 from analytical.ops import GemmSpec, MoESpec
@@ -59,13 +66,18 @@ from simulate.costs import BlockCost, PassCost
 from simulate.engines import Estimate
 from simulate.graph import Block
 
-__all__ = ["HOST_S_PER_KERNEL", "pass_with_sync", "host_bound_costs", "pass_kernels"]
+__all__ = ["HOST_S_PER_KERNEL", "host_kernel_s", "pass_with_sync", "host_bound_costs",
+           "pass_kernels"]
 
 # CPU time to issue one kernel from eager PyTorch: Python, autograd and ATen dispatch and
 # cudaLaunchKernel together take "~5-25 us of CPU-side work per op" ("From PyTorch op to kernel
 # launch", https://jiahuanglin.xyz/all_lessons/gpu_kernel_serving/18_pytorch_to_kernel.html, its
 # per-layer table); the middle of that range.
 HOST_S_PER_KERNEL = 15e-6
+
+# CPU time of one eager PyTorch op (a bf16 Linear forward) on the x86 host that
+# `HOST_S_PER_KERNEL` stands for: a DGX H100's Xeon Platinum 8480C (TE issue 2053).
+X86_HOST_OP_S = 13.48e-6
 
 # Kernels of the unfused routing path per MoE layer (forward, backward) that the operator graph
 # does not list, counted from megatron/core/transformer/moe at d98e8a64:
@@ -125,6 +137,15 @@ def pass_kernels(nodes: Iterable[Node], local_experts: int, routing: int) -> flo
     return total
 
 
+def host_kernel_s(hw: HardwareSpec) -> float:
+    """CPU seconds to issue one kernel on ``hw``'s host: `HOST_S_PER_KERNEL` scaled by the
+    host's measured time per PyTorch op against the x86 reference (module docstring); the x86
+    rate where the hardware file has no measurement."""
+    if not hw.host_op_s:
+        return HOST_S_PER_KERNEL
+    return HOST_S_PER_KERNEL * hw.host_op_s / X86_HOST_OP_S
+
+
 def _raise(p: PassCost, elapsed_s: float) -> PassCost:
     if elapsed_s <= p.elapsed_s:
         return p
@@ -143,7 +164,8 @@ def _split(nodes: Sequence[Node], sync: str) -> tuple[list[Node], list[Node]]:
 
 
 def pass_with_sync(p: PassCost, nodes: Sequence[Node], est: Mapping[str, Estimate],
-                   local_experts: int, *, backward: bool) -> PassCost:
+                   local_experts: int, *, backward: bool,
+                   kernel_s: float = HOST_S_PER_KERNEL) -> PassCost:
     """One pass of an MoE layer whose CPU waits on the GPU at the dispatcher's token-count
     copy: max(CPU, GPU) before the sync plus max(CPU, GPU) after it. The backward pass syncs
     only where it recomputes the dispatcher (full or ``moe`` recompute: ``recompute.dispatch``),
@@ -153,26 +175,29 @@ def pass_with_sync(p: PassCost, nodes: Sequence[Node], est: Mapping[str, Estimat
     fwd_routing, bwd_routing = ROUTING_KERNELS
     if not post:  # no sync in this pass (a backward without recompute of the dispatcher)
         routing = bwd_routing if backward else fwd_routing
-        return _raise(p, pass_kernels(nodes, local_experts, routing) * HOST_S_PER_KERNEL)
+        return _raise(p, pass_kernels(nodes, local_experts, routing) * kernel_s)
     gpu_pre = min(p.elapsed_s, sum(est[n.op.key].latency_s * n.count for n in pre))
-    cpu_pre = pass_kernels(pre, local_experts, fwd_routing) * HOST_S_PER_KERNEL
-    cpu_post = pass_kernels(post, local_experts, bwd_routing if backward else 0) \
-        * HOST_S_PER_KERNEL
+    cpu_pre = pass_kernels(pre, local_experts, fwd_routing) * kernel_s
+    cpu_post = pass_kernels(post, local_experts, bwd_routing if backward else 0) * kernel_s
     return _raise(p, max(cpu_pre, gpu_pre) + max(cpu_post, p.elapsed_s - gpu_pre))
 
 
 def host_bound_costs(costs: Mapping[Any, BlockCost], blocks: Mapping[Any, Block],
-                     framework: str, est: Mapping[str, Estimate]) -> dict[Any, BlockCost]:
-    """``costs`` with each MoE layer pass raised to its CPU issue time under a framework that
-    synchronises in the dispatcher (unchanged otherwise)."""
+                     framework: str, est: Mapping[str, Estimate], hw: HardwareSpec
+                     ) -> dict[Any, BlockCost]:
+    """``costs`` with each MoE layer pass raised to its CPU issue time (`host_kernel_s` of
+    ``hw``'s host per kernel) under a framework that synchronises in the dispatcher (unchanged
+    otherwise)."""
     out = dict(costs)
     if Framework(framework) not in HOST_BOUND_FRAMEWORKS:
         return out
+    kernel_s = host_kernel_s(hw)
     for key, block in blocks.items():
         if key not in costs or not _is_moe(block):
             continue
         local = _local_experts(block)
         c = costs[key]
-        out[key] = BlockCost(fwd=pass_with_sync(c.fwd, block.fwd, est, local, backward=False),
-                             bwd=pass_with_sync(c.bwd, block.bwd, est, local, backward=True))
+        out[key] = BlockCost(
+            fwd=pass_with_sync(c.fwd, block.fwd, est, local, backward=False, kernel_s=kernel_s),
+            bwd=pass_with_sync(c.bwd, block.bwd, est, local, backward=True, kernel_s=kernel_s))
     return out

@@ -191,7 +191,7 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
                                                  slowdown=slowdown, rs_splits=splits)
                                    for k, b in blocks.items()}
     costs = a2a_overlap_costs(costs, blocks, est, t, slowdown)
-    costs = offload_costs(host_bound_costs(costs, blocks, t.framework, est), model, t, hw)
+    costs = offload_costs(host_bound_costs(costs, blocks, t.framework, est, hw), model, t, hw)
     p2p_s = est[p2p.key].latency_s if par.pp > 1 else 0.0
 
     fwd, bwd, compute, engine_s = _stage_passes(model, par, costs, m)

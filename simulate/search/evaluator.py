@@ -96,7 +96,8 @@ class LayoutEvaluator:
         splits = tp_overlap_rs_splits(step.framework)
         costs = host_bound_costs({k: block_cost(b, est, tp_overlap=tp_overlap,
                                                 slowdown=slowdown, rs_splits=splits)
-                                  for k, b in blocks.items()}, blocks, step.framework, est)
+                                  for k, b in blocks.items()}, blocks, step.framework, est,
+                                 self.hw)
         self._blocks[key] = costs
         self.stats["block_shapes"] += 1
         return costs

@@ -109,6 +109,25 @@ def test_small_micro_batches_of_moe_layers_are_host_bound(monkeypatch):
     assert with_floor[1] == pytest.approx(without[1], rel=1e-9)
 
 
+def test_a_grace_host_issues_kernels_slower_than_an_x86_host():
+    from dataclasses import replace
+
+    from analytical.hardware import get_hardware
+    from simulate.moe_host import HOST_S_PER_KERNEL, host_kernel_s
+
+    gb200, b200 = get_hardware("gb200"), get_hardware("b200")
+    assert host_kernel_s(b200) == HOST_S_PER_KERNEL  # no measurement: the x86 rate
+    assert host_kernel_s(get_hardware("h100-sxm")) == pytest.approx(HOST_S_PER_KERNEL)
+    assert host_kernel_s(gb200) == pytest.approx(HOST_S_PER_KERNEL * 37.08 / 13.48)
+    assert host_kernel_s(replace(gb200, host_op_s=0.0)) == HOST_S_PER_KERNEL
+    # A host-bound micro-batch (512 tokens) on a GB200 node runs slower than on B200's x86.
+    grace, x86 = _qwen_b200(512, 1), _qwen_b200(512, 1)
+    grace["hardware"]["gpu"] = "gb200"
+    grace["training"]["parallel"]["dp"] = 8
+    slow, fast = (_data(s)["iteration_time_s"] for s in (grace, x86))
+    assert slow > 1.5 * fast
+
+
 def test_host_floor_counts_each_local_expert_and_only_moe_frameworks():
     from analytical.layer_spec import Node
     from analytical.ops import GemmSpec
