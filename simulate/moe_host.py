@@ -49,6 +49,10 @@ eager PyTorch op against the DGX H100's Xeon (`X86_HOST_OP_S`). Transformer Engi
 measured one bf16 ``torch.nn.Linear`` forward at 37.08 us of CPU on GB200 and 33.17 on GH200
 (Grace) against 13.48 on a DGX H100 (Xeon Platinum 8480C): 2.75x on a GB200/GB300 host.
 
+Parts a recipe captures in CUDA graphs (`simulate.moe_graphs`: attention, router, dispatcher
+preprocessing) cost one graph launch instead of their kernels; a full-iteration graph leaves
+no host floor.
+
 Switched by framework (`HOST_BOUND_FRAMEWORKS`: Megatron-Core and NeMo run this dispatcher);
 applies to MoE layer blocks only (dense layers have no sync, so the CPU runs ahead).
 """
@@ -56,6 +60,7 @@ applies to MoE layer blocks only (dense layers have no sync, so the CPU runs ahe
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from analytical.hardware import HardwareSpec
@@ -65,9 +70,16 @@ from analytical.ops import GemmSpec, MoESpec
 from simulate.costs import BlockCost, PassCost
 from simulate.engines import Estimate
 from simulate.graph import Block
+from simulate.moe_graphs import (
+    ROUTING_PARTS,
+    CudaGraphScope,
+    attention_bases,
+    eager_nodes,
+    eager_routing,
+)
 
-__all__ = ["HOST_S_PER_KERNEL", "host_kernel_s", "pass_with_sync", "host_bound_costs",
-           "pass_kernels"]
+__all__ = ["HOST_S_PER_KERNEL", "HostIssue", "host_kernel_s", "pass_with_sync",
+           "host_bound_costs", "pass_kernels"]
 
 # CPU time to issue one kernel from eager PyTorch: Python, autograd and ATen dispatch and
 # cudaLaunchKernel together take "~5-25 us of CPU-side work per op" ("From PyTorch op to kernel
@@ -80,13 +92,9 @@ HOST_S_PER_KERNEL = 15e-6
 X86_HOST_OP_S = 13.48e-6
 
 # Kernels of the unfused routing path per MoE layer (forward, backward) that the operator graph
-# does not list, counted from megatron/core/transformer/moe at d98e8a64:
-# `topk_routing_with_score_function` (score function, top-k, gather, normalise, two scatters
-# into dense probs / routing map: ~12), `switch_load_balancing_loss_func` and its tracker (~8),
-# the dispatcher's preprocess (token counts, their all-gather over EP, split sums and three
-# device-to-host copies: ~10), `permute` / `sort_chunks_by_idxs` / `unpermute` index work
-# (~15); autograd replays most of them in backward.
-ROUTING_KERNELS = (45, 40)
+# does not list: router, preprocess and permutation bookkeeping (`moe_graphs.ROUTING_PARTS`).
+ROUTING_KERNELS = (sum(k[0] for k in ROUTING_PARTS.values()),
+                   sum(k[1] for k in ROUTING_PARTS.values()))
 
 # Kernels per local expert of the biased FC2 that Megatron-Core adds in Python
 # (`TEGroupedMLP._apply_bias`, module docstring): (forward, backward).
@@ -137,6 +145,23 @@ def pass_kernels(nodes: Iterable[Node], local_experts: int, routing: int) -> flo
     return total
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostIssue:
+    """How the CPU issues an MoE layer: seconds per kernel (`host_kernel_s`), the parts
+    captured in CUDA graphs and the forward node names of the attention part."""
+
+    kernel_s: float = HOST_S_PER_KERNEL
+    graphs: frozenset[CudaGraphScope] = frozenset()
+    attention: frozenset[str] = frozenset()
+
+    def cpu_s(self, nodes: Iterable[Node], local_experts: int, *, backward: bool,
+              routing: bool = True) -> float:
+        """CPU seconds to issue ``nodes`` (and the routing bookkeeping of the pass)."""
+        eager, launches = eager_nodes(list(nodes), self.graphs, self.attention)
+        kernels = eager_routing(self.graphs, backward=backward) if routing else 0
+        return (pass_kernels(eager, local_experts, kernels) + launches) * self.kernel_s
+
+
 def host_kernel_s(hw: HardwareSpec) -> float:
     """CPU seconds to issue one kernel on ``hw``'s host: `HOST_S_PER_KERNEL` scaled by the
     host's measured time per PyTorch op against the x86 reference (module docstring); the x86
@@ -164,40 +189,41 @@ def _split(nodes: Sequence[Node], sync: str) -> tuple[list[Node], list[Node]]:
 
 
 def pass_with_sync(p: PassCost, nodes: Sequence[Node], est: Mapping[str, Estimate],
-                   local_experts: int, *, backward: bool,
-                   kernel_s: float = HOST_S_PER_KERNEL) -> PassCost:
+                   local_experts: int, *, backward: bool, issue: HostIssue = HostIssue()
+                   ) -> PassCost:
     """One pass of an MoE layer whose CPU waits on the GPU at the dispatcher's token-count
     copy: max(CPU, GPU) before the sync plus max(CPU, GPU) after it. The backward pass syncs
     only where it recomputes the dispatcher (full or ``moe`` recompute: ``recompute.dispatch``),
     which replays the forward's routing bookkeeping before the sync; else it is max(CPU, GPU)."""
     sync = f"recompute.{SYNC_NODE}" if backward else SYNC_NODE
     pre, post = _split(nodes, sync)
-    fwd_routing, bwd_routing = ROUTING_KERNELS
     if not post:  # no sync in this pass (a backward without recompute of the dispatcher)
-        routing = bwd_routing if backward else fwd_routing
-        return _raise(p, pass_kernels(nodes, local_experts, routing) * kernel_s)
+        return _raise(p, issue.cpu_s(nodes, local_experts, backward=backward))
     gpu_pre = min(p.elapsed_s, sum(est[n.op.key].latency_s * n.count for n in pre))
-    cpu_pre = pass_kernels(pre, local_experts, fwd_routing) * kernel_s
-    cpu_post = pass_kernels(post, local_experts, bwd_routing if backward else 0) * kernel_s
+    cpu_pre = issue.cpu_s(pre, local_experts, backward=False)
+    cpu_post = issue.cpu_s(post, local_experts, backward=True, routing=backward)
     return _raise(p, max(cpu_pre, gpu_pre) + max(cpu_post, p.elapsed_s - gpu_pre))
 
 
 def host_bound_costs(costs: Mapping[Any, BlockCost], blocks: Mapping[Any, Block],
-                     framework: str, est: Mapping[str, Estimate], hw: HardwareSpec
-                     ) -> dict[Any, BlockCost]:
+                     framework: str, est: Mapping[str, Estimate], hw: HardwareSpec,
+                     graphs: Iterable[CudaGraphScope] = ()) -> dict[Any, BlockCost]:
     """``costs`` with each MoE layer pass raised to its CPU issue time (`host_kernel_s` of
-    ``hw``'s host per kernel) under a framework that synchronises in the dispatcher (unchanged
-    otherwise)."""
+    ``hw``'s host per kernel, ``graphs`` captured) under a framework that synchronises in the
+    dispatcher (unchanged otherwise, and under a full-iteration CUDA graph)."""
     out = dict(costs)
-    if Framework(framework) not in HOST_BOUND_FRAMEWORKS:
+    graphs = frozenset(graphs)
+    if Framework(framework) not in HOST_BOUND_FRAMEWORKS or \
+            CudaGraphScope.FULL_ITERATION in graphs:
         return out
-    kernel_s = host_kernel_s(hw)
     for key, block in blocks.items():
         if key not in costs or not _is_moe(block):
             continue
         local = _local_experts(block)
         c = costs[key]
+        issue = HostIssue(kernel_s=host_kernel_s(hw), graphs=graphs,
+                          attention=attention_bases(block.fwd))
         out[key] = BlockCost(
-            fwd=pass_with_sync(c.fwd, block.fwd, est, local, backward=False, kernel_s=kernel_s),
-            bwd=pass_with_sync(c.bwd, block.bwd, est, local, backward=True, kernel_s=kernel_s))
+            fwd=pass_with_sync(c.fwd, block.fwd, est, local, backward=False, issue=issue),
+            bwd=pass_with_sync(c.bwd, block.bwd, est, local, backward=True, issue=issue))
     return out

@@ -23,6 +23,7 @@ from analytical.memory import Framework, framework_grad_bytes
 from analytical.offload import Offload
 from analytical.parallel import ParallelConfig, PipelineSplit, Recompute, RecomputeModule, Schedule
 from simulate.fields import (
+    E,
     check_keys,
     choice_field,
     choice_value,
@@ -36,13 +37,14 @@ from simulate.inference.setup import (
     parse_colocation,
     parse_inference_setup,
 )
+from simulate.moe_graphs import CudaGraphScope
 from simulate.torch_kernels import Fp8Recipe
 
 TOP_KEYS = {"name", "description", "model", "hardware", "training", "inference", "serving",
             "colocate"}
 HARDWARE_KEYS = {"gpu", "num_gpus", "gpus_per_node"}
 TRAINING_KEYS = {"parallel", "global_batch", "micro_batch", "seq_len", "precision", "recompute",
-                 "recompute_modules", "grad_reduce_dtype",
+                 "recompute_modules", "grad_reduce_dtype", "cuda_graph",
                  "schedule", "overlap", "dp_bucket_mb", "optimizer", "attention", "lora",
                  "framework", "offload", "compile", "fp8_recipe"}
 PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "fsdp",
@@ -118,6 +120,8 @@ class TrainingSpec:
     # gradient buffer and DP reduction dtype (Megatron DDP grad_reduce_in_fp32); None: the
     # framework's (`analytical.memory.framework_grad_bytes`, `efficiency.grad_reduce_dtype`)
     grad_reduce_dtype: DType | None = None
+    # parts captured in CUDA graphs (Megatron-Core cuda_graph_scope, `simulate.moe_graphs`)
+    cuda_graph: tuple[CudaGraphScope, ...] = ()
 
     @property
     def num_microbatches(self) -> int:
@@ -244,6 +248,7 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
         compile=_bool(block, "compile", path, source, True),
         fp8_recipe=_choice(block, "fp8_recipe", path, source, Fp8Recipe, "tensorwise"),
         grad_reduce_dtype=_grad_dtype(block, path, source),
+        cuda_graph=_names(block, "cuda_graph", path, source, CudaGraphScope),
     )
     check_work(f"{path}.global_batch", spec.num_microbatches, MAX_MICROBATCHES,
                "micro-batches per iteration", "raise micro_batch or dp, or lower global_batch")
@@ -261,17 +266,22 @@ def _grad_dtype(block: Mapping[str, Any], path: str, source: str | None) -> DTyp
     return dtype
 
 
-def _recompute_modules(block: Mapping[str, Any], path: str, source: str | None
-                       ) -> tuple[RecomputeModule, ...]:
-    """``recompute_modules``: a list (or comma-separated string) of Megatron-Core module
-    names, only with ``recompute: selective`` (Megatron's ``--recompute-modules``)."""
-    raw = block.get("recompute_modules") or ()
+def _names(block: Mapping[str, Any], key: str, path: str, source: str | None,
+           enum: type[E]) -> tuple[E, ...]:
+    """A list (or comma-separated string) of ``enum`` values at ``key``; empty if absent."""
+    raw = block.get(key) or ()
     names = raw.split(",") if isinstance(raw, str) else raw
     if not isinstance(names, (list, tuple)):
-        raise SpecError(f"{path}.recompute_modules", f"expected a list of names, got {raw!r}",
-                        source=source)
-    mods = tuple(choice_value(str(n).strip(), f"{path}.recompute_modules", RecomputeModule,
-                              source=source) for n in names)
+        raise SpecError(f"{path}.{key}", f"expected a list of names, got {raw!r}", source=source)
+    return tuple(choice_value(str(n).strip(), f"{path}.{key}", enum, source=source)
+                 for n in names)
+
+
+def _recompute_modules(block: Mapping[str, Any], path: str, source: str | None
+                       ) -> tuple[RecomputeModule, ...]:
+    """``recompute_modules``: Megatron-Core module names, only with ``recompute: selective``
+    (Megatron's ``--recompute-modules``)."""
+    mods = _names(block, "recompute_modules", path, source, RecomputeModule)
     if mods and block.get("recompute") != Recompute.SELECTIVE:
         raise SpecError(f"{path}.recompute_modules", "needs recompute: selective, got "
                         f"{block.get('recompute', 'none')!r}", source=source)

@@ -186,12 +186,12 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
                    framework_estimates(ops, chain.estimate_many(ops), hw, t.framework,
                                        kernel=t.attention, compiled=t.compile),
                    strict=True))
-    splits = tp_overlap_rs_splits(t.framework)
-    costs: dict[Any, BlockCost] = {k: block_cost(b, est, tp_overlap=t.overlap.tp_comm,
-                                                 slowdown=slowdown, rs_splits=splits)
-                                   for k, b in blocks.items()}
+    costs: dict[Any, BlockCost] = {
+        k: block_cost(b, est, tp_overlap=t.overlap.tp_comm, slowdown=slowdown,
+                      rs_splits=tp_overlap_rs_splits(t.framework)) for k, b in blocks.items()}
     costs = a2a_overlap_costs(costs, blocks, est, t, slowdown)
-    costs = offload_costs(host_bound_costs(costs, blocks, t.framework, est, hw), model, t, hw)
+    costs = host_bound_costs(costs, blocks, t.framework, est, hw, t.cuda_graph)
+    costs = offload_costs(costs, model, t, hw)
     p2p_s = est[p2p.key].latency_s if par.pp > 1 else 0.0
 
     fwd, bwd, compute, engine_s = _stage_passes(model, par, costs, m)

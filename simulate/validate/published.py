@@ -139,6 +139,8 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
         training["grad_reduce_dtype"] = _get(row, "grad_reduce_dtype")
     if _get(row, "recompute_modules"):  # Megatron-Core's selective modules, "+"-separated
         training["recompute_modules"] = _get(row, "recompute_modules").split("+")
+    if _get(row, "cuda_graph"):  # the recipe's CUDA graph scopes, "+"-separated
+        training["cuda_graph"] = _get(row, "cuda_graph").split("+")
     return {"name": name, "model": _get(row, "model"), "hardware": hardware, "training": training}
 
 

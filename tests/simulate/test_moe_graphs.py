@@ -1,0 +1,92 @@
+# SPDX-License-Identifier: Apache-2.0
+"""CUDA graphs of an MoE layer's static parts (`simulate.moe_graphs`): captured parts cost one
+launch on the host, a full-iteration graph removes the host floor, and the corpus column reaches
+the scenario."""
+
+from __future__ import annotations
+
+import pytest
+
+from analytical.errors import SpecError
+from analytical.layer_spec import Node
+from analytical.ops import GemmSpec
+from simulate.api import run
+from simulate.moe_graphs import (
+    ROUTING_PARTS,
+    CudaGraphScope,
+    attention_bases,
+    eager_nodes,
+    eager_routing,
+)
+from simulate.validate import published as pub
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLMSIM_HOME", str(tmp_path))
+    monkeypatch.setenv("LLMSIM_DB", str(tmp_path / "none.duckdb"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+
+
+def _node(name: str) -> Node:
+    return Node(name=name, op=GemmSpec(m=8, n=8, k=8))
+
+
+def test_captured_parts_leave_the_experts_eager():
+    fwd = [_node(n) for n in ("attn_norm", "qkv_proj", "attention", "out_proj", "mlp_norm",
+                              "router", "dispatch", "experts.up_gate", "experts.down")]
+    attention = attention_bases(fwd)
+    assert attention == {"attn_norm", "qkv_proj", "attention", "out_proj", "mlp_norm"}
+    scopes = (CudaGraphScope.ATTN, CudaGraphScope.MOE_ROUTER, CudaGraphScope.MOE_PREPROCESS)
+    eager, launches = eager_nodes(fwd, scopes, attention)
+    assert [n.name for n in eager] == ["dispatch", "experts.up_gate", "experts.down"]
+    assert launches == 3
+    # Backward nodes (dgrad / wgrad / .bwd / fp8 casts) follow their forward node.
+    bwd = [_node(n) for n in ("experts.down.dgrad", "router.wgrad", "qkv_proj.dgrad",
+                              "out_proj.fp8_cast_grad", "mlp_norm.bwd")]
+    eager, _ = eager_nodes(bwd, scopes, attention)
+    assert [n.name for n in eager] == ["experts.down.dgrad"]
+    assert eager_nodes(bwd, (), attention) == (bwd, 0)
+    # Router and preprocess graphs take their bookkeeping kernels off the CPU.
+    fwd_all = sum(k[0] for k in ROUTING_PARTS.values())
+    assert eager_routing((), backward=False) == fwd_all
+    assert eager_routing(scopes, backward=False) == ROUTING_PARTS["permute"][0]
+
+
+def _qwen(cuda_graph: list[str] | None) -> dict:
+    training = {"parallel": {"tp": 1, "pp": 1, "dp": 8, "ep": 8}, "global_batch": 32,
+                "micro_batch": 1, "seq_len": 512, "precision": "fp8", "recompute": "full"}
+    if cuda_graph is not None:
+        training["cuda_graph"] = cuda_graph
+    return {"name": "moe-graphs", "model": "qwen3-30b-a3b",
+            "hardware": {"gpu": "b200", "num_gpus": 8}, "training": training}
+
+
+def _step_s(scenario: dict) -> float:
+    return run(scenario, use_store=False, use_predictors=False).data["iteration_time_s"]
+
+
+def test_graphs_shorten_a_host_bound_step_and_a_full_iteration_graph_removes_the_floor(
+        monkeypatch):
+    from simulate import moe_host
+
+    eager = _step_s(_qwen(None))
+    partial = _step_s(_qwen(["attn", "moe_router", "moe_preprocess"]))
+    full = _step_s(_qwen(["full_iteration"]))
+    assert full < partial < eager
+    monkeypatch.setattr(moe_host, "HOST_BOUND_FRAMEWORKS", frozenset())
+    assert full == pytest.approx(_step_s(_qwen(None)), rel=1e-12)
+
+
+def test_unknown_scope_is_rejected_by_name():
+    with pytest.raises(SpecError, match="cuda_graph"):
+        _step_s(_qwen(["moe"]))
+
+
+def test_corpus_column_reaches_the_scenario():
+    rows = [r for r in pub.load_corpus() if r["cuda_graph"]]
+    assert rows and all(r["source"] == "megatron-bridge" for r in rows)
+    scenario = pub.row_scenario(rows[0], "row")
+    assert scenario["training"]["cuda_graph"] == rows[0]["cuda_graph"].split("+")
+    assert all(set(r["cuda_graph"].split("+")) <= {s.value for s in CudaGraphScope}
+               for r in rows)
