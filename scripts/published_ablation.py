@@ -18,6 +18,8 @@ from unittest import mock
 import analytical.memory as memory
 import simulate.efficiency as efficiency
 import simulate.graph as graph
+import simulate.moe_host as moe_host
+import simulate.scenario as scenario
 import simulate.torch_kernels as torch_kernels
 import simulate.training as training
 from analytical.activations import activation_bytes_per_layer
@@ -62,6 +64,11 @@ def _no_triton(row, key):
 
 
 _inflight_factor = memory._inflight_factor
+_host_bound = moe_host.host_bound_costs
+
+
+def _no_graphs(costs, blocks, framework, est, hw, graphs=()):
+    return _host_bound(costs, blocks, framework, est, hw)
 
 
 def _uncapped_inflight(parallel, schedule, num_microbatches, stage=0):
@@ -75,7 +82,7 @@ def _uncapped_inflight(parallel, schedule, num_microbatches, stage=0):
 # (label, patches that switch the effect OFF); applied cumulatively from the last one backwards.
 EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
     ("mfu vs training-precision peak", []),  # handled in the runner wrapper
-    ("megatron fp32 main grads", [(training, "framework_grad_bytes", lambda f, p=2.0: 2.0)]),
+    ("megatron fp32 main grads", [(scenario, "framework_grad_bytes", lambda f, p=2.0: 2.0)]),
     ("torchtitan per-op SAC", [(memory, "op_sac_bytes_per_layer", _selective_as_megatron)]),
     ("torchtitan no reshard under PP (+ fp32 unsharded grads)",
      [(memory, "_gathered_weights", _default_gather)]),
@@ -116,6 +123,10 @@ EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
       (training, "with_root_keys", lambda chunks, par: chunks)]),
     ("sustained 16-bit GEMM ceiling under the power limit (hardware efficiency.sustained_gemm)",
      [(efficiency, "sustained", lambda op, e, hw: e)]),
+    ("MoE host floor at the host CPU's op time (hardware node.host_op_us; Grace 2.75x)",
+     [(moe_host, "host_kernel_s", lambda hw: moe_host.HOST_S_PER_KERNEL)]),
+    ("recipes' CUDA graphs off the MoE host floor (column cuda_graph)",
+     [(training, "host_bound_costs", _no_graphs)]),
 ]
 
 
