@@ -29,7 +29,12 @@ from analytical.ops import CollectiveKind
 from analytical.parallel import Recompute, RecomputeModule
 from simulate.efficiency import fp8_cast_nodes, grad_reduce_dtype
 from simulate.moe_kernels import expert_elementwise_nodes
-from simulate.torch_kernels import fsdp_copy_nodes, loss_upcast_nodes, unpad_nodes
+from simulate.torch_kernels import (
+    fsdp_copy_nodes,
+    loss_upcast_nodes,
+    unfused_loss_nodes,
+    unpad_nodes,
+)
 
 __all__ = ["Block", "Node", "TrainStep", "embedding_block", "head_block", "layer_block"]
 
@@ -58,6 +63,7 @@ class TrainStep:
     framework: Framework = Framework.MEGATRON  # kernels and recompute policy it runs
     compiled: bool = True  # torch.compile'd (PyTorch-native frameworks; `torch_kernels`)
     fp8_recipe: str = "tensorwise"  # a `torch_kernels.Fp8Recipe` value
+    ce_fusion: bool | None = None  # Megatron-Core fused cross entropy; None: the framework's
 
     @property
     def flash(self) -> bool:
@@ -129,8 +135,9 @@ def head_block(model: ModelSpec, step: TrainStep) -> Block:
     compute = [final_norm_op(model, sh, tokens, step.precision),
                *lm_head_ops(model, sh, tokens, LayerPhase.TRAIN, step.precision)]
     compute[-1:-1] = loss_upcast_nodes(step.framework, compute)  # before the cross entropy
-    bwd = list(backward_nodes(compute, frozen_base=step.lora is not None))
-    fwd = list(compute)
+    loss_f, loss_b = unfused_loss_nodes(step.framework, step.ce_fusion, compute)
+    bwd = loss_b + list(backward_nodes(compute, frozen_base=step.lora is not None))
+    fwd = compute + loss_f
     size = tokens * model.hidden * act.bytes
     if sh.tp > 1 and sh.sp:
         fwd.insert(1, coll("lm_head.sp_all_gather", CollectiveKind.ALL_GATHER, size, sh.tp,

@@ -44,7 +44,7 @@ HARDWARE_KEYS = {"gpu", "num_gpus", "gpus_per_node"}
 TRAINING_KEYS = {"parallel", "global_batch", "micro_batch", "seq_len", "precision", "recompute",
                  "recompute_modules", "grad_reduce_dtype",
                  "schedule", "overlap", "dp_bucket_mb", "optimizer", "attention", "lora",
-                 "framework", "offload", "compile", "fp8_recipe"}
+                 "framework", "offload", "compile", "fp8_recipe", "cross_entropy_fusion"}
 PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "fsdp",
                  "cp_algorithm", "pipeline_split"}
 OVERLAP_KEYS = {"tp_comm", "dp_grad", "param_gather", "compute_slowdown", "comm_sms", "moe_a2a"}
@@ -118,6 +118,8 @@ class TrainingSpec:
     # gradient buffer and DP reduction dtype (Megatron DDP grad_reduce_in_fp32); None: the
     # framework's (`analytical.memory.framework_grad_bytes`, `efficiency.grad_reduce_dtype`)
     grad_reduce_dtype: DType | None = None
+    # Megatron-Core's fused cross entropy (`torch_kernels.unfused_loss_nodes`); None: framework's
+    cross_entropy_fusion: bool | None = None
 
     @property
     def num_microbatches(self) -> int:
@@ -244,6 +246,8 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
         compile=_bool(block, "compile", path, source, True),
         fp8_recipe=_choice(block, "fp8_recipe", path, source, Fp8Recipe, "tensorwise"),
         grad_reduce_dtype=_grad_dtype(block, path, source),
+        cross_entropy_fusion=(None if block.get("cross_entropy_fusion") is None else
+                              _bool(block, "cross_entropy_fusion", path, source, False)),
     )
     check_work(f"{path}.global_batch", spec.num_microbatches, MAX_MICROBATCHES,
                "micro-batches per iteration", "raise micro_batch or dp, or lower global_batch")

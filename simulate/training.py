@@ -122,10 +122,10 @@ def _train_step(t: TrainingSpec, gpn: int) -> TrainStep:
     precision = Precision(gemm=DType.FP8 if t.precision == DType.FP8 else t.precision,
                           act=act_dtype(t))
     lora = LoraSpec(rank=t.lora_rank, targets=t.lora_targets) if t.lora_rank else None
-    return TrainStep(sharding=sh, micro_batch=t.micro_batch, seq_len=t.seq_len,
-                     precision=precision, recompute=t.recompute,
-                     recompute_modules=t.recompute_modules, attention=t.attention, lora=lora,
-                     framework=t.framework, compiled=t.compile, fp8_recipe=t.fp8_recipe)
+    return TrainStep(sharding=sh, micro_batch=t.micro_batch, seq_len=t.seq_len, lora=lora,
+                     precision=precision, recompute=t.recompute, attention=t.attention,
+                     recompute_modules=t.recompute_modules, framework=t.framework,
+                     compiled=t.compile, fp8_recipe=t.fp8_recipe, ce_fusion=t.cross_entropy_fusion)
 
 
 def act_dtype(t: TrainingSpec) -> DType:

@@ -17,7 +17,7 @@ from simulate.efficiency import fp8_cast_nodes, framework_estimates
 from simulate.engines import EngineChain, EngineOptions
 from simulate.scenario import load_scenario
 from simulate.search.training_search import search_training
-from simulate.torch_kernels import eager_traffic
+from simulate.torch_kernels import UNFUSED_LOSS_PASSES, eager_traffic, unfused_loss_nodes
 from simulate.training import run_training
 
 ENGINES = EngineOptions(use_store=False, use_predictors=False)
@@ -93,7 +93,41 @@ def test_rowwise_fp8_is_slower_than_tensorwise():
     assert _tps(_doc("torchtitan", precision="fp8", fp8_recipe="rowwise")) < 0.95 * tensorwise
 
 
-@pytest.mark.parametrize("field,value", [("compile", "no"), ("fp8_recipe", "blockwise")])
+def _head(vocab: int = 131072, rows: int = 4096) -> list:
+    from analytical.layer_spec import Node
+    return [Node(name="cross_entropy", op=MemoryBoundSpec(kind=MemoryOpKind.CROSS_ENTROPY,
+                                                          rows=rows, cols=vocab, dtype=DType.FP32))]
+
+
+def test_megatron_unfused_cross_entropy_adds_34_and_6_bytes_per_logit():
+    fwd, bwd = unfused_loss_nodes("megatron", None, _head())
+    assert [n.count for n in fwd] == [UNFUSED_LOSS_PASSES[0]] and len(bwd) == 1
+    assert fwd[0].count * 8 == 34 and bwd[0].count * 8 == 6  # fp32 copy: 8 bytes per element
+    assert fwd[0].op.rows == 4096 and fwd[0].op.cols == 131072
+    assert unfused_loss_nodes("megatron", True, _head()) == ([], [])
+    # NeMo's default is not read (left fused); a stated false runs the same Megatron-Core code
+    assert unfused_loss_nodes("nemo", None, _head()) == ([], [])
+    assert unfused_loss_nodes("nemo", False, _head()) == (fwd, bwd)
+    for fw in ("torchtitan", "composer", "deepspeed"):  # their own loss paths
+        assert unfused_loss_nodes(fw, False, _head()) == ([], [])
+
+
+def test_unfused_cross_entropy_slows_a_large_vocab_megatron_run():
+    doc = {"name": "x", "model": "llama-3-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+           "training": {"parallel": {"dp": 8, "zero": 1}, "global_batch": 8, "micro_batch": 1,
+                        "seq_len": 4096}}
+    unfused = _tps(doc)
+    doc["training"]["cross_entropy_fusion"] = True
+    fused = _tps(doc)
+    assert 0.9 * fused < unfused < 0.995 * fused  # 128k vocab: a few % of an 8B step
+    doc["training"]["framework"] = "nemo"
+    nemo_fused = _tps(doc)
+    doc["training"].pop("cross_entropy_fusion")
+    assert _tps(doc) == pytest.approx(nemo_fused)
+
+
+@pytest.mark.parametrize("field,value", [("compile", "no"), ("fp8_recipe", "blockwise"),
+                                         ("cross_entropy_fusion", "yes")])
 def test_bad_fields_name_themselves(field, value):
     with pytest.raises(SpecError, match=f"training.{field}"):
         load_scenario(_doc("torchtitan", **{field: value}))
