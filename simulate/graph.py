@@ -32,6 +32,7 @@ from simulate.moe_kernels import expert_elementwise_nodes
 from simulate.torch_kernels import (
     fsdp_copy_nodes,
     loss_upcast_nodes,
+    symm_mem_reduce_nodes,
     unfused_loss_nodes,
     unpad_nodes,
 )
@@ -64,6 +65,7 @@ class TrainStep:
     compiled: bool = True  # torch.compile'd (PyTorch-native frameworks; `torch_kernels`)
     fp8_recipe: str = "tensorwise"  # a `torch_kernels.Fp8Recipe` value
     ce_fusion: bool | None = None  # Megatron-Core fused cross entropy; None: the framework's
+    tp_overlap: bool = False  # TP collectives overlapped (TE userbuffers / async TP)
 
     @property
     def flash(self) -> bool:
@@ -96,7 +98,8 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
     cast_f, cast_b = fp8_cast_nodes(fwd, step.framework, step.fp8_recipe)
     pad_f, pad_b = unpad_nodes(fwd, step.framework, step.attention)
     moe_f, moe_b = expert_elementwise_nodes(fwd, model, step.framework, step.precision.act)
-    fwd, bwd = [*fwd, *cast_f, *pad_f, *moe_f], [*bwd, *cast_b, *pad_b, *moe_b]
+    sum_f = symm_mem_reduce_nodes(step.framework, step.tp_overlap, fwd, step.tokens)
+    fwd, bwd = [*fwd, *cast_f, *pad_f, *moe_f, *sum_f], [*bwd, *cast_b, *pad_b, *moe_b]
     if sh.fsdp_group > 1 and layer_params_per_rank > 0:
         size = layer_params_per_rank * step.precision.act.bytes
         ag = coll("fsdp_all_gather", CollectiveKind.ALL_GATHER, size, sh.fsdp_group,

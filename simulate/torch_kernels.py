@@ -53,13 +53,20 @@ from collections.abc import Sequence
 from enum import StrEnum
 
 from analytical.dtypes import DType
-from analytical.layer_spec import Node, Param
+from analytical.layer_spec import Node, Param, Stream
 from analytical.memory import Framework
-from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind
+from analytical.ops import (
+    AttentionSpec,
+    CollectiveKind,
+    CollectiveSpec,
+    GemmSpec,
+    MemoryBoundSpec,
+    MemoryOpKind,
+)
 
-__all__ = ["Fp8Recipe", "copy_pass", "eager_traffic", "fsdp_copy_nodes", "loss_upcast_nodes",
-           "optimizer_traffic", "rowwise_backward", "rowwise_nodes", "unfused_loss_nodes",
-           "unpad_nodes"]
+__all__ = ["SYMM_MEM_TP", "Fp8Recipe", "copy_pass", "eager_traffic", "fsdp_copy_nodes",
+           "loss_upcast_nodes", "optimizer_traffic", "rowwise_backward", "rowwise_nodes",
+           "symm_mem_reduce_nodes", "unfused_loss_nodes", "unpad_nodes"]
 
 PYTORCH_NATIVE = frozenset({Framework.TORCHTITAN, Framework.COMPOSER, Framework.DEEPSPEED})
 
@@ -224,6 +231,36 @@ def unfused_loss_nodes(framework: str, fusion: bool | None, head: Sequence[Node]
              for op in ce],
             [copy_pass("loss_unfused.bwd", op.rows, op.cols, UNFUSED_LOSS_PASSES[1], DType.FP32)
              for op in ce])
+
+
+# torchtitan's async TP runs PyTorch's SymmetricMemory micro-pipelined matmul + reduce-scatter
+# (torch/distributed/_symmetric_memory/__init__.py, `_fused_matmul_reduce_scatter_impl`, torch
+# 2.5-2.7): the GEMM is cut into tp row chunks whose outputs go to their owners by all-to-all
+# (`_pipelined_produce_and_all2all`, each chunk's transfer beside the next chunk's matmul, so the
+# last 1/tp has none: `efficiency.tp_overlap_rs_splits`), and the received partials
+# `stacked_partials` [tp, M/tp, N] are then summed by one `torch.sum(dim=0)` kernel on the
+# compute stream: a read of the whole [M, N] output and a write of its 1/tp, work that NCCL's
+# reduce-scatter does on its own stream in the vanilla path.
+SYMM_MEM_TP = frozenset({Framework.TORCHTITAN})
+
+
+def symm_mem_reduce_nodes(framework: str, tp_overlap: bool, fwd: Sequence[Node], rows: int
+                          ) -> list[Node]:
+    """The partial-sum kernel after each forward TP reduce-scatter that async TP micro-pipelines
+    (comment above), over its ``rows`` (tokens) x hidden output; none for other frameworks or
+    without TP overlap."""
+    if not tp_overlap or Framework(framework) not in SYMM_MEM_TP:
+        return []
+    out: list[Node] = []
+    for n in fwd:
+        op = n.op
+        if (n.stream == Stream.TP and isinstance(op, CollectiveSpec)
+                and op.kind == CollectiveKind.REDUCE_SCATTER and op.group_size > 1):
+            elements = int(op.size_bytes // op.dtype.bytes)  # the unscattered [M, N] output
+            tp = op.group_size
+            out.append(copy_pass(f"{n.name}.symm_mem_sum", rows, max(1, elements // rows),
+                                 (1 + 1 / tp) / 2, op.dtype))
+    return out
 
 
 def rowwise_nodes(gemm_name: str, op: GemmSpec) -> list[Node]:

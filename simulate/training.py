@@ -117,15 +117,15 @@ def _train_step(t: TrainingSpec, gpn: int) -> TrainStep:
     sh = Sharding(tp=par.tp, cp=par.cp, ep=par.ep, etp=par.etp, sp=par.sp,
                   tp_rpn=_rpn(par.tp, 1, gpn), cp_rpn=_rpn(par.cp, par.tp, gpn),
                   ep_rpn=_rpn(par.ep, par.expert_tp, gpn), fsdp_group=fsdp_group,
-                  fsdp_rpn=_rpn(fsdp_group, par.tp, gpn),
-                  cp_algorithm=CpAlgorithm(t.cp_algorithm))
+                  fsdp_rpn=_rpn(fsdp_group, par.tp, gpn), cp_algorithm=CpAlgorithm(t.cp_algorithm))
     precision = Precision(gemm=DType.FP8 if t.precision == DType.FP8 else t.precision,
                           act=act_dtype(t))
     lora = LoraSpec(rank=t.lora_rank, targets=t.lora_targets) if t.lora_rank else None
     return TrainStep(sharding=sh, micro_batch=t.micro_batch, seq_len=t.seq_len, lora=lora,
                      precision=precision, recompute=t.recompute, attention=t.attention,
                      recompute_modules=t.recompute_modules, framework=t.framework,
-                     compiled=t.compile, fp8_recipe=t.fp8_recipe, ce_fusion=t.cross_entropy_fusion)
+                     compiled=t.compile, fp8_recipe=t.fp8_recipe, ce_fusion=t.cross_entropy_fusion,
+                     tp_overlap=t.overlap.tp_comm)
 
 
 def act_dtype(t: TrainingSpec) -> DType:
@@ -186,7 +186,7 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
                    framework_estimates(ops, chain.estimate_many(ops), hw, t.framework,
                                        kernel=t.attention, compiled=t.compile),
                    strict=True))
-    splits = tp_overlap_rs_splits(t.framework)
+    splits = tp_overlap_rs_splits(t.framework, par.tp)
     costs: dict[Any, BlockCost] = {k: block_cost(b, est, tp_overlap=t.overlap.tp_comm,
                                                  slowdown=slowdown, rs_splits=splits)
                                    for k, b in blocks.items()}

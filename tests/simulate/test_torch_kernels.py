@@ -213,3 +213,31 @@ def test_torchtitan_upcasts_its_logits_outside_the_compiled_blocks():
     from simulate.torch_kernels import loss_upcast_nodes
 
     assert loss_upcast_nodes("torchtitan", []) == []
+
+
+def _tp_layer(framework: str, tp_overlap: bool):
+    from simulate.graph import TrainStep, layer_block
+    step = TrainStep(sharding=Sharding(tp=8, sp=True), micro_batch=2, seq_len=4096,
+                     framework=framework, tp_overlap=tp_overlap)
+    return layer_block(load_model("llama-3-8b"), step, moe=False)
+
+
+def test_async_tp_sums_the_stacked_partials_after_each_forward_reduce_scatter():
+    from analytical.ops import CollectiveKind
+    from simulate.efficiency import tp_overlap_rs_splits
+    from simulate.torch_kernels import symm_mem_reduce_nodes
+
+    block = _tp_layer("torchtitan", True)
+    sums = [n for n in block.fwd if n.name.endswith(".symm_mem_sum")]
+    rs = [n for n in block.fwd if getattr(n.op, "kind", None) == CollectiveKind.REDUCE_SCATTER]
+    assert len(sums) == len(rs) == 2  # attention output projection and MLP down projection
+    assert sums[0].op.rows * sums[0].op.cols == 2 * 4096 * 4096  # the unscattered output
+    assert sums[0].count == pytest.approx((1 + 1 / 8) / 2)
+    assert not any(n.name.endswith(".symm_mem_sum") for n in _tp_layer("torchtitan", False).fwd)
+    assert not any(n.name.endswith(".symm_mem_sum") for n in _tp_layer("megatron", True).fwd)
+    assert symm_mem_reduce_nodes("megatron", True, block.fwd, 8192) == []
+    # the last of tp chunks has no matmul left to hide behind; TE userbuffers: 4 chunks
+    assert tp_overlap_rs_splits("torchtitan", 8) == 8
+    assert tp_overlap_rs_splits("torchtitan", 1) == 0
+    assert tp_overlap_rs_splits("megatron", 8) == 4
+    assert tp_overlap_rs_splits("deepspeed", 8) == 0
