@@ -66,6 +66,7 @@ class TrainStep:
     fp8_recipe: str = "tensorwise"  # a `torch_kernels.Fp8Recipe` value
     ce_fusion: bool | None = None  # Megatron-Core fused cross entropy; None: the framework's
     tp_overlap: bool = False  # TP collectives overlapped (TE userbuffers / async TP)
+    compiled_loss: bool = False  # torchtitan's loss under torch.compile (no separate upcast)
 
     @property
     def flash(self) -> bool:
@@ -137,7 +138,7 @@ def head_block(model: ModelSpec, step: TrainStep) -> Block:
     tokens = step.tokens
     compute = [final_norm_op(model, sh, tokens, step.precision),
                *lm_head_ops(model, sh, tokens, LayerPhase.TRAIN, step.precision)]
-    compute[-1:-1] = loss_upcast_nodes(step.framework, compute)  # before the cross entropy
+    compute[-1:-1] = loss_upcast_nodes(step.framework, compute, step.compiled_loss)
     loss_f, loss_b = unfused_loss_nodes(step.framework, step.ce_fusion, compute)
     bwd = loss_b + list(backward_nodes(compute, frozen_base=step.lora is not None))
     fwd = compute + loss_f

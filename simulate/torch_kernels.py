@@ -186,13 +186,18 @@ def fsdp_copy_nodes(framework: str, params: float, hidden: int) -> tuple[list[No
 # each TransformerBlock): the fp32 upcast of the bf16 logits (read 2, write 4 bytes) and, in
 # backward, the cast of the fp32 logit gradient back to bf16 (read 4, write 2), each 1.5 bf16
 # copy passes over the logits the cross entropy reads.
+# torchtitan compiles the loss with the model since 2025-04 (torchtitan/components/loss.py
+# `build_cross_entropy_loss`, bbb1b616): Inductor fuses the upcast into the cross entropy's
+# kernels, so a compiled loss has no separate pass (`training.compile_loss`).
 FP32_LOSS_UPCAST = frozenset({Framework.TORCHTITAN})
 
 
-def loss_upcast_nodes(framework: str, head: Sequence[Node]) -> list[Node]:
+def loss_upcast_nodes(framework: str, head: Sequence[Node], compiled_loss: bool = False
+                      ) -> list[Node]:
     """The logits' fp32 upcast in front of the head's cross entropy (its backward follows from
-    `backward_nodes`), for frameworks that upcast outside a fused loss; none otherwise."""
-    if Framework(framework) not in FP32_LOSS_UPCAST:
+    `backward_nodes`), for frameworks that upcast outside a fused or compiled loss; none
+    otherwise."""
+    if Framework(framework) not in FP32_LOSS_UPCAST or compiled_loss:
         return []
     return [copy_pass("loss_upcast", n.op.rows, n.op.cols, 1.5) for n in head
             if isinstance(n.op, MemoryBoundSpec) and n.op.kind == MemoryOpKind.CROSS_ENTROPY]

@@ -92,7 +92,7 @@ def memory_before_offload(model, t: TrainingSpec) -> TrainingMemory:
     return training_memory(model, t.parallel, micro_batch=t.micro_batch, seq_len=t.seq_len,
                            recompute=t.recompute, recompute_modules=t.recompute_modules,
                            schedule=t.schedule, num_microbatches=t.num_microbatches,
-                           dropout=model.norm == "layernorm",
+                           dropout=model.norm == "layernorm", compiled_loss=t.compiled_loss,
                            flash_attention=t.fused_attention,
                            framework=t.framework, fp8=t.precision == DType.FP8,
                            grad_dtype_bytes=t.grad_buffer_bytes,
@@ -125,7 +125,7 @@ def _train_step(t: TrainingSpec, gpn: int) -> TrainStep:
                      precision=precision, recompute=t.recompute, attention=t.attention,
                      recompute_modules=t.recompute_modules, framework=t.framework,
                      compiled=t.compile, fp8_recipe=t.fp8_recipe, ce_fusion=t.cross_entropy_fusion,
-                     tp_overlap=t.overlap.tp_comm)
+                     tp_overlap=t.overlap.tp_comm, compiled_loss=t.compiled_loss)
 
 
 def act_dtype(t: TrainingSpec) -> DType:

@@ -127,7 +127,8 @@ def test_unfused_cross_entropy_slows_a_large_vocab_megatron_run():
 
 
 @pytest.mark.parametrize("field,value", [("compile", "no"), ("fp8_recipe", "blockwise"),
-                                         ("cross_entropy_fusion", "yes")])
+                                         ("cross_entropy_fusion", "yes"),
+                                         ("compile_loss", 1)])
 def test_bad_fields_name_themselves(field, value):
     with pytest.raises(SpecError, match=f"training.{field}"):
         load_scenario(_doc("torchtitan", **{field: value}))
@@ -202,12 +203,13 @@ def test_fsdp_copies_on_the_compute_stream_by_framework():
 
 
 def test_torchtitan_upcasts_its_logits_outside_the_compiled_blocks():
-    """torchtitan's `cross_entropy(pred.float())`: an fp32 upcast of the logits in forward and
-    its cast back in backward; fused-loss frameworks have none."""
+    """torchtitan's `cross_entropy(pred.float())` outside torch.compile (before 2025-04): an
+    fp32 upcast of the logits in forward and its cast back in backward; fused-loss frameworks
+    have none."""
     names = {}
     for fw in ("torchtitan", "megatron"):
-        res = run_training(load_scenario(_doc(fw)), use_store=False, use_predictors=False,
-                           record=True)
+        res = run_training(load_scenario(_doc(fw, compile_loss=False)), use_store=False,
+                           use_predictors=False, record=True)
         names[fw] = [r.name for r in res.records if r.name.startswith("loss_upcast")]
     assert names == {"torchtitan": ["loss_upcast", "loss_upcast.bwd"], "megatron": []}
     from simulate.torch_kernels import loss_upcast_nodes
@@ -241,3 +243,22 @@ def test_async_tp_sums_the_stacked_partials_after_each_forward_reduce_scatter():
     assert tp_overlap_rs_splits("torchtitan", 1) == 0
     assert tp_overlap_rs_splits("megatron", 8) == 4
     assert tp_overlap_rs_splits("deepspeed", 8) == 0
+
+
+def test_torchtitan_compiled_loss_keeps_bf16_logits_and_drops_the_upcast_pass():
+    from simulate.torch_kernels import loss_upcast_nodes
+    from simulate.training import spec_memory
+
+    doc = _doc("torchtitan")
+    spec = load_scenario(doc).training
+    assert spec.compile_loss is None and spec.compiled_loss  # with the model, as since 2025-04
+    doc["training"]["compile_loss"] = False
+    old = load_scenario(doc).training
+    assert not old.compiled_loss
+    model = load_model("llama-3-8b")
+    saved = spec_memory(model, old).activations_bytes - spec_memory(model, spec).activations_bytes
+    logits = 8192 * model.vocab  # one micro-batch of 8192 tokens, no TP
+    assert saved == pytest.approx((12 - 4) * logits, rel=1e-6)
+    assert loss_upcast_nodes("torchtitan", _head(), True) == []
+    assert len(loss_upcast_nodes("torchtitan", _head(), False)) == 1
+    assert _tps(doc) < _tps(_doc("torchtitan"))  # the uncompiled loss's upcast pass
