@@ -53,6 +53,7 @@ from collections.abc import Sequence
 from enum import StrEnum
 
 from analytical.dtypes import DType
+from analytical.layer_edges import unfused_loss_passes
 from analytical.layer_spec import Node, Param, Stream
 from analytical.memory import Framework
 from analytical.ops import (
@@ -203,21 +204,14 @@ def loss_upcast_nodes(framework: str, head: Sequence[Node], compiled_loss: bool 
             if isinstance(n.op, MemoryBoundSpec) and n.op.kind == MemoryOpKind.CROSS_ENTROPY]
 
 
-# Megatron-Core's unfused vocab-parallel cross entropy (`cross_entropy_loss_fusion` False, the
-# Megatron-LM default: `--cross-entropy-loss-fusion` is store_true, megatron/training/
-# arguments.py) runs one eager kernel per expression over the [tokens, vocab / tp] logits
-# (megatron/core/tensor_parallel/cross_entropy.py, `VocabParallelCrossEntropy` and
-# `_VocabParallelCrossEntropy`, core_r0.8.0): forward `.float()` (read 2, write 4 bytes per
-# logit), max (read 4), in-place subtract of the max (4 + 4), exp (4 + 4), sum (4), in-place
-# divide by the sum (4 + 4): 38 bytes; backward the in-place multiply by the output gradient
-# (4 + 4) and the cast of the fp32 gradient back to the bf16 logits (4 + 2): 14 bytes. The graph's
-# cross entropy is one fused pass: 4 bytes forward, 8 backward (`analytical.op_kinds`), so the
-# unfused loss adds 34 and 6 bytes per logit, in fp32 copy passes of 8 bytes. Megatron-Bridge's
-# `GPTModelProvider` turns the fusion on (`cross_entropy_loss_fusion: bool = True`), as a run's
-# `training.cross_entropy_fusion: true` says; NeMo runs the same Megatron-Core code but its
-# default is not read here (left at the graph's count unless a run states false); the
-# PyTorch-native frameworks keep their own loss paths (`loss_upcast_nodes`).
-UNFUSED_LOSS_PASSES = ((38 - 4) / 8, (14 - 8) / 8)  # (forward, backward) fp32 copy passes
+# Megatron-Core's unfused vocab-parallel cross entropy (`analytical.layer_edges.
+# unfused_loss_passes`, where the passes are counted) is Megatron-LM's default
+# (`cross_entropy_loss_fusion` off: `--cross-entropy-loss-fusion` is store_true, megatron/
+# training/arguments.py). Megatron-Bridge's `GPTModelProvider` turns the fusion on
+# (`cross_entropy_loss_fusion: bool = True`), as a run's `training.cross_entropy_fusion: true`
+# says; NeMo runs the same Megatron-Core code but its default is not read here (left at the
+# graph's count unless a run states false); the PyTorch-native frameworks keep their own loss
+# paths (`loss_upcast_nodes`).
 MEGATRON_CORE_LOSS = frozenset({Framework.MEGATRON, Framework.NEMO})
 UNFUSED_LOSS_DEFAULT = frozenset({Framework.MEGATRON})
 
@@ -230,12 +224,7 @@ def unfused_loss_nodes(framework: str, fusion: bool | None, head: Sequence[Node]
     unfused = fw in UNFUSED_LOSS_DEFAULT if fusion is None else not fusion
     if not unfused or fw not in MEGATRON_CORE_LOSS:
         return [], []
-    ce = [n.op for n in head if isinstance(n.op, MemoryBoundSpec)
-          and n.op.kind == MemoryOpKind.CROSS_ENTROPY]
-    return ([copy_pass("loss_unfused", op.rows, op.cols, UNFUSED_LOSS_PASSES[0], DType.FP32)
-             for op in ce],
-            [copy_pass("loss_unfused.bwd", op.rows, op.cols, UNFUSED_LOSS_PASSES[1], DType.FP32)
-             for op in ce])
+    return unfused_loss_passes(head)
 
 
 # torchtitan's async TP runs PyTorch's SymmetricMemory micro-pipelined matmul + reduce-scatter

@@ -9,6 +9,7 @@ import pytest
 from analytical.dtypes import DType
 from analytical.errors import SpecError
 from analytical.hardware import get_hardware
+from analytical.layer_edges import UNFUSED_LOSS_PASSES
 from analytical.layer_spec import LayerPhase, Precision, Sharding, TokenBatch
 from analytical.layers import layer_ops
 from analytical.model import load_model
@@ -17,7 +18,7 @@ from simulate.efficiency import fp8_cast_nodes, framework_estimates
 from simulate.engines import EngineChain, EngineOptions
 from simulate.scenario import load_scenario
 from simulate.search.training_search import search_training
-from simulate.torch_kernels import UNFUSED_LOSS_PASSES, eager_traffic, unfused_loss_nodes
+from simulate.torch_kernels import eager_traffic, unfused_loss_nodes
 from simulate.training import run_training
 
 ENGINES = EngineOptions(use_store=False, use_predictors=False)
