@@ -32,6 +32,7 @@ from simulate.moe_kernels import expert_elementwise_nodes
 from simulate.torch_kernels import (
     fsdp_copy_nodes,
     loss_upcast_nodes,
+    ring_merge_nodes,
     symm_mem_reduce_nodes,
     unfused_loss_nodes,
     unpad_nodes,
@@ -100,7 +101,8 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
     pad_f, pad_b = unpad_nodes(fwd, step.framework, step.attention)
     moe_f, moe_b = expert_elementwise_nodes(fwd, model, step.framework, step.precision.act)
     sum_f = symm_mem_reduce_nodes(step.framework, step.tp_overlap, fwd, step.tokens)
-    fwd, bwd = [*fwd, *cast_f, *pad_f, *moe_f, *sum_f], [*bwd, *cast_b, *pad_b, *moe_b]
+    cp_f, cp_b = ring_merge_nodes(step.framework, fwd, sh.cp)
+    fwd, bwd = [*fwd, *cast_f, *pad_f, *moe_f, *sum_f, *cp_f], [*bwd, *cast_b, *pad_b, *moe_b, *cp_b]
     if sh.fsdp_group > 1 and layer_params_per_rank > 0:
         size = layer_params_per_rank * step.precision.act.bytes
         ag = coll("fsdp_all_gather", CollectiveKind.ALL_GATHER, size, sh.fsdp_group,

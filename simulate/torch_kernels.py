@@ -50,6 +50,7 @@ scatter as 1.5 copies. The Triton path (`flash-triton`) passes q, k, v as stride
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from enum import StrEnum
 
 from analytical.dtypes import DType
@@ -67,7 +68,7 @@ from analytical.ops import (
 
 __all__ = ["SYMM_MEM_TP", "Fp8Recipe", "copy_pass", "eager_traffic", "fsdp_copy_nodes",
            "loss_upcast_nodes", "optimizer_traffic", "rowwise_backward", "rowwise_nodes",
-           "symm_mem_reduce_nodes", "unfused_loss_nodes", "unpad_nodes"]
+           "ring_merge_nodes", "symm_mem_reduce_nodes", "unfused_loss_nodes", "unpad_nodes"]
 
 PYTORCH_NATIVE = frozenset({Framework.TORCHTITAN, Framework.COMPOSER, Framework.DEEPSPEED})
 
@@ -255,6 +256,51 @@ def symm_mem_reduce_nodes(framework: str, tp_overlap: bool, fwd: Sequence[Node],
             out.append(copy_pass(f"{n.name}.symm_mem_sum", rows, max(1, elements // rows),
                                  (1 + 1 / tp) / 2, op.dtype))
     return out
+
+
+# PyTorch's context parallel (torchtitan's `context_parallel`, torch/distributed/tensor/
+# experimental/_attention.py, torch 2.6-2.7) runs the ring of SDPA calls with eager PyTorch
+# around each one, in fp32 (`_ContextParallelOptions.convert_to_f32 = True`). Forward
+# (`_templated_ring_attention`, `_SDPAMerger`): each step's KV is concatenated for sending
+# (`torch.cat([key.flatten(), value.flatten()])`, a bf16 copy of K and V); each remote block's
+# output is upcast (read 2, write 4 bytes per element) and merged into the fp32 running output
+# (`out - sigmoid(block_lse - lse) * (out - block_out)`: 12 + 8 + 12 bytes), the blocks that
+# cover half the queries then re-concatenated into the whole output (`_partial_update`, read and
+# write 4); the first block's upcast and the result's cast back (6 + 6 bytes per element).
+# Backward (`_templated_ring_attention_backward`): per remote step the KV concatenation again,
+# the fp32 dK/dV accumulations (`grad_key += grad_key_`: read 4 + 2, write 4, each of K and V)
+# and their fp32 concatenation for the next rank (read 4, write 4 each), the fp32 dQ
+# accumulation (10 bytes), and at the end dQ, dK, dV cast back to bf16 (6 bytes each). In bf16
+# copy passes (4 bytes per element) over the local queries [tokens, heads x head dim] and one
+# of K or V [tokens, kv heads x head dim]; half the remote steps are partial (their merges over
+# half the queries plus the 8-byte re-concatenation): (forward, backward) per remote step, and
+# once per layer. Megatron-Core / NeMo run TE's fused CP attention instead.
+RING_MERGE_PER_STEP = {"q": ((0.75 * 38 + 0.5 * 8) / 4, 10 / 4), "kv": (2 * 4 / 4, 2 * 22 / 4)}
+RING_MERGE_ONCE = {"q": ((6 + 6) / 4, 6 / 4), "kv": (0.0, 2 * 6 / 4)}
+TORCH_CP = frozenset({Framework.TORCHTITAN})
+
+
+def ring_merge_nodes(framework: str, fwd: Sequence[Node], cp: int
+                     ) -> tuple[list[Node], list[Node]]:
+    """The eager passes around PyTorch context parallel's ring of SDPA calls (comment above),
+    forward and backward, for a layer's local attention block; none for other frameworks or
+    without CP. Part of the SDPA op that selective checkpointing saves (``core``)."""
+    if cp <= 1 or Framework(framework) not in TORCH_CP:
+        return [], []
+    local = [n.op for n in fwd if n.name == "attention" and isinstance(n.op, AttentionSpec)]
+    out_f: list[Node] = []
+    out_b: list[Node] = []
+    for op in local:
+        rows = op.batch * op.q_len
+        cols = {"q": op.heads * op.head_dim, "kv": op.kv_heads * op.head_dim}
+        for part, width in cols.items():
+            for phase, out in ((0, out_f), (1, out_b)):
+                count = ((cp - 1) * RING_MERGE_PER_STEP[part][phase]
+                         + RING_MERGE_ONCE[part][phase])
+                if count:
+                    name = f"cp_merge_{part}" + (".bwd" if phase else "")
+                    out.append(replace(copy_pass(name, rows, width, count), core=True))
+    return out_f, out_b
 
 
 def rowwise_nodes(gemm_name: str, op: GemmSpec) -> list[Node]:

@@ -263,3 +263,27 @@ def test_torchtitan_compiled_loss_keeps_bf16_logits_and_drops_the_upcast_pass():
     assert loss_upcast_nodes("torchtitan", _head(), True) == []
     assert len(loss_upcast_nodes("torchtitan", _head(), False)) == 1
     assert _tps(doc) < _tps(_doc("torchtitan"))  # the uncompiled loss's upcast pass
+
+
+def test_torch_context_parallel_merges_each_remote_block_in_fp32():
+    from simulate.graph import TrainStep, layer_block
+    from simulate.torch_kernels import RING_MERGE_ONCE, RING_MERGE_PER_STEP, ring_merge_nodes
+
+    model = load_model("llama-3-8b")
+
+    def block(framework: str, cp: int):
+        step = TrainStep(sharding=Sharding(cp=cp), micro_batch=1, seq_len=32768,
+                         framework=framework)
+        return layer_block(model, step, moe=False)
+
+    b = block("torchtitan", 4)
+    merges = {n.name: n for n in (*b.fwd, *b.bwd) if n.name.startswith("cp_merge")}
+    assert set(merges) == {"cp_merge_q", "cp_merge_kv", "cp_merge_q.bwd", "cp_merge_kv.bwd"}
+    q = merges["cp_merge_q"]
+    assert (q.op.rows, q.op.cols) == (32768 // 4, 4096)  # local queries x heads * head dim
+    assert merges["cp_merge_kv"].op.cols == 1024  # 8 KV heads x 128
+    assert q.count == pytest.approx(3 * RING_MERGE_PER_STEP["q"][0] + RING_MERGE_ONCE["q"][0])
+    assert all(n.core for n in merges.values())  # inside the SDPA op selective AC saves
+    assert ring_merge_nodes("torchtitan", b.fwd, 1) == ([], [])
+    assert not any(n.name.startswith("cp_merge") for n in (*block("megatron", 4).fwd,
+                                                           *block("torchtitan", 1).fwd))
