@@ -73,6 +73,11 @@ LOGITS_BYTES = 4.0  # fp32 logits kept for the vocab-parallel cross entropy (Meg
 # input gradient at once: 3 x 4 bytes per logit. Megatron's fused vocab-parallel cross entropy
 # keeps one fp32 copy (LOGITS_BYTES).
 FP32_CROSS_ENTROPY_BYTES = 12.0
+# torchtitan compiles its loss with the model since 2025-04 (torchtitan/components/loss.py
+# `build_cross_entropy_loss`: "Compiling the loss function with torch.compile", bbb1b616,
+# 2025-04-02): Inductor fuses the upcast into the log-softmax and its backward, so neither fp32
+# copy is materialised; the bf16 logits are saved and their bf16 gradient written: 2 x 2 bytes.
+COMPILED_CROSS_ENTROPY_BYTES = 4.0
 # llm-foundry's MPT defaults to loss_fn 'fused_crossentropy' (llmfoundry/models/mpt/
 # modeling_mpt.py), flash-attn's Triton cross entropy: it keeps the bf16 logits and writes their
 # gradient in place (flash_attn/losses/cross_entropy.py, inplace_backward).
@@ -99,9 +104,9 @@ def _saves_fp8_inputs(framework: Framework) -> bool:
     return framework in (Framework.MEGATRON, Framework.NEMO)
 
 
-def _logit_bytes(framework: Framework) -> float:
+def _logit_bytes(framework: Framework, compiled_loss: bool = False) -> float:
     if framework == Framework.TORCHTITAN:
-        return FP32_CROSS_ENTROPY_BYTES
+        return COMPILED_CROSS_ENTROPY_BYTES if compiled_loss else FP32_CROSS_ENTROPY_BYTES
     if framework == Framework.COMPOSER:
         return FUSED_BF16_CROSS_ENTROPY_BYTES
     return LOGITS_BYTES
@@ -184,7 +189,8 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
                     flash_attention: bool = True, dropout: bool = False,
                     framework: Framework = Framework.MEGATRON,
                     fp8: bool = False,
-                    recompute_modules: tuple[RecomputeModule, ...] = ()) -> TrainingMemory:
+                    recompute_modules: tuple[RecomputeModule, ...] = (),
+                    compiled_loss: bool = False) -> TrainingMemory:
     """Training memory of the most loaded pipeline stage's GPU: the first, or under an
     ``embedding-loss`` pipeline split (one layer less on the first stage) the first or second.
 
@@ -195,8 +201,8 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
     framework's behaviour (torchtitan's per-op selective checkpointing and FSDP2 resharding, the
     loss working set); ``fp8`` with Megatron/NeMo saves linear inputs in fp8 (Transformer
     Engine); ``recompute_modules`` under selective recompute: Megatron-Core's modules
-    (`recompute_modules_freed`; empty: the attention core). Raises SpecError for a layout the
-    model cannot take.
+    (`recompute_modules_freed`; empty: the attention core); ``compiled_loss``: torchtitan's
+    loss under torch.compile. Raises SpecError for a layout the model cannot take.
     """
     _positive(micro_batch, "training.micro_batch")
     _positive(seq_len, "training.seq_len")
@@ -211,7 +217,8 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
                         f"must divide tp*cp*dp={parallel.tp * parallel.shard_group}")
     layer = _LayerActivations(model=model, parallel=parallel, micro_batch=micro_batch,
                               seq_len=seq_len, flash_attention=flash_attention, dropout=dropout,
-                              framework=framework, fp8=fp8, modules=recompute_modules)
+                              framework=framework, fp8=fp8, modules=recompute_modules,
+                              compiled_loss=compiled_loss)
     out = []
     for rank, stage in zip(ranks, stages, strict=True):
         weights, grads, opt = _model_states(model, parallel, stage, param_dtype_bytes,
@@ -259,7 +266,8 @@ def _stage_activations(layer: _LayerActivations, stage: StageParams, recompute: 
     per_mb = _stored_by_layer(layer, stage.layer_is_moe, recompute)
     per_mb += _embedding_and_head_activations(model, parallel, stage, layer.micro_batch,
                                               layer.seq_len, layer.dropout,
-                                              _logit_bytes(layer.framework))
+                                              _logit_bytes(layer.framework,
+                                                           layer.compiled_loss))
     activations = per_mb * _inflight_factor(parallel, schedule, num_microbatches, rank)
     if recompute != Recompute.NONE:
         # Backward re-runs one layer at a time, so what recompute dropped exists for one layer.
@@ -289,6 +297,7 @@ class _LayerActivations:
     framework: Framework
     fp8: bool
     modules: tuple[RecomputeModule, ...] = ()
+    compiled_loss: bool = False  # torchtitan's loss under torch.compile (`_logit_bytes`)
 
     def stored(self, is_moe: bool, policy: Recompute) -> float:
         kw = dict(micro_batch=self.micro_batch, seq_len=self.seq_len)

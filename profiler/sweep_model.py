@@ -23,7 +23,12 @@ from typing import Any
 
 from analytical.errors import LlmsimError, SpecError
 from analytical.layer_backward import backward_nodes
-from analytical.layer_edges import embedding_ops, final_norm_op, lm_head_ops
+from analytical.layer_edges import (
+    embedding_ops,
+    final_norm_op,
+    lm_head_ops,
+    unfused_loss_passes,
+)
 from analytical.layer_spec import LayerPhase, Sharding, TokenBatch
 from analytical.layers import layer_ops
 from analytical.model_spec import ModelSpec
@@ -130,6 +135,7 @@ def model_ops(model: ModelSpec, *, tp: int, seq_len: int, micro_batch: int, phas
                  for n in layer_ops(model, sh, batch, phase, moe=moe, attention=att)]
         nodes += [final_norm_op(model, sh, tokens), *lm_head_ops(model, sh, tokens, phase)]
         nodes += backward_nodes(nodes) + tuple(embedding_ops(model, sh, tokens))
+        nodes += unfused_loss_passes(nodes)[0]  # Megatron-LM's default loss (its fp32 passes)
         nodes += backward_nodes(embedding_ops(model, sh, tokens)[:1])
     else:
         if tp % ep:

@@ -56,6 +56,7 @@ def _no_tp_overlap(row, key):
 
 
 _get = pub._get
+_loss_upcast = torch_kernels.loss_upcast_nodes
 
 
 def _no_triton(row, key):
@@ -86,7 +87,8 @@ EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
     ("torchtitan per-op SAC", [(memory, "op_sac_bytes_per_layer", _selective_as_megatron)]),
     ("torchtitan no reshard under PP (+ fp32 unsharded grads)",
      [(memory, "_gathered_weights", _default_gather)]),
-    ("loss working set per framework", [(memory, "_logit_bytes", lambda f: memory.LOGITS_BYTES)]),
+    ("loss working set per framework",
+     [(memory, "_logit_bytes", lambda f, compiled=False: memory.LOGITS_BYTES)]),
     ("TE fp8 saved linear inputs (megatron/nemo)", [(memory, "_saves_fp8_inputs", lambda f: False)]),
     ("unstated recompute: least that fits", [(pub, "UNSTATED_RECOMPUTE", ("none",))]),
     ("unstated micro-batch: torchtitan pp split",
@@ -96,7 +98,8 @@ EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
     ("attention backend per framework (FA2 / cuDNN on Hopper)",
      [(training, "framework_estimates", lambda ops, est, hw, fw, **_: list(est))]),
     ("torchtitan per-op SAC recompute time",
-     [(graph, "recompute_nodes", lambda fwd, rc, per_op=False: recompute_nodes(fwd, rc))]),
+     [(graph, "recompute_nodes",
+       lambda fwd, rc, per_op=False, modules=(): recompute_nodes(fwd, rc, modules=modules))]),
     ("fp8 cast passes per framework",
      [(graph, "fp8_cast_nodes", lambda fwd, fw, recipe="tensorwise": ([], []))]),
     ("TP communication overlap where the source states it", [(pub, "_bool", _no_tp_overlap)]),
@@ -111,7 +114,7 @@ EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
     ("interleaved 1F1B activations per stage, capped at m micro-batches (Megatron-Core warm-up)",
      [(memory, "_inflight_factor", _uncapped_inflight)]),
     ("TE userbuffers: forward TP reduce-scatter pipelined in 4 chunks (Megatron/NeMo)",
-     [(training, "tp_overlap_rs_splits", lambda fw: 0)]),
+     [(training, "tp_overlap_rs_splits", lambda fw, tp=1: 0)]),
     ("eager composite kernels where the source says so (column compile)",
      [(torch_kernels, "EAGER_TRAFFIC", {})]),
     ("torchao fp8 rowwise backward passes (column fp8_recipe)",
@@ -127,6 +130,15 @@ EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
      [(moe_host, "host_kernel_s", lambda hw: moe_host.HOST_S_PER_KERNEL)]),
     ("recipes' CUDA graphs off the MoE host floor (column cuda_graph)",
      [(training, "host_bound_costs", _no_graphs)]),
+    ("Megatron-Core unfused cross entropy (Megatron-LM default; column cross_entropy_fusion)",
+     [(graph, "unfused_loss_nodes", lambda fw, fusion, head: ([], []))]),
+    ("torchtitan async TP: SymmetricMemory chunked reduce-scatter and partial sum",
+     [(efficiency, "SYMM_MEM_TP", frozenset()), (torch_kernels, "SYMM_MEM_TP", frozenset())]),
+    ("torchtitan loss compiled with the model since 2025-04 (column compile_loss)",
+     [(memory, "COMPILED_CROSS_ENTROPY_BYTES", memory.FP32_CROSS_ENTROPY_BYTES),
+      (graph, "loss_upcast_nodes", lambda fw, head, compiled=False: _loss_upcast(fw, head))]),
+    ("torchtitan context parallel: PyTorch's fp32 merges around the SDPA ring",
+     [(graph, "ring_merge_nodes", lambda fw, fwd, cp: ([], []))]),
 ]
 
 

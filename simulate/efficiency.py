@@ -33,7 +33,13 @@ from analytical.memory import Framework
 from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind, OpSpec
 from analytical.roofline import roofline_estimate
 from simulate.engines import EngineChain, Estimate
-from simulate.torch_kernels import Fp8Recipe, eager_traffic, optimizer_traffic, rowwise_backward
+from simulate.torch_kernels import (
+    SYMM_MEM_TP,
+    Fp8Recipe,
+    eager_traffic,
+    optimizer_traffic,
+    rowwise_backward,
+)
 
 __all__ = ["AttentionBackend", "attention_backend", "attention_fraction", "fp8_cast_nodes",
            "framework_estimates", "grad_reduce_dtype", "optimizer_estimate",
@@ -302,15 +308,19 @@ def grad_reduce_dtype(framework: str, act: DType) -> DType:
 # each chunk's reduce-scatter overlapping the next chunk's GEMM, so the last chunk's share is
 # exposed; the all-gathers (ring_exchange, tp chunks, the local one first) and the backward
 # "bulk" overlaps hide whole (transformer_engine/pytorch/module/base.py, initialize_ub defaults:
-# "num_splits": tp_size if method == "ring_exchange" else 4). Other frameworks keep the
-# paired-GEMM model (torchtitan's async TP: no published split count was read).
+# "num_splits": tp_size if method == "ring_exchange" else 4). torchtitan's async TP (PyTorch
+# SymmetricMemory) pipelines the reduce-scatter in tp chunks (`torch_kernels.SYMM_MEM_TP`).
+# Other frameworks keep the paired-GEMM model.
 TE_PIPELINE_SPLITS = 4
 TE_USERBUFFERS = frozenset({Framework.MEGATRON, Framework.NEMO})
 
 
-def tp_overlap_rs_splits(framework: str) -> int:
+def tp_overlap_rs_splits(framework: str, tp: int = 1) -> int:
     """Chunks a forward TP reduce-scatter is pipelined in (0: overlapped whole)."""
-    return TE_PIPELINE_SPLITS if Framework(framework) in TE_USERBUFFERS else 0
+    fw = Framework(framework)
+    if fw in TE_USERBUFFERS:
+        return TE_PIPELINE_SPLITS
+    return tp if fw in SYMM_MEM_TP and tp > 1 else 0
 
 
 def optimizer_estimate(chain: EngineChain, params: float, framework: str) -> Estimate:

@@ -29,7 +29,14 @@ from analytical.ops import CollectiveKind
 from analytical.parallel import Recompute, RecomputeModule
 from simulate.efficiency import fp8_cast_nodes, grad_reduce_dtype
 from simulate.moe_kernels import expert_elementwise_nodes
-from simulate.torch_kernels import fsdp_copy_nodes, loss_upcast_nodes, unpad_nodes
+from simulate.torch_kernels import (
+    fsdp_copy_nodes,
+    loss_upcast_nodes,
+    ring_merge_nodes,
+    symm_mem_reduce_nodes,
+    unfused_loss_nodes,
+    unpad_nodes,
+)
 
 __all__ = ["Block", "Node", "TrainStep", "embedding_block", "head_block", "layer_block"]
 
@@ -58,6 +65,9 @@ class TrainStep:
     framework: Framework = Framework.MEGATRON  # kernels and recompute policy it runs
     compiled: bool = True  # torch.compile'd (PyTorch-native frameworks; `torch_kernels`)
     fp8_recipe: str = "tensorwise"  # a `torch_kernels.Fp8Recipe` value
+    ce_fusion: bool | None = None  # Megatron-Core fused cross entropy; None: the framework's
+    tp_overlap: bool = False  # TP collectives overlapped (TE userbuffers / async TP)
+    compiled_loss: bool = False  # torchtitan's loss under torch.compile (no separate upcast)
 
     @property
     def flash(self) -> bool:
@@ -90,7 +100,9 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
     cast_f, cast_b = fp8_cast_nodes(fwd, step.framework, step.fp8_recipe)
     pad_f, pad_b = unpad_nodes(fwd, step.framework, step.attention)
     moe_f, moe_b = expert_elementwise_nodes(fwd, model, step.framework, step.precision.act)
-    fwd, bwd = [*fwd, *cast_f, *pad_f, *moe_f], [*bwd, *cast_b, *pad_b, *moe_b]
+    sum_f = symm_mem_reduce_nodes(step.framework, step.tp_overlap, fwd, step.tokens)
+    cp_f, cp_b = ring_merge_nodes(step.framework, fwd, sh.cp)
+    fwd, bwd = [*fwd, *cast_f, *pad_f, *moe_f, *sum_f, *cp_f], [*bwd, *cast_b, *pad_b, *moe_b, *cp_b]
     if sh.fsdp_group > 1 and layer_params_per_rank > 0:
         size = layer_params_per_rank * step.precision.act.bytes
         ag = coll("fsdp_all_gather", CollectiveKind.ALL_GATHER, size, sh.fsdp_group,
@@ -128,9 +140,10 @@ def head_block(model: ModelSpec, step: TrainStep) -> Block:
     tokens = step.tokens
     compute = [final_norm_op(model, sh, tokens, step.precision),
                *lm_head_ops(model, sh, tokens, LayerPhase.TRAIN, step.precision)]
-    compute[-1:-1] = loss_upcast_nodes(step.framework, compute)  # before the cross entropy
-    bwd = list(backward_nodes(compute, frozen_base=step.lora is not None))
-    fwd = list(compute)
+    compute[-1:-1] = loss_upcast_nodes(step.framework, compute, step.compiled_loss)
+    loss_f, loss_b = unfused_loss_nodes(step.framework, step.ce_fusion, compute)
+    bwd = loss_b + list(backward_nodes(compute, frozen_base=step.lora is not None))
+    fwd = compute + loss_f
     size = tokens * model.hidden * act.bytes
     if sh.tp > 1 and sh.sp:
         fwd.insert(1, coll("lm_head.sp_all_gather", CollectiveKind.ALL_GATHER, size, sh.tp,

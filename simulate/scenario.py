@@ -46,7 +46,8 @@ HARDWARE_KEYS = {"gpu", "num_gpus", "gpus_per_node"}
 TRAINING_KEYS = {"parallel", "global_batch", "micro_batch", "seq_len", "precision", "recompute",
                  "recompute_modules", "grad_reduce_dtype", "cuda_graph",
                  "schedule", "overlap", "dp_bucket_mb", "optimizer", "attention", "lora",
-                 "framework", "offload", "compile", "fp8_recipe"}
+                 "framework", "offload", "compile", "fp8_recipe", "cross_entropy_fusion",
+                 "compile_loss"}
 PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "fsdp",
                  "cp_algorithm", "pipeline_split"}
 OVERLAP_KEYS = {"tp_comm", "dp_grad", "param_gather", "compute_slowdown", "comm_sms", "moe_a2a"}
@@ -122,6 +123,14 @@ class TrainingSpec:
     grad_reduce_dtype: DType | None = None
     # parts captured in CUDA graphs (Megatron-Core cuda_graph_scope, `simulate.moe_graphs`)
     cuda_graph: tuple[CudaGraphScope, ...] = ()
+    # Megatron-Core's fused cross entropy (`torch_kernels.unfused_loss_nodes`); None: framework's
+    cross_entropy_fusion: bool | None = None
+    # torchtitan's loss under torch.compile; None: with the model (torchtitan since 2025-04)
+    compile_loss: bool | None = None
+
+    @property
+    def compiled_loss(self) -> bool:
+        return self.compile if self.compile_loss is None else self.compile_loss
 
     @property
     def num_microbatches(self) -> int:
@@ -168,6 +177,11 @@ def _bool(block: Mapping[str, Any], key: str, path: str, source: str | None,
     if not isinstance(value, bool):
         raise SpecError(f"{path}.{key}", f"must be true or false, got {value!r}", source=source)
     return value
+
+
+def _opt_bool(block: Mapping[str, Any], key: str, path: str, source: str | None
+              ) -> bool | None:
+    return None if block.get(key) is None else _bool(block, key, path, source, False)
 
 
 def _choice(block: Mapping[str, Any], key: str, path: str, source: str | None, enum: Any,
@@ -249,6 +263,8 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
         fp8_recipe=_choice(block, "fp8_recipe", path, source, Fp8Recipe, "tensorwise"),
         grad_reduce_dtype=_grad_dtype(block, path, source),
         cuda_graph=_names(block, "cuda_graph", path, source, CudaGraphScope),
+        cross_entropy_fusion=_opt_bool(block, "cross_entropy_fusion", path, source),
+        compile_loss=_opt_bool(block, "compile_loss", path, source),
     )
     check_work(f"{path}.global_batch", spec.num_microbatches, MAX_MICROBATCHES,
                "micro-batches per iteration", "raise micro_batch or dp, or lower global_batch")

@@ -50,15 +50,25 @@ scatter as 1.5 copies. The Triton path (`flash-triton`) passes q, k, v as stride
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from enum import StrEnum
 
 from analytical.dtypes import DType
-from analytical.layer_spec import Node, Param
+from analytical.layer_edges import unfused_loss_passes
+from analytical.layer_spec import Node, Param, Stream
 from analytical.memory import Framework
-from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind
+from analytical.ops import (
+    AttentionSpec,
+    CollectiveKind,
+    CollectiveSpec,
+    GemmSpec,
+    MemoryBoundSpec,
+    MemoryOpKind,
+)
 
-__all__ = ["Fp8Recipe", "copy_pass", "eager_traffic", "fsdp_copy_nodes", "loss_upcast_nodes",
-           "optimizer_traffic", "rowwise_backward", "rowwise_nodes", "unpad_nodes"]
+__all__ = ["SYMM_MEM_TP", "Fp8Recipe", "copy_pass", "eager_traffic", "fsdp_copy_nodes",
+           "loss_upcast_nodes", "optimizer_traffic", "rowwise_backward", "rowwise_nodes",
+           "ring_merge_nodes", "symm_mem_reduce_nodes", "unfused_loss_nodes", "unpad_nodes"]
 
 PYTORCH_NATIVE = frozenset({Framework.TORCHTITAN, Framework.COMPOSER, Framework.DEEPSPEED})
 
@@ -178,16 +188,119 @@ def fsdp_copy_nodes(framework: str, params: float, hidden: int) -> tuple[list[No
 # each TransformerBlock): the fp32 upcast of the bf16 logits (read 2, write 4 bytes) and, in
 # backward, the cast of the fp32 logit gradient back to bf16 (read 4, write 2), each 1.5 bf16
 # copy passes over the logits the cross entropy reads.
+# torchtitan compiles the loss with the model since 2025-04 (torchtitan/components/loss.py
+# `build_cross_entropy_loss`, bbb1b616): Inductor fuses the upcast into the cross entropy's
+# kernels, so a compiled loss has no separate pass (`training.compile_loss`).
 FP32_LOSS_UPCAST = frozenset({Framework.TORCHTITAN})
 
 
-def loss_upcast_nodes(framework: str, head: Sequence[Node]) -> list[Node]:
+def loss_upcast_nodes(framework: str, head: Sequence[Node], compiled_loss: bool = False
+                      ) -> list[Node]:
     """The logits' fp32 upcast in front of the head's cross entropy (its backward follows from
-    `backward_nodes`), for frameworks that upcast outside a fused loss; none otherwise."""
-    if Framework(framework) not in FP32_LOSS_UPCAST:
+    `backward_nodes`), for frameworks that upcast outside a fused or compiled loss; none
+    otherwise."""
+    if Framework(framework) not in FP32_LOSS_UPCAST or compiled_loss:
         return []
     return [copy_pass("loss_upcast", n.op.rows, n.op.cols, 1.5) for n in head
             if isinstance(n.op, MemoryBoundSpec) and n.op.kind == MemoryOpKind.CROSS_ENTROPY]
+
+
+# Megatron-Core's unfused vocab-parallel cross entropy (`analytical.layer_edges.
+# unfused_loss_passes`, where the passes are counted) is Megatron-LM's default
+# (`cross_entropy_loss_fusion` off: `--cross-entropy-loss-fusion` is store_true, megatron/
+# training/arguments.py). Megatron-Bridge's `GPTModelProvider` turns the fusion on
+# (`cross_entropy_loss_fusion: bool = True`), as a run's `training.cross_entropy_fusion: true`
+# says; NeMo runs the same Megatron-Core code but its default is not read here (left at the
+# graph's count unless a run states false); the PyTorch-native frameworks keep their own loss
+# paths (`loss_upcast_nodes`).
+MEGATRON_CORE_LOSS = frozenset({Framework.MEGATRON, Framework.NEMO})
+UNFUSED_LOSS_DEFAULT = frozenset({Framework.MEGATRON})
+
+
+def unfused_loss_nodes(framework: str, fusion: bool | None, head: Sequence[Node]
+                       ) -> tuple[list[Node], list[Node]]:
+    """The forward and backward passes Megatron-Core's unfused cross entropy adds over the
+    head's logits; ``fusion`` None: the framework's default (unfused for Megatron-LM only)."""
+    fw = Framework(framework)
+    unfused = fw in UNFUSED_LOSS_DEFAULT if fusion is None else not fusion
+    if not unfused or fw not in MEGATRON_CORE_LOSS:
+        return [], []
+    return unfused_loss_passes(head)
+
+
+# torchtitan's async TP runs PyTorch's SymmetricMemory micro-pipelined matmul + reduce-scatter
+# (torch/distributed/_symmetric_memory/__init__.py, `_fused_matmul_reduce_scatter_impl`, torch
+# 2.5-2.7): the GEMM is cut into tp row chunks whose outputs go to their owners by all-to-all
+# (`_pipelined_produce_and_all2all`, each chunk's transfer beside the next chunk's matmul, so the
+# last 1/tp has none: `efficiency.tp_overlap_rs_splits`), and the received partials
+# `stacked_partials` [tp, M/tp, N] are then summed by one `torch.sum(dim=0)` kernel on the
+# compute stream: a read of the whole [M, N] output and a write of its 1/tp, work that NCCL's
+# reduce-scatter does on its own stream in the vanilla path.
+SYMM_MEM_TP = frozenset({Framework.TORCHTITAN})
+
+
+def symm_mem_reduce_nodes(framework: str, tp_overlap: bool, fwd: Sequence[Node], rows: int
+                          ) -> list[Node]:
+    """The partial-sum kernel after each forward TP reduce-scatter that async TP micro-pipelines
+    (comment above), over its ``rows`` (tokens) x hidden output; none for other frameworks or
+    without TP overlap."""
+    if not tp_overlap or Framework(framework) not in SYMM_MEM_TP:
+        return []
+    out: list[Node] = []
+    for n in fwd:
+        op = n.op
+        if (n.stream == Stream.TP and isinstance(op, CollectiveSpec)
+                and op.kind == CollectiveKind.REDUCE_SCATTER and op.group_size > 1):
+            elements = int(op.size_bytes // op.dtype.bytes)  # the unscattered [M, N] output
+            tp = op.group_size
+            out.append(copy_pass(f"{n.name}.symm_mem_sum", rows, max(1, elements // rows),
+                                 (1 + 1 / tp) / 2, op.dtype))
+    return out
+
+
+# PyTorch's context parallel (torchtitan's `context_parallel`, torch/distributed/tensor/
+# experimental/_attention.py, torch 2.6-2.7) runs the ring of SDPA calls with eager PyTorch
+# around each one, in fp32 (`_ContextParallelOptions.convert_to_f32 = True`). Forward
+# (`_templated_ring_attention`, `_SDPAMerger`): each step's KV is concatenated for sending
+# (`torch.cat([key.flatten(), value.flatten()])`, a bf16 copy of K and V); each remote block's
+# output is upcast (read 2, write 4 bytes per element) and merged into the fp32 running output
+# (`out - sigmoid(block_lse - lse) * (out - block_out)`: 12 + 8 + 12 bytes), the blocks that
+# cover half the queries then re-concatenated into the whole output (`_partial_update`, read and
+# write 4); the first block's upcast and the result's cast back (6 + 6 bytes per element).
+# Backward (`_templated_ring_attention_backward`): per remote step the KV concatenation again,
+# the fp32 dK/dV accumulations (`grad_key += grad_key_`: read 4 + 2, write 4, each of K and V)
+# and their fp32 concatenation for the next rank (read 4, write 4 each), the fp32 dQ
+# accumulation (10 bytes), and at the end dQ, dK, dV cast back to bf16 (6 bytes each). In bf16
+# copy passes (4 bytes per element) over the local queries [tokens, heads x head dim] and one
+# of K or V [tokens, kv heads x head dim]; half the remote steps are partial (their merges over
+# half the queries plus the 8-byte re-concatenation): (forward, backward) per remote step, and
+# once per layer. Megatron-Core / NeMo run TE's fused CP attention instead.
+RING_MERGE_PER_STEP = {"q": ((0.75 * 38 + 0.5 * 8) / 4, 10 / 4), "kv": (2 * 4 / 4, 2 * 22 / 4)}
+RING_MERGE_ONCE = {"q": ((6 + 6) / 4, 6 / 4), "kv": (0.0, 2 * 6 / 4)}
+TORCH_CP = frozenset({Framework.TORCHTITAN})
+
+
+def ring_merge_nodes(framework: str, fwd: Sequence[Node], cp: int
+                     ) -> tuple[list[Node], list[Node]]:
+    """The eager passes around PyTorch context parallel's ring of SDPA calls (comment above),
+    forward and backward, for a layer's local attention block; none for other frameworks or
+    without CP. Part of the SDPA op that selective checkpointing saves (``core``)."""
+    if cp <= 1 or Framework(framework) not in TORCH_CP:
+        return [], []
+    local = [n.op for n in fwd if n.name == "attention" and isinstance(n.op, AttentionSpec)]
+    out_f: list[Node] = []
+    out_b: list[Node] = []
+    for op in local:
+        rows = op.batch * op.q_len
+        cols = {"q": op.heads * op.head_dim, "kv": op.kv_heads * op.head_dim}
+        for part, width in cols.items():
+            for phase, out in ((0, out_f), (1, out_b)):
+                count = ((cp - 1) * RING_MERGE_PER_STEP[part][phase]
+                         + RING_MERGE_ONCE[part][phase])
+                if count:
+                    name = f"cp_merge_{part}" + (".bwd" if phase else "")
+                    out.append(replace(copy_pass(name, rows, width, count), core=True))
+    return out_f, out_b
 
 
 def rowwise_nodes(gemm_name: str, op: GemmSpec) -> list[Node]:

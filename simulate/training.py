@@ -92,7 +92,7 @@ def memory_before_offload(model, t: TrainingSpec) -> TrainingMemory:
     return training_memory(model, t.parallel, micro_batch=t.micro_batch, seq_len=t.seq_len,
                            recompute=t.recompute, recompute_modules=t.recompute_modules,
                            schedule=t.schedule, num_microbatches=t.num_microbatches,
-                           dropout=model.norm == "layernorm",
+                           dropout=model.norm == "layernorm", compiled_loss=t.compiled_loss,
                            flash_attention=t.fused_attention,
                            framework=t.framework, fp8=t.precision == DType.FP8,
                            grad_dtype_bytes=t.grad_buffer_bytes,
@@ -117,15 +117,15 @@ def _train_step(t: TrainingSpec, gpn: int) -> TrainStep:
     sh = Sharding(tp=par.tp, cp=par.cp, ep=par.ep, etp=par.etp, sp=par.sp,
                   tp_rpn=_rpn(par.tp, 1, gpn), cp_rpn=_rpn(par.cp, par.tp, gpn),
                   ep_rpn=_rpn(par.ep, par.expert_tp, gpn), fsdp_group=fsdp_group,
-                  fsdp_rpn=_rpn(fsdp_group, par.tp, gpn),
-                  cp_algorithm=CpAlgorithm(t.cp_algorithm))
+                  fsdp_rpn=_rpn(fsdp_group, par.tp, gpn), cp_algorithm=CpAlgorithm(t.cp_algorithm))
     precision = Precision(gemm=DType.FP8 if t.precision == DType.FP8 else t.precision,
                           act=act_dtype(t))
     lora = LoraSpec(rank=t.lora_rank, targets=t.lora_targets) if t.lora_rank else None
-    return TrainStep(sharding=sh, micro_batch=t.micro_batch, seq_len=t.seq_len,
-                     precision=precision, recompute=t.recompute,
-                     recompute_modules=t.recompute_modules, attention=t.attention, lora=lora,
-                     framework=t.framework, compiled=t.compile, fp8_recipe=t.fp8_recipe)
+    return TrainStep(sharding=sh, micro_batch=t.micro_batch, seq_len=t.seq_len, lora=lora,
+                     precision=precision, recompute=t.recompute, attention=t.attention,
+                     recompute_modules=t.recompute_modules, framework=t.framework,
+                     compiled=t.compile, fp8_recipe=t.fp8_recipe, ce_fusion=t.cross_entropy_fusion,
+                     tp_overlap=t.overlap.tp_comm, compiled_loss=t.compiled_loss)
 
 
 def act_dtype(t: TrainingSpec) -> DType:
@@ -186,9 +186,10 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
                    framework_estimates(ops, chain.estimate_many(ops), hw, t.framework,
                                        kernel=t.attention, compiled=t.compile),
                    strict=True))
-    costs: dict[Any, BlockCost] = {
-        k: block_cost(b, est, tp_overlap=t.overlap.tp_comm, slowdown=slowdown,
-                      rs_splits=tp_overlap_rs_splits(t.framework)) for k, b in blocks.items()}
+    splits = tp_overlap_rs_splits(t.framework, par.tp)
+    costs: dict[Any, BlockCost] = {k: block_cost(b, est, tp_overlap=t.overlap.tp_comm,
+                                                 slowdown=slowdown, rs_splits=splits)
+                                   for k, b in blocks.items()}
     costs = a2a_overlap_costs(costs, blocks, est, t, slowdown)
     costs = host_bound_costs(costs, blocks, t.framework, est, hw, t.cuda_graph)
     costs = offload_costs(costs, model, t, hw)

@@ -137,6 +137,10 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
     training["fp8_recipe"] = _get(row, "fp8_recipe") or DEFAULTS["fp8_recipe"]
     if _get(row, "grad_reduce_dtype"):  # the recipe's DDP grad_reduce_in_fp32
         training["grad_reduce_dtype"] = _get(row, "grad_reduce_dtype")
+    if _get(row, "cross_entropy_fusion"):  # Megatron-Core's fused loss, as the run set it
+        training["cross_entropy_fusion"] = _bool(row, "cross_entropy_fusion")
+    if _get(row, "compile_loss"):  # torchtitan's loss compiled with the model (since 2025-04)
+        training["compile_loss"] = _bool(row, "compile_loss")
     if _get(row, "recompute_modules"):  # Megatron-Core's selective modules, "+"-separated
         training["recompute_modules"] = _get(row, "recompute_modules").split("+")
     if _get(row, "cuda_graph"):  # the recipe's CUDA graph scopes, "+"-separated

@@ -9,6 +9,7 @@ import pytest
 from analytical.dtypes import DType
 from analytical.errors import SpecError
 from analytical.hardware import get_hardware
+from analytical.layer_edges import UNFUSED_LOSS_PASSES
 from analytical.layer_spec import LayerPhase, Precision, Sharding, TokenBatch
 from analytical.layers import layer_ops
 from analytical.model import load_model
@@ -17,7 +18,7 @@ from simulate.efficiency import fp8_cast_nodes, framework_estimates
 from simulate.engines import EngineChain, EngineOptions
 from simulate.scenario import load_scenario
 from simulate.search.training_search import search_training
-from simulate.torch_kernels import eager_traffic
+from simulate.torch_kernels import eager_traffic, unfused_loss_nodes
 from simulate.training import run_training
 
 ENGINES = EngineOptions(use_store=False, use_predictors=False)
@@ -93,7 +94,42 @@ def test_rowwise_fp8_is_slower_than_tensorwise():
     assert _tps(_doc("torchtitan", precision="fp8", fp8_recipe="rowwise")) < 0.95 * tensorwise
 
 
-@pytest.mark.parametrize("field,value", [("compile", "no"), ("fp8_recipe", "blockwise")])
+def _head(vocab: int = 131072, rows: int = 4096) -> list:
+    from analytical.layer_spec import Node
+    return [Node(name="cross_entropy", op=MemoryBoundSpec(kind=MemoryOpKind.CROSS_ENTROPY,
+                                                          rows=rows, cols=vocab, dtype=DType.FP32))]
+
+
+def test_megatron_unfused_cross_entropy_adds_34_and_6_bytes_per_logit():
+    fwd, bwd = unfused_loss_nodes("megatron", None, _head())
+    assert [n.count for n in fwd] == [UNFUSED_LOSS_PASSES[0]] and len(bwd) == 1
+    assert fwd[0].count * 8 == 34 and bwd[0].count * 8 == 6  # fp32 copy: 8 bytes per element
+    assert fwd[0].op.rows == 4096 and fwd[0].op.cols == 131072
+    assert unfused_loss_nodes("megatron", True, _head()) == ([], [])
+    # NeMo's default is not read (left fused); a stated false runs the same Megatron-Core code
+    assert unfused_loss_nodes("nemo", None, _head()) == ([], [])
+    assert unfused_loss_nodes("nemo", False, _head()) == (fwd, bwd)
+    for fw in ("torchtitan", "composer", "deepspeed"):  # their own loss paths
+        assert unfused_loss_nodes(fw, False, _head()) == ([], [])
+
+
+def test_unfused_cross_entropy_slows_a_large_vocab_megatron_run():
+    doc = {"name": "x", "model": "llama-3-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+           "training": {"parallel": {"dp": 8, "zero": 1}, "global_batch": 8, "micro_batch": 1,
+                        "seq_len": 4096}}
+    unfused = _tps(doc)
+    doc["training"]["cross_entropy_fusion"] = True
+    fused = _tps(doc)
+    assert 0.9 * fused < unfused < 0.995 * fused  # 128k vocab: a few % of an 8B step
+    doc["training"]["framework"] = "nemo"
+    nemo_fused = _tps(doc)
+    doc["training"].pop("cross_entropy_fusion")
+    assert _tps(doc) == pytest.approx(nemo_fused)
+
+
+@pytest.mark.parametrize("field,value", [("compile", "no"), ("fp8_recipe", "blockwise"),
+                                         ("cross_entropy_fusion", "yes"),
+                                         ("compile_loss", 1)])
 def test_bad_fields_name_themselves(field, value):
     with pytest.raises(SpecError, match=f"training.{field}"):
         load_scenario(_doc("torchtitan", **{field: value}))
@@ -168,14 +204,86 @@ def test_fsdp_copies_on_the_compute_stream_by_framework():
 
 
 def test_torchtitan_upcasts_its_logits_outside_the_compiled_blocks():
-    """torchtitan's `cross_entropy(pred.float())`: an fp32 upcast of the logits in forward and
-    its cast back in backward; fused-loss frameworks have none."""
+    """torchtitan's `cross_entropy(pred.float())` outside torch.compile (before 2025-04): an
+    fp32 upcast of the logits in forward and its cast back in backward; fused-loss frameworks
+    have none."""
     names = {}
     for fw in ("torchtitan", "megatron"):
-        res = run_training(load_scenario(_doc(fw)), use_store=False, use_predictors=False,
-                           record=True)
+        res = run_training(load_scenario(_doc(fw, compile_loss=False)), use_store=False,
+                           use_predictors=False, record=True)
         names[fw] = [r.name for r in res.records if r.name.startswith("loss_upcast")]
     assert names == {"torchtitan": ["loss_upcast", "loss_upcast.bwd"], "megatron": []}
     from simulate.torch_kernels import loss_upcast_nodes
 
     assert loss_upcast_nodes("torchtitan", []) == []
+
+
+def _tp_layer(framework: str, tp_overlap: bool):
+    from simulate.graph import TrainStep, layer_block
+    step = TrainStep(sharding=Sharding(tp=8, sp=True), micro_batch=2, seq_len=4096,
+                     framework=framework, tp_overlap=tp_overlap)
+    return layer_block(load_model("llama-3-8b"), step, moe=False)
+
+
+def test_async_tp_sums_the_stacked_partials_after_each_forward_reduce_scatter():
+    from analytical.ops import CollectiveKind
+    from simulate.efficiency import tp_overlap_rs_splits
+    from simulate.torch_kernels import symm_mem_reduce_nodes
+
+    block = _tp_layer("torchtitan", True)
+    sums = [n for n in block.fwd if n.name.endswith(".symm_mem_sum")]
+    rs = [n for n in block.fwd if getattr(n.op, "kind", None) == CollectiveKind.REDUCE_SCATTER]
+    assert len(sums) == len(rs) == 2  # attention output projection and MLP down projection
+    assert sums[0].op.rows * sums[0].op.cols == 2 * 4096 * 4096  # the unscattered output
+    assert sums[0].count == pytest.approx((1 + 1 / 8) / 2)
+    assert not any(n.name.endswith(".symm_mem_sum") for n in _tp_layer("torchtitan", False).fwd)
+    assert not any(n.name.endswith(".symm_mem_sum") for n in _tp_layer("megatron", True).fwd)
+    assert symm_mem_reduce_nodes("megatron", True, block.fwd, 8192) == []
+    # the last of tp chunks has no matmul left to hide behind; TE userbuffers: 4 chunks
+    assert tp_overlap_rs_splits("torchtitan", 8) == 8
+    assert tp_overlap_rs_splits("torchtitan", 1) == 0
+    assert tp_overlap_rs_splits("megatron", 8) == 4
+    assert tp_overlap_rs_splits("deepspeed", 8) == 0
+
+
+def test_torchtitan_compiled_loss_keeps_bf16_logits_and_drops_the_upcast_pass():
+    from simulate.torch_kernels import loss_upcast_nodes
+    from simulate.training import spec_memory
+
+    doc = _doc("torchtitan")
+    spec = load_scenario(doc).training
+    assert spec.compile_loss is None and spec.compiled_loss  # with the model, as since 2025-04
+    doc["training"]["compile_loss"] = False
+    old = load_scenario(doc).training
+    assert not old.compiled_loss
+    model = load_model("llama-3-8b")
+    saved = spec_memory(model, old).activations_bytes - spec_memory(model, spec).activations_bytes
+    logits = 8192 * model.vocab  # one micro-batch of 8192 tokens, no TP
+    assert saved == pytest.approx((12 - 4) * logits, rel=1e-6)
+    assert loss_upcast_nodes("torchtitan", _head(), True) == []
+    assert len(loss_upcast_nodes("torchtitan", _head(), False)) == 1
+    assert _tps(doc) < _tps(_doc("torchtitan"))  # the uncompiled loss's upcast pass
+
+
+def test_torch_context_parallel_merges_each_remote_block_in_fp32():
+    from simulate.graph import TrainStep, layer_block
+    from simulate.torch_kernels import RING_MERGE_ONCE, RING_MERGE_PER_STEP, ring_merge_nodes
+
+    model = load_model("llama-3-8b")
+
+    def block(framework: str, cp: int):
+        step = TrainStep(sharding=Sharding(cp=cp), micro_batch=1, seq_len=32768,
+                         framework=framework)
+        return layer_block(model, step, moe=False)
+
+    b = block("torchtitan", 4)
+    merges = {n.name: n for n in (*b.fwd, *b.bwd) if n.name.startswith("cp_merge")}
+    assert set(merges) == {"cp_merge_q", "cp_merge_kv", "cp_merge_q.bwd", "cp_merge_kv.bwd"}
+    q = merges["cp_merge_q"]
+    assert (q.op.rows, q.op.cols) == (32768 // 4, 4096)  # local queries x heads * head dim
+    assert merges["cp_merge_kv"].op.cols == 1024  # 8 KV heads x 128
+    assert q.count == pytest.approx(3 * RING_MERGE_PER_STEP["q"][0] + RING_MERGE_ONCE["q"][0])
+    assert all(n.core for n in merges.values())  # inside the SDPA op selective AC saves
+    assert ring_merge_nodes("torchtitan", b.fwd, 1) == ([], [])
+    assert not any(n.name.startswith("cp_merge") for n in (*block("megatron", 4).fwd,
+                                                           *block("torchtitan", 1).fwd))
