@@ -3,7 +3,10 @@
 the operators of one micro-batch of the critical pipeline stage summed by kind (attention, dense
 GEMMs, expert grouped GEMMs, permute / sort, other element-wise, recompute) and per
 communication stream (EP all-to-all, DP gradient reduction, pipeline sends), beside the step
-time per micro-batch that the row's measured tokens/s implies and the one predicted.
+time per micro-batch that the row's measured tokens/s implies, the one predicted, and the one
+predicted without the MoE host floor (`simulate.moe_host` with no CPU time per kernel) and the
+CPU issue time the host floor counts per micro-batch (the step with 1000x the CPU time per
+kernel, over 1000: the GPU's share vanishes).
 
 Usage: python scripts/moe_breakdown.py ROW [ROW ...] [--source megatron-bridge] [--no-store]
 (ROW: 0-based index among the source's rows of datasets/validation/training/published_runs.csv,
@@ -19,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 CORPUS = Path(__file__).resolve().parents[1] / "datasets/validation/training/published_runs.csv"
 KINDS = ("attention", "dense_gemm", "expert_gemm", "permute", "elementwise", "recompute")
@@ -64,7 +68,15 @@ def _rows(source: str, indices: Iterable[int]) -> list[tuple[int, dict[str, str]
     return [(i, rows[i]) for i in indices]
 
 
+def _per_microbatch(data: Mapping[str, Any]) -> float:
+    return float(data["iteration_time_s"]) / int(data["num_microbatches"])
+
+
+CPU_SCALE = 1000.0  # the host floor's CPU time per kernel scaled up so that it alone counts
+
+
 def main() -> None:
+    import simulate.moe_host as moe_host
     from simulate.api import run
     from simulate.validate.published import UNSTATED_RECOMPUTE, _measured_tps, row_scenario
 
@@ -82,6 +94,12 @@ def main() -> None:
             if out.data.get("fits"):
                 break
         d = out.data
+        host = {}
+        for scale in (0.0, CPU_SCALE):
+            with mock.patch.object(moe_host, "HOST_S_PER_KERNEL",
+                                   moe_host.HOST_S_PER_KERNEL * scale):
+                host[scale] = _per_microbatch(run(scenario, use_store=not a.no_store,
+                                                  use_predictors=not a.no_store).data)
         mbs = d["num_microbatches"]
         tps = _measured_tps(row)[0]
         tokens = d["tokens_per_s_per_gpu"] * d["iteration_time_s"]
@@ -89,7 +107,9 @@ def main() -> None:
         parts = stage_seconds(out.trace or {"traceEvents": []}, d["critical_stage"])
         print(f"{i} {row['model']} {row['gpu']} {row['precision']} mb{row['micro_batch']} "
               f"{row['framework_version'].split()[-1]} recompute {policy}: s/micro-batch measured {measured:.4f} "
-              f"predicted {d['iteration_time_s'] / mbs:.4f} ({mbs} micro-batches); "
+              f"predicted {_per_microbatch(d):.4f}, without host floor {host[0.0]:.4f}, "
+              f"host CPU {host[CPU_SCALE] / CPU_SCALE:.4f} "
+              f"({mbs} micro-batches); "
               + " ".join(f"{k} {v:.4f}" for k, v in sorted(parts.items())))
 
 
