@@ -197,6 +197,11 @@ def test_cli_trains_logs_and_writes_the_table(llmsim_home, fake_store, tmp_path,
     fold = [r for r in out["leave_one_out"] if r["stack"].startswith(ALL)]
     assert [r["heldout"] for r in fold] == ["b200"] and fold[0]["n"] == 150
     assert fold[0]["denominator_mape"] > fold[0]["transfer_mape"]
+    assert "residuals" not in out
+    assert main([*common, "--leave-out", "b200", "--no-log", "--residuals", "--json"]) == 0
+    groups = json.loads(capsys.readouterr().out)["residuals"]
+    assert {g["heldout"] for g in groups} == {"b200"}
+    assert sum(g["n"] for g in groups) == 150  # every scored row in exactly one group
     readme = tmp_path / "README.md"
     readme.write_text("intro\n")
     assert main([*common, "--loo", "--write-readme", str(readme)]) == 0
@@ -340,3 +345,19 @@ def test_flash_attention_traffic_and_unsplit_decode_bound():
                            phase=Phase.DECODE)
     d = transfer_matrix("attention", [decode], hw)[0]
     assert d[col["log2_unsplit_decode_s"]] - d[col["log2_memory_s"]] == pytest.approx(2.0)
+
+
+def test_residual_groups_split_bias_by_band_and_fold_small_groups():
+    from predictors.transfer_residuals import latency_band, residual_groups
+
+    ops = [GemmSpec(m=64, n=64, k=64)] * 30 + [GemmSpec(m=64, n=64, k=64, dtype=DType.FP8)] * 5
+    measured = np.array([5e-6] * 20 + [2e-3] * 10 + [5e-6] * 5)
+    # tiny bf16 rows 50% too slow, large ones 20% too fast, the 5 fp8 rows exact
+    predicted = measured * np.array([1.5] * 20 + [0.8] * 10 + [1.0] * 5)
+    groups = residual_groups(ops, ["trtllm"] * 35, measured, predicted)
+    got = {(g["dtype"], g["band"]): (g["n"], round(g["mape"], 6), round(g["signed_median"], 6))
+           for g in groups}
+    assert got == {("bf16", "<10us"): (20, 50.0, 50.0), ("bf16", "other"): (10, 20.0, -20.0),
+                   ("fp8", "other"): (5, 0.0, 0.0)}
+    assert [latency_band(t) for t in (9.9e-6, 10e-6, 5e-5, 1e-3)] == [
+        "<10us", "10-30us", "30-100us", ">=1ms"]
