@@ -82,7 +82,7 @@ def evaluate_fold(data: TransferData, rows: Rows, heldout: str,
                                                          return_counts=True), strict=True)}
     test = test.select(seen)
     hw = data.gpus[heldout].hardware
-    predicted = model.predict(test.ops, hw, test.stacks.tolist())
+    predicted = model.predict(test.ops, hw, test.stacks.tolist(), test.versions.tolist())
     alone = test.ideal_s + floors(model.floor_s, test.ops, test.stacks.tolist())
     analytic = roofline_seconds(test, hw)
     ok = np.isfinite(analytic)
