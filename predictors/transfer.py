@@ -3,7 +3,12 @@
 which answers for a GPU that has a hardware YAML and no measurements.
 
 Features: `predictors.transfer_features` (the shape's work decomposition measured against the
-GPU's spec) plus a one-hot of the measuring stack (`predictors.transfer_data.stack_of`).
+GPU's spec) plus a one-hot of the measuring stack (`predictors.transfer_data.stack_of`) and the
+stack's release as a number (`predictors.transfer_data.version_of`; an unseen GPU is asked as
+the newest release in training). The store's A100 TensorRT-LLM rows are release 1.0, the
+others' 1.3: pooled as one stack, the trees read the A100's slower kernels as a property of
+its hardware columns and carried it to the GPU nearest them (L40S GEMMs held out: 26.6% ->
+22.2%, the same 22.0-22.2% over seeds 0-2 against 26.4-26.8% with the column set to 0).
 Target: ln(latency / (roofline of that GPU + floor)), so the trees learn an efficiency, which
 moves between GPUs far less than a latency does. The roofline is the vendor-peak one
 (`predictors.transfer_features.ideal_seconds`: datasheet peak for the dtype and memory
@@ -89,7 +94,8 @@ class TransferModel:
 
     def __init__(self, *, booster: xgb.Booster, family: str, gpus: Sequence[str], stacks: Sequence[str],
                  default_stack: str, params: HyperParams, domain: Domain,
-                 vendors: Sequence[str], floor_s: Mapping[str, float], rows: int = 0,
+                 vendors: Sequence[str], floor_s: Mapping[str, float],
+                 stack_versions: Mapping[str, Sequence[float]], rows: int = 0,
                  schema_version: int = TRANSFER_SCHEMA_VERSION) -> None:
         self.booster = booster
         self.family = family
@@ -100,32 +106,51 @@ class TransferModel:
         self.domain = domain
         self.vendors = tuple(vendors)
         self.floor_s = {str(k): float(v) for k, v in sorted(floor_s.items())}
+        # releases per stack in training, ascending: a row is asked as the nearest of them
+        # (the newest without one), never as a release the trees did not see, which they
+        # would put on the side of a split another stack's release 0 happens to fall on
+        self.stack_versions = {str(k): sorted(float(x) for x in v)
+                               for k, v in sorted(stack_versions.items())}
         self.rows = rows
         self.schema_version = schema_version
 
     @property
     def feature_names(self) -> list[str]:
-        return transfer_feature_names(self.family) + [f"stack_{s}" for s in self.stacks]
+        return _model_feature_names(self.family, self.stacks)
 
     @property
     def n_trees(self) -> int:
         return int(self.booster.num_boosted_rounds())
 
     def features(self, ops: Sequence[OpSpec], hw: HardwareSpec,
-                 stacks: Sequence[str] | None = None) -> np.ndarray:
+                 stacks: Sequence[str] | None = None,
+                 versions: Sequence[float] | None = None) -> np.ndarray:
         stacks = [self.default_stack] * len(ops) if stacks is None else stacks
+        asked = [self.release(s, None if versions is None else versions[i])
+                 for i, s in enumerate(stacks)]
         return np.hstack([transfer_matrix(self.family, ops, hw),
-                          stack_columns(stacks, self.stacks)])
+                          stack_columns(stacks, self.stacks),
+                          np.asarray(asked, dtype=np.float64).reshape(-1, 1)])
+
+    def release(self, stack: str, version: float | None) -> float:
+        """The training release of ``stack`` nearest ``version`` (the newer on a tie; the
+        newest for None); 0.0 for a stack outside the vocabulary."""
+        seen = self.stack_versions.get(stack, [0.0])
+        if version is None:
+            return seen[-1]
+        return min(reversed(seen), key=lambda v: abs(v - version))
 
     def predict(self, ops: Sequence[OpSpec], hw: HardwareSpec,
-                stacks: Sequence[str] | None = None) -> np.ndarray:
-        """Seconds per op on ``hw`` as measured by ``stacks`` (default: `default_stack`)."""
+                stacks: Sequence[str] | None = None,
+                versions: Sequence[float] | None = None) -> np.ndarray:
+        """Seconds per op on ``hw`` as measured by ``stacks`` (default: `default_stack`) at
+        ``versions`` (default: each stack's newest release in training)."""
         import xgboost as xgb
 
         if not ops:
             return np.empty(0)
         stacks = [self.default_stack] * len(ops) if stacks is None else stacks
-        matrix = xgb.DMatrix(self.features(ops, hw, stacks), nthread=1)
+        matrix = xgb.DMatrix(self.features(ops, hw, stacks, versions), nthread=1)
         raw = self.booster.predict(matrix).astype(np.float64)
         seconds: np.ndarray = np.exp(raw) * (ideal_seconds(ops, hw) + floors(self.floor_s, ops, stacks))
         return seconds
@@ -149,6 +174,7 @@ class TransferModel:
                "vendors": list(self.vendors), "domain": self.domain, "rows": self.rows,
                "target": "log_roofline_ratio",
                "floor_s": {k: v.hex() for k, v in self.floor_s.items()},
+               "stack_versions": dict(self.stack_versions),
                "params": asdict(self.params),
                "n_trees": self.n_trees}
         (folder / SCHEMA_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
@@ -170,6 +196,7 @@ class TransferModel:
                    params=HyperParams(**doc["params"]), domain=doc["domain"],
                    vendors=doc["vendors"],
                    floor_s={k: float.fromhex(v) for k, v in doc["floor_s"].items()},
+                   stack_versions=doc["stack_versions"],
                    rows=int(doc.get("rows", 0)),
                    schema_version=doc["schema_version"])
 
@@ -197,13 +224,19 @@ def check_transfer_schema(doc: dict[str, Any], *, source: str) -> None:
     if doc.get("schema_version") != TRANSFER_SCHEMA_VERSION:
         raise LlmsimError(f"{source}: transfer schema version {doc.get('schema_version')} but "
                           f"this llmsim uses {TRANSFER_SCHEMA_VERSION}; {retrain}")
-    for key in ("stacks", "default_stack", "gpus", "vendors", "domain", "params", "floor_s"):
+    for key in ("stacks", "default_stack", "gpus", "vendors", "domain", "params", "floor_s",
+                "stack_versions"):
         if key not in doc:
             raise LlmsimError(f"{source}: {key}: missing")
-    expected = transfer_feature_names(family) + [f"stack_{s}" for s in doc["stacks"]]
+    expected = _model_feature_names(family, doc["stacks"])
     if doc.get("features") != expected:
         raise LlmsimError(f"{source}: feature names differ from transfer schema version "
                           f"{TRANSFER_SCHEMA_VERSION} for {family!r}; {retrain}")
+
+
+def _model_feature_names(family: str, stacks: Sequence[str]) -> list[str]:
+    """The family's columns, the stack one-hot, the stack's release (`version_of`)."""
+    return transfer_feature_names(family) + [f"stack_{s}" for s in stacks] + ["stack_version"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -214,6 +247,7 @@ class Rows:
     gpu: np.ndarray  # hardware name per row
     ops: tuple[OpSpec, ...]
     stacks: np.ndarray
+    versions: np.ndarray  # `predictors.transfer_data.version_of` per row
     features: np.ndarray  # transfer_matrix columns, without the stack one-hot
     latency_s: np.ndarray
     ideal_s: np.ndarray
@@ -221,7 +255,8 @@ class Rows:
     def select(self, mask: np.ndarray) -> Rows:
         return Rows(gpu=self.gpu[mask], ops=tuple(o for o, m in zip(self.ops, mask, strict=True)
                                                   if m),
-                    stacks=self.stacks[mask], features=self.features[mask],
+                    stacks=self.stacks[mask], versions=self.versions[mask],
+                    features=self.features[mask],
                     latency_s=self.latency_s[mask], ideal_s=self.ideal_s[mask])
 
 
@@ -234,6 +269,7 @@ def all_rows(data: TransferData) -> Rows:
         feats.append(transfer_matrix(data.family, g.ops, g.hardware))
     return Rows(gpu=np.array(gpu, dtype=str), ops=tuple(ops),
                 stacks=np.concatenate([g.stacks for g in data.gpus.values()]),
+                versions=np.concatenate([g.versions for g in data.gpus.values()]),
                 features=np.vstack(feats),
                 latency_s=np.concatenate([g.latency_s for g in data.gpus.values()]),
                 ideal_s=np.concatenate([ideal_seconds(g.ops, g.hardware)
@@ -255,7 +291,9 @@ def fit_transfer(data: TransferData, config: TransferConfig = TransferConfig(), 
     rows_per_stack = Counter(train.stacks.tolist())
     default = max(vocabulary, key=lambda s: (gpus_per_stack[s], rows_per_stack[s], s))
     floor = launch_floor(data.family, train)
-    x = np.hstack([train.features, stack_columns(train.stacks.tolist(), vocabulary)])
+    x = np.hstack([train.features, stack_columns(train.stacks.tolist(), vocabulary),
+                   train.versions.reshape(-1, 1)])
+    releases = {s: sorted(set(train.versions[train.stacks == s].tolist())) for s in vocabulary}
     target = np.log(train.latency_s / (train.ideal_s + floors(floor, train.ops, train.stacks.tolist())))
     booster = fit_booster(x, target, config.params,
                           seed=config.seed, nthread=config.nthread)
@@ -263,7 +301,7 @@ def fit_transfer(data: TransferData, config: TransferConfig = TransferConfig(), 
                          default_stack=default, params=config.params,
                          domain=training_domain(train.ops),
                          vendors=sorted({data.gpus[n].hardware.vendor for n in gpus}),
-                         floor_s=floor, rows=len(train.ops))
+                         floor_s=floor, stack_versions=releases, rows=len(train.ops))
 
 
 def _floor_key(stack: str, op: OpSpec) -> str:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 DEFAULT_CAP = {"gemm": 6000, "attention": 6000, "collective": 3000, "memory": 4000}
 _VERSION = re.compile(r"-\d[\w.]*$")
+_MAJOR_MINOR = re.compile(r"-(\d+)\.(\d+)")
 
 
 def stack_of(provenance: str) -> str:
@@ -39,6 +40,16 @@ def stack_of(provenance: str) -> str:
     ``imported:vidur@7d47513`` -> ``vidur``, ``profiled`` -> ``profiled``."""
     name = provenance.split(":", 1)[-1].rsplit("/", 1)[-1].split("@", 1)[0]
     return _VERSION.sub("", name) or name
+
+
+def version_of(provenance: str) -> float:
+    """The stack's release as major + minor / 100: ``.../trtllm-1.3.0rc20`` -> 1.03,
+    ``.../nccl-2.27.3`` -> 2.27; 0.0 where the provenance names none (``vidur@7d47513``,
+    ``profiled``). A number, so trees can split one stack's releases (TensorRT-LLM 1.0's
+    kernels and heuristics are not 1.3's) and an unseen GPU is asked as the newest."""
+    name = provenance.split(":", 1)[-1].rsplit("/", 1)[-1]
+    found = _MAJOR_MINOR.search(name)
+    return int(found.group(1)) + int(found.group(2)) / 100 if found else 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,6 +60,7 @@ class GpuRows:
     ops: tuple[OpSpec, ...]
     latency_s: np.ndarray
     stacks: np.ndarray  # str per row
+    versions: np.ndarray  # `version_of` the row's provenance
     provenances: tuple[str, ...]  # the group used per stack
     rows_available: int  # distinct (stack, op key) before the subsample
 
@@ -118,6 +130,7 @@ def _gpu_rows(frame: pd.DataFrame, family: str, hw: HardwareSpec, cap: int,
     return GpuRows(hardware=hw, ops=ops,
                    latency_s=sample[TARGET_COLUMN].to_numpy(dtype=np.float64),
                    stacks=sample["stack"].to_numpy(dtype=str),
+                   versions=sample["provenance"].map(version_of).to_numpy(dtype=np.float64),
                    provenances=tuple(sorted(set(sample["provenance"]))),
                    rows_available=len(folded))
 

@@ -24,6 +24,7 @@ from analytical.roofline import roofline_time
 from predictors.evaluate import ErrorMetrics, error_metrics
 from predictors.transfer import Rows, TransferConfig, all_rows, fit_transfer, floors
 from predictors.transfer_data import TransferData
+from predictors.transfer_residuals import residual_groups
 
 ALL = "all"
 
@@ -43,6 +44,9 @@ class FoldResult:
     # the target's denominator alone (vendor-peak roofline + floor; collectives: NCCL's ring
     # model), same rows: what the trees add over it
     denominator: dict[str, ErrorMetrics] = field(default_factory=dict)
+    # the transfer model's error by stack, dtype, kernel class and latency band
+    # (`predictors.transfer_residuals`)
+    residuals: list[dict[str, object]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
         return {"family": self.family, "heldout": self.heldout,
@@ -51,7 +55,7 @@ class FoldResult:
                 "transfer": {k: m.as_dict() for k, m in self.transfer.items()},
                 "roofline": {k: m.as_dict() for k, m in self.roofline.items()},
                 "denominator": {k: m.as_dict() for k, m in self.denominator.items()},
-                "unscored": dict(self.unscored)}
+                "unscored": dict(self.unscored), "residuals": list(self.residuals)}
 
 
 def roofline_seconds(rows: Rows, hw: HardwareSpec) -> np.ndarray:
@@ -78,7 +82,7 @@ def evaluate_fold(data: TransferData, rows: Rows, heldout: str,
                                                          return_counts=True), strict=True)}
     test = test.select(seen)
     hw = data.gpus[heldout].hardware
-    predicted = model.predict(test.ops, hw, test.stacks.tolist())
+    predicted = model.predict(test.ops, hw, test.stacks.tolist(), test.versions.tolist())
     alone = test.ideal_s + floors(model.floor_s, test.ops, test.stacks.tolist())
     analytic = roofline_seconds(test, hw)
     ok = np.isfinite(analytic)
@@ -88,9 +92,10 @@ def evaluate_fold(data: TransferData, rows: Rows, heldout: str,
         transfer[stack] = error_metrics(test.latency_s[mask], predicted[mask])
         roof[stack] = error_metrics(test.latency_s[mask], analytic[mask])
         denominator[stack] = error_metrics(test.latency_s[mask], alone[mask])
+    residuals = residual_groups(test.ops, test.stacks.tolist(), test.latency_s, predicted)
     return FoldResult(family=data.family, heldout=heldout, train_gpus=model.gpus,
                       train_rows=model.rows, fit_s=fit_s, transfer=transfer, roofline=roof,
-                      unscored=unscored, denominator=denominator)
+                      unscored=unscored, denominator=denominator, residuals=residuals)
 
 
 def leave_one_out(data: TransferData, config: TransferConfig = TransferConfig(), *,

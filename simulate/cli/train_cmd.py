@@ -264,13 +264,16 @@ _TRANSFER_FAMILIES = list(TRANSFER_FAMILIES)
 @click.option("--write-readme", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="With --loo: replace the transfer-table section of this README.")
 @click.option("--no-log", is_flag=True, help="Do not log or register anything in MLflow.")
+@click.option("--residuals", is_flag=True,
+              help="Also print each held-out GPU's error by stack, dtype, kernel class and "
+              "latency band.")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Store file (default: $LLMSIM_DB or $LLMSIM_HOME/llmsim.duckdb).")
 @click.option("--tracking-uri", default=None, help="MLflow tracking URI.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def transfer_cmd(ops, leave_out, loo, rows_per_gpu, write_readme, no_log, db, tracking_uri,
-                 seed, as_json) -> None:
+def transfer_cmd(ops, leave_out, loo, rows_per_gpu, write_readme, no_log, residuals, db,
+                 tracking_uri, seed, as_json) -> None:
     """Train the cross-GPU predictor of each family on every GPU in the store (it answers
     for GPUs with a hardware YAML and no rows), log it to MLflow, and with --loo score it
     leave-one-GPU-out beside the roofline."""
@@ -293,10 +296,16 @@ def transfer_cmd(ops, leave_out, loo, rows_per_gpu, write_readme, no_log, db, tr
         command = "llmsim train " + " ".join(sys.argv[sys.argv.index("transfer"):]) \
             if "transfer" in sys.argv else "llmsim train transfer --loo --write-readme"
         write_readme_section(write_readme, markdown_table(rows), command)
+    groups = [{"family": f.family, "heldout": f.heldout, **g}
+              for o in outcomes for f in o.folds for g in f.residuals] if residuals else []
     if as_json:
-        print_json({"models": [o.as_dict() for o in outcomes], "leave_one_out": rows})
+        print_json({"models": [o.as_dict() for o in outcomes], "leave_one_out": rows,
+                    **({"residuals": groups} if residuals else {})})
         return
     for outcome in outcomes:
         click.echo(outcome.summary())
     if rows:
         print_table(rows, list(COLUMNS), title="Leave-one-GPU-out: error in percent")
+    if groups:
+        print_table(groups, list(groups[0]), title="Held-out error by group: MAPE and signed "
+                    "median in percent (+ = predicted too slow)")

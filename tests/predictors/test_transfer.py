@@ -21,7 +21,7 @@ from analytical.hardware import get_hardware
 from analytical.ops import GemmSpec, op_to_dict
 from predictors.evaluate import ErrorMetrics, error_metrics
 from predictors.transfer import DEFAULT_PARAMS, TransferConfig, TransferModel, fit_transfer
-from predictors.transfer_data import load_transfer_data, stack_of
+from predictors.transfer_data import load_transfer_data, stack_of, version_of
 from predictors.transfer_eval import ALL, FoldResult, leave_one_out
 from predictors.transfer_features import ideal_seconds
 from predictors.transfer_tracking import gate
@@ -82,6 +82,29 @@ def test_stack_names():
     assert stack_of("imported:aiconfigurator-0.12.0/nccl-2.27.3") == "nccl"
     assert stack_of("imported:vidur@7d47513") == "vidur"
     assert stack_of("profiled") == "profiled"
+    assert version_of("imported:aiconfigurator-0.12.0/trtllm-1.3.0rc20") == 1.03
+    assert version_of("imported:aiconfigurator-0.12.0/nccl-2.27.3") == 2.27
+    assert version_of("imported:vidur@7d47513") == version_of("profiled") == 0.0
+
+
+def test_a_stack_release_is_told_apart_and_an_unseen_gpu_is_asked_as_the_newest():
+    """One GPU measured with an older release of the same stack that is 2x slower: the
+    model must price that release apart (it is a column, not folded into the stack) and
+    answer as the newest release by default."""
+    frame = synthetic_frame()
+    old = frame["hardware"] == "a100-sxm-80gb"
+    frame.loc[old, "provenance"] = "imported:synthetic-1.0/kernels-2.0"
+    frame.loc[old, "median_s"] *= 2.0
+    data = load_transfer_data(FakeStore(frame), "gemm", cap=300, seed=0)
+    model = fit_transfer(data, CONFIG)
+    assert model.stack_versions == {"kernels": [2.0, 2.01]}
+    assert [model.release("kernels", v) for v in (None, 1.0, 2.004, 2.006, 3.0)] == [
+        2.01, 2.0, 2.0, 2.01, 2.01]
+    hw, ops = get_hardware("a100-sxm-80gb"), list(data.gpus["a100-sxm-80gb"].ops[:40])
+    newest = model.predict(ops, hw)
+    assert np.array_equal(newest, model.predict(ops, hw, versions=[2.01] * len(ops)))
+    older = model.predict(ops, hw, versions=[2.0] * len(ops))
+    assert 1.6 < float(np.median(older / newest)) < 2.5
 
 
 def test_sample_is_capped_stratified_and_seeded(data):
@@ -197,6 +220,11 @@ def test_cli_trains_logs_and_writes_the_table(llmsim_home, fake_store, tmp_path,
     fold = [r for r in out["leave_one_out"] if r["stack"].startswith(ALL)]
     assert [r["heldout"] for r in fold] == ["b200"] and fold[0]["n"] == 150
     assert fold[0]["denominator_mape"] > fold[0]["transfer_mape"]
+    assert "residuals" not in out
+    assert main([*common, "--leave-out", "b200", "--no-log", "--residuals", "--json"]) == 0
+    groups = json.loads(capsys.readouterr().out)["residuals"]
+    assert {g["heldout"] for g in groups} == {"b200"}
+    assert sum(g["n"] for g in groups) == 150  # every scored row in exactly one group
     readme = tmp_path / "README.md"
     readme.write_text("intro\n")
     assert main([*common, "--loo", "--write-readme", str(readme)]) == 0
@@ -298,7 +326,7 @@ def _rows(gpus, stacks, ops, latency):
 
     n = len(ops)
     return Rows(gpu=np.array(gpus), ops=tuple(ops), stacks=np.array(stacks),
-                features=np.zeros((n, 1)), latency_s=np.array(latency), ideal_s=np.zeros(n))
+                versions=np.zeros(n), features=np.zeros((n, 1)), latency_s=np.array(latency), ideal_s=np.zeros(n))
 
 
 def test_floor_is_per_stack_and_dtype_and_an_unseen_dtype_borrows_the_nearest():
@@ -340,3 +368,19 @@ def test_flash_attention_traffic_and_unsplit_decode_bound():
                            phase=Phase.DECODE)
     d = transfer_matrix("attention", [decode], hw)[0]
     assert d[col["log2_unsplit_decode_s"]] - d[col["log2_memory_s"]] == pytest.approx(2.0)
+
+
+def test_residual_groups_split_bias_by_band_and_fold_small_groups():
+    from predictors.transfer_residuals import latency_band, residual_groups
+
+    ops = [GemmSpec(m=64, n=64, k=64)] * 30 + [GemmSpec(m=64, n=64, k=64, dtype=DType.FP8)] * 5
+    measured = np.array([5e-6] * 20 + [2e-3] * 10 + [5e-6] * 5)
+    # tiny bf16 rows 50% too slow, large ones 20% too fast, the 5 fp8 rows exact
+    predicted = measured * np.array([1.5] * 20 + [0.8] * 10 + [1.0] * 5)
+    groups = residual_groups(ops, ["trtllm"] * 35, measured, predicted)
+    got = {(g["dtype"], g["band"]): (g["n"], round(g["mape"], 6), round(g["signed_median"], 6))
+           for g in groups}
+    assert got == {("bf16", "<10us"): (20, 50.0, 50.0), ("bf16", "other"): (10, 20.0, -20.0),
+                   ("fp8", "other"): (5, 0.0, 0.0)}
+    assert [latency_band(t) for t in (9.9e-6, 10e-6, 5e-5, 1e-3)] == [
+        "<10us", "10-30us", "30-100us", ">=1ms"]
