@@ -139,6 +139,9 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
         training["grad_reduce_dtype"] = _get(row, "grad_reduce_dtype")
     if _get(row, "cross_entropy_fusion"):  # Megatron-Core's fused loss, as the run set it
         training["cross_entropy_fusion"] = _bool(row, "cross_entropy_fusion")
+    elif "megatron-bridge" in _get(row, "framework_version").lower():
+        # unstated: Megatron-Bridge's GPTModelProvider fuses it (cross_entropy_loss_fusion=True)
+        training["cross_entropy_fusion"] = True
     if _get(row, "compile_loss"):  # torchtitan's loss compiled with the model (since 2025-04)
         training["compile_loss"] = _bool(row, "compile_loss")
     if _get(row, "recompute_modules"):  # Megatron-Core's selective modules, "+"-separated

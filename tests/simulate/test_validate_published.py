@@ -165,3 +165,12 @@ def test_full_attention_flops_convention_lowers_derived_tokens():
     full, _ = pub._measured_tps({**row, "attention_flops": "full"})
     assert derived and causal and full
     assert full < 0.8 * causal
+
+
+def test_unstated_loss_fusion_follows_megatron_bridge_and_a_stated_value_wins():
+    bridge = {**ROW, "framework": "megatron", "framework_version": "Megatron-Bridge, NeMo 25.11"}
+    assert pub.row_scenario(bridge, "x")["training"]["cross_entropy_fusion"] is True
+    stated = {**bridge, "cross_entropy_fusion": "false"}
+    assert pub.row_scenario(stated, "x")["training"]["cross_entropy_fusion"] is False
+    plain = {**ROW, "framework": "megatron", "framework_version": "Megatron-Core r0.8.0"}
+    assert "cross_entropy_fusion" not in pub.row_scenario(plain, "x")["training"]
