@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 
 from analytical.errors import SpecError
 
-__all__ = ["check_keys", "choice_field", "choice_value", "float_field", "float_value",
-           "int_field", "int_value", "optional_float"]
+__all__ = ["bool_field", "check_keys", "choice_field", "choice_value", "float_field", "float_value",
+           "int_field", "int_value", "names_field", "optional_float"]
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -117,3 +117,23 @@ def choice_field(block: Mapping[str, Any], key: str, path: str, enum: type[E], d
     """``block[key]`` (or ``default``) as a member of ``enum``."""
     return choice_value(block.get(key, default), f"{path}.{key}" if path else key, enum,
                         source=source)
+
+
+def bool_field(block: Mapping[str, Any], key: str, path: str, default: bool, *,
+               source: str | None = None) -> bool:
+    """``block[key]`` as a YAML boolean (not a string or a number), ``default`` if absent."""
+    value = block.get(key, default)
+    if not isinstance(value, bool):
+        raise SpecError(f"{path}.{key}", f"must be true or false, got {value!r}", source=source)
+    return value
+
+
+def names_field(block: Mapping[str, Any], key: str, path: str, enum: type[E], *,
+                source: str | None = None) -> tuple[E, ...]:
+    """A list (or comma-separated string) of ``enum`` values at ``key``; empty if absent."""
+    raw = block.get(key) or ()
+    names = raw.split(",") if isinstance(raw, str) else raw
+    if not isinstance(names, (list, tuple)):
+        raise SpecError(f"{path}.{key}", f"expected a list of names, got {raw!r}", source=source)
+    return tuple(choice_value(str(n).strip(), f"{path}.{key}", enum, source=source)
+                 for n in names)

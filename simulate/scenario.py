@@ -23,12 +23,12 @@ from analytical.memory import Framework, framework_grad_bytes
 from analytical.offload import Offload
 from analytical.parallel import ParallelConfig, PipelineSplit, Recompute, RecomputeModule, Schedule
 from simulate.fields import (
-    E,
+    bool_field,
     check_keys,
     choice_field,
-    choice_value,
     float_field,
     int_field,
+    names_field,
     optional_float,
 )
 from simulate.inference.setup import (
@@ -173,10 +173,7 @@ def _int(block: Mapping[str, Any], key: str, path: str, source: str | None,
 
 def _bool(block: Mapping[str, Any], key: str, path: str, source: str | None,
           default: bool) -> bool:
-    value = block.get(key, default)
-    if not isinstance(value, bool):
-        raise SpecError(f"{path}.{key}", f"must be true or false, got {value!r}", source=source)
-    return value
+    return bool_field(block, key, path, default, source=source)
 
 
 def _opt_bool(block: Mapping[str, Any], key: str, path: str, source: str | None
@@ -262,7 +259,7 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
         compile=_bool(block, "compile", path, source, True),
         fp8_recipe=_choice(block, "fp8_recipe", path, source, Fp8Recipe, "tensorwise"),
         grad_reduce_dtype=_grad_dtype(block, path, source),
-        cuda_graph=_names(block, "cuda_graph", path, source, CudaGraphScope),
+        cuda_graph=names_field(block, "cuda_graph", path, CudaGraphScope, source=source),
         cross_entropy_fusion=_opt_bool(block, "cross_entropy_fusion", path, source),
         compile_loss=_opt_bool(block, "compile_loss", path, source),
     )
@@ -282,22 +279,11 @@ def _grad_dtype(block: Mapping[str, Any], path: str, source: str | None) -> DTyp
     return dtype
 
 
-def _names(block: Mapping[str, Any], key: str, path: str, source: str | None,
-           enum: type[E]) -> tuple[E, ...]:
-    """A list (or comma-separated string) of ``enum`` values at ``key``; empty if absent."""
-    raw = block.get(key) or ()
-    names = raw.split(",") if isinstance(raw, str) else raw
-    if not isinstance(names, (list, tuple)):
-        raise SpecError(f"{path}.{key}", f"expected a list of names, got {raw!r}", source=source)
-    return tuple(choice_value(str(n).strip(), f"{path}.{key}", enum, source=source)
-                 for n in names)
-
-
 def _recompute_modules(block: Mapping[str, Any], path: str, source: str | None
                        ) -> tuple[RecomputeModule, ...]:
     """``recompute_modules``: Megatron-Core module names, only with ``recompute: selective``
     (Megatron's ``--recompute-modules``)."""
-    mods = _names(block, "recompute_modules", path, source, RecomputeModule)
+    mods = names_field(block, "recompute_modules", path, RecomputeModule, source=source)
     if mods and block.get("recompute") != Recompute.SELECTIVE:
         raise SpecError(f"{path}.recompute_modules", "needs recompute: selective, got "
                         f"{block.get('recompute', 'none')!r}", source=source)

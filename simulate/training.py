@@ -184,8 +184,7 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
     ops.append(p2p)
     est = dict(zip((o.key for o in ops),
                    framework_estimates(ops, chain.estimate_many(ops), hw, t.framework,
-                                       kernel=t.attention, compiled=t.compile),
-                   strict=True))
+                                       kernel=t.attention, compiled=t.compile), strict=True))
     splits = tp_overlap_rs_splits(t.framework, par.tp)
     costs: dict[Any, BlockCost] = {k: block_cost(b, est, tp_overlap=t.overlap.tp_comm,
                                                  slowdown=slowdown, rs_splits=splits)
