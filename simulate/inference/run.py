@@ -147,7 +147,9 @@ def plan_instance(model: ModelSpec, hw: HardwareSpec, *, tp: int, pp: int, ep: i
                           else preset.cuda_graph_max_bs if hw.kind == "gpu" else 0,
                           custom_all_reduce_bytes=preset.custom_all_reduce_bytes if preset
                           else 0.0,
-                          eager_launch_s=preset.eager_launch_s if preset else 0.0)
+                          eager_launch_s=preset.eager_launch_s if preset else 0.0,
+                          batched_prefill_attention=bool(
+                              preset and preset.batched_prefill_attention))
     return InstancePlan(model=model, shard=shard, tables=tables, weight_bytes=weights,
                         kv_bytes_per_token=kv_per_token, kv_blocks=blocks,
                         activation_reserve_bytes=reserve, memory_bytes=usable)

@@ -112,12 +112,14 @@ class PrefillAttention:
     """Exact all-layer attention core time of one prefill chunk, memoised per (cached prefix,
     new tokens) as `DenseCost` memoises the dense part: each layer kind's kernels for that chunk
     (`attention_specs`; a windowed kind runs its `windowed_blocks`), weighted by the kind's share
-    of the layers, with the seconds each engine answered."""
+    of the layers, with the seconds each engine answered. ``batched``: the serving engine runs
+    the step's chunks in one variable-length kernel per layer (`seconds`)."""
 
     def __init__(self, model: ModelSpec, shard: Sharding, estimator: Estimator,
-                 dtype: DType) -> None:
+                 dtype: DType, *, batched: bool = False) -> None:
         self._args = (model, shard, dtype)
         self._estimator = estimator
+        self.batched = batched
         counts = Counter(model.layer_kinds)
         self._kinds = [(kind, counts[kind] / model.layers) for kind in counts]
         self._memo: dict[Chunk, tuple[float, dict[str, float]]] = {}
@@ -156,8 +158,16 @@ class PrefillAttention:
         return self._memo[chunk]
 
     def seconds(self, chunks: Sequence[Chunk]) -> float:
+        """A step's prefill attention. Chunks priced one kernel each pay a kernel's fixed time
+        each; a batching engine (`EnginePreset.batched_prefill_attention`) runs them all in one
+        variable-length launch per layer, so every chunk but the largest sheds that fixed time,
+        taken as the price of a one-token chunk (no work to speak of)."""
         self.prewarm(chunks)
-        return sum(self.get(c)[0] for c in chunks)
+        times = sorted(self.get(c)[0] for c in chunks)
+        if not self.batched or len(times) < 2:
+            return sum(times)
+        floor = self.get((0, 1))[0]
+        return sum(times) - sum(min(floor, t) for t in times[:-1])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -263,7 +273,8 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
                  kv_dtype: DType, estimator: Estimator, max_tokens: int = 8192, decode_q: int = 1,
                  lora: LoraSpec | None = None, fusions: Fusions | None = None,
                  graph_max_tokens: int | None = None, custom_all_reduce_bytes: float = 0.0,
-                 eager_launch_s: float = 0.0) -> StepCostTables:
+                 eager_launch_s: float = 0.0,
+                 batched_prefill_attention: bool = False) -> StepCostTables:
     """Build the step-cost model, asking the engine chain in a few batched calls.
 
     `estimator.estimate_many(ops)` prices each op and names its engine (batched, as the chain);
@@ -275,7 +286,8 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
     the dense part as the engine runs it (`graph_replay.EngineKernels`; with
     ``custom_all_reduce_bytes``, the engine's own all-reduce below that size); None: as measured.
     ``eager_launch_s``: host time per kernel of a step the engine runs eagerly
-    (`StepCostTables.launch_s`).
+    (`StepCostTables.launch_s`). ``batched_prefill_attention``: a step's prefill chunks share
+    one attention launch per layer (`PrefillAttention.seconds`).
     """
     grid = token_grid(max_tokens)
     kernels = None if graph_max_tokens is None else EngineKernels(
@@ -285,7 +297,8 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
     dense.prewarm("dense", grid)
     dense.prewarm("lm", grid)
     attn_dtype = kv_dtype if kv_dtype in (DType.BF16, DType.FP16, DType.FP8) else DType.BF16
-    prefill = PrefillAttention(model, shard, estimator, attn_dtype)
+    prefill = PrefillAttention(model, shard, estimator, attn_dtype,
+                               batched=batched_prefill_attention)
     counts = Counter(model.layer_kinds)
     decode_points = [(b, c) for b in _DECODE_BATCHES for c in _DECODE_CONTEXTS]
     decode, share = _attention_times(model, shard, estimator, prefill,

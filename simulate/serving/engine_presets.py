@@ -84,6 +84,8 @@ class EnginePreset:
     custom_all_reduce_bytes: float = 0.0
     # host time per kernel of a step run eagerly (not a CUDA-graph replay), added to the step
     eager_launch_s: float = 0.0
+    # a step's prefill chunks share one attention launch per layer (`PrefillAttention.seconds`)
+    batched_prefill_attention: bool = False
 
     def fusions(self) -> Fusions:
         """The operator composition of a step under this engine (`layer_ops.Fusions`)."""
@@ -193,7 +195,8 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
                          float("inf"))),
         custom_all_reduce_bytes=float(
             custom_ar.get("max_bytes_tp_le_2" if tp <= 2 else "max_bytes", 0.0)),
-        eager_launch_s=float(pick("eager_launch_us", 0.0)) / 1e6)
+        eager_launch_s=float(pick("eager_launch_us", 0.0)) / 1e6,
+        batched_prefill_attention=bool(pick("batched_prefill_attention", False)))
 
 
 def cuda_graph_sizes(preset: EnginePreset) -> tuple[int, ...]:
