@@ -91,6 +91,18 @@ class StoreQueries:
             f"GROUP BY t.op_key", [hardware]).fetchall()
         return {key: float(value) for key, value in rows}
 
+    def profiled_keys(self, family: str, hardware: str) -> set[str]:
+        """The op keys of ``family`` on ``hardware`` with a row of our own timer (provenance
+        ``profiled``): their `medians_by_key` value is that timer's, which a caller pricing a
+        CUDA-graph replay corrects (`simulate.inference.graph_replay`)."""
+        if family not in OP_FAMILIES:
+            return set()
+        rows = self._read(
+            f'SELECT DISTINCT t.op_key FROM "{family}" t WHERE t.hardware = ? AND '
+            f"t.status = 'ok' AND t.median_s IS NOT NULL AND t.provenance = 'profiled'",
+            [hardware]).fetchall()
+        return {key for (key,) in rows}
+
     def lookup_medians(self, op_keys: Iterable[str], hardware: str) -> dict[str, float]:
         """Median latency (s) per exact op key on ``hardware`` (status ok).
 

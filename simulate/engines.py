@@ -101,6 +101,7 @@ class EngineChain:
         self._store = self._open_store(store_path) if use_store else None
         self._ops: dict[str, OpSpec] = {}
         self._store_index: dict[str, dict[str, float]] = {}
+        self._store_profiled: dict[str, set[str]] = {}  # family -> keys our timer measured
         self.available: dict[str, bool] = {"store": self._store is not None,
                                            "xgboost": False, "xgboost-transfer": False,
                                            "roofline": True}
@@ -141,6 +142,8 @@ class EngineChain:
         if family not in self._store_index:
             self._store_index[family] = self._store.medians_by_key(  # type: ignore[union-attr]
                 family, self.hardware.name)
+            self._store_profiled[family] = self._store.profiled_keys(  # type: ignore[union-attr]
+                family, self.hardware.name)
         return self._store_index[family]
 
     def estimate(self, op: OpSpec) -> Estimate:
@@ -167,9 +170,11 @@ class EngineChain:
                 if value is not None:
                     medians[key] = value
             for key, value in medians.items():
-                if value > 0:
+                if value > 0:  # profiled rows win (`medians_by_key`): then it is our timer's
+                    ours = key in self._store_profiled.get(todo[key].family, set())
                     self._cache[key] = Estimate(latency_s=value, engine="store",
-                                                detail="median of measured runs")
+                                                detail="median of measured runs",
+                                                stack="profiled" if ours else "")
                     todo.pop(key, None)
         by_family: dict[str, list[OpSpec]] = {}
         for op in todo.values():

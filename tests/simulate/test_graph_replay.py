@@ -13,9 +13,9 @@ from analytical.model import load_model
 from analytical.roofline import roofline_time
 from simulate.engines import Estimate
 from simulate.inference.graph_replay import (
-    TIMER_OVERHEAD_S,
     EngineKernels,
     graph_replay_seconds,
+    timer_overhead_s,
 )
 from simulate.inference.layer_ops import inference_sharding, step_ops
 from simulate.inference.step_cost import DenseCost
@@ -24,11 +24,21 @@ US = 1e-6
 
 
 def test_only_a_stack_whose_timer_adds_a_per_call_cost_is_corrected():
+    assert 0 < timer_overhead_s(20 * US, "profiled") < 20 * US
     assert graph_replay_seconds(20 * US, "profiled") == pytest.approx(
-        20 * US - TIMER_OVERHEAD_S["profiled"])
+        20 * US - timer_overhead_s(20 * US, "profiled"))
     for stack in ("trtllm", "vidur", "nccl", ""):
+        assert timer_overhead_s(20 * US, stack) == 0.0
         assert graph_replay_seconds(20 * US, stack) == 20 * US
     assert graph_replay_seconds(4 * US, "profiled") >= 2 * US  # never below half
+
+
+def test_the_profiled_timer_cost_grows_with_the_kernel_up_to_a_plateau():
+    # the L2 flush's write-back slows a longer kernel more, until it ends
+    small, mid, long, longer = (timer_overhead_s(t * US, "profiled") for t in (4, 15, 100, 1000))
+    assert small == pytest.approx(3.04 * US)  # flat below the first point
+    assert small < mid < long
+    assert longer == long == pytest.approx(6.70 * US)
 
 
 class _Stacked:
@@ -57,7 +67,7 @@ def test_dense_steps_up_to_the_graph_size_are_replayed(stack):
     eager, ops = _dense(_Stacked(stack))
     graphed, _ = _dense(_Stacked(stack), graph_max_tokens=64)
     gemms = sum(n for op, n in ops if op.family == "gemm")
-    saved = TIMER_OVERHEAD_S.get(stack, 0.0) * gemms
+    saved = timer_overhead_s(20 * US, stack) * gemms
     assert eager.get("dense", 64)[0] - graphed.get("dense", 64)[0] == pytest.approx(saved)
     assert graphed.get("dense", 65)[0] == eager.get("dense", 65)[0]  # above it: eager
     seconds, engines = graphed.get("dense", 8)
