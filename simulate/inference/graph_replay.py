@@ -52,10 +52,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from analytical.custom_allreduce import applies, custom_all_reduce_time
+from analytical.dtypes import DType
 from analytical.hardware import HardwareSpec
-from analytical.ops import CollectiveSpec, OpSpec
+from analytical.ops import CollectiveSpec, GemmSpec, OpSpec
 from analytical.roofline import roofline_time
 from simulate.engines import Estimate
+from simulate.inference.layer_ops import act_quant_pass
 
 # Per-call cost a stack's timer adds to a kernel measured alone: (measured s, added s) points,
 # interpolated in the measured time and flat beyond the ends; stacks not named add nothing a
@@ -71,6 +73,27 @@ def timer_overhead_s(latency_s: float, stack: str) -> float:
     if not points:
         return 0.0
     return float(np.interp(latency_s, [t for t, _ in points], [o for _, o in points]))
+
+
+# Stacks whose fp8 GEMM rows time the input's quantization with the GEMM, and its traffic per
+# input element: AIConfigurator times TensorRT-LLM's ``Linear.forward`` on a bf16 input
+# (ai-dynamo/aiconfigurator ``collector/trtllm/collect_gemm.py`` ``run_gemm``), which runs
+# ``static_quantize_e4m3_per_tensor`` before the fp8 GEMM (read bf16, write fp8: 3 bytes).
+FP8_GEMM_QUANT_BYTES: Mapping[str, float] = {"trtllm": 3.0}
+
+
+def gemm_kernel_seconds(latency_s: float, op: OpSpec, stack: str, hw: HardwareSpec) -> float:
+    """An fp8 GEMM's measured time without the quantization pass its stack timed with it:
+    under an engine preset the input's quantization is an op of its own
+    (`layer_ops.Fusions.act_quant_bytes`, or fused into its producer), so keeping the stack's
+    would count it twice. Never below half the measurement."""
+    per_element = FP8_GEMM_QUANT_BYTES.get(stack, 0.0)
+    if not per_element or not isinstance(op, GemmSpec) or op.dtype != DType.FP8:
+        return latency_s
+    quant = roofline_time(act_quant_pass(op, per_element), hw)
+    return max(latency_s - quant, 0.5 * latency_s)
+
+
 # Stacks whose memory-bound rows are eager PyTorch composites, not an engine's fused kernel.
 EAGER_MEMORY_STACKS = frozenset({"profiled"})
 
@@ -98,6 +121,7 @@ class EngineKernels:
             return custom_all_reduce_time(op, self.hw), "roofline"
         if op.family == "memory" and est.stack in EAGER_MEMORY_STACKS:
             return roofline_time(op, self.hw), "roofline"
+        latency = gemm_kernel_seconds(est.latency_s, op, est.stack, self.hw)
         if tokens <= self.graph_max_tokens:
-            return graph_replay_seconds(est.latency_s, est.stack), est.engine
-        return est.latency_s, est.engine
+            return graph_replay_seconds(latency, est.stack), est.engine
+        return latency, est.engine

@@ -14,6 +14,7 @@ from analytical.roofline import roofline_time
 from simulate.engines import Estimate
 from simulate.inference.graph_replay import (
     EngineKernels,
+    gemm_kernel_seconds,
     graph_replay_seconds,
     timer_overhead_s,
 )
@@ -108,3 +109,19 @@ def test_an_engine_with_a_custom_all_reduce_prices_small_tp_all_reduces_with_it(
     assert kernels.seconds(nccl, large, 8) == (20 * US, "store")  # over the buffer: NCCL
     plain = EngineKernels(hw=hw, graph_max_tokens=512)
     assert plain.seconds(nccl, small, 8) == (20 * US, "store")
+
+
+def test_an_fp8_gemm_row_that_timed_its_input_quantization_loses_it_under_an_engine():
+    from analytical.ops import GemmSpec
+    from simulate.inference.layer_ops import act_quant_pass
+
+    hw = get_hardware("h100-sxm")
+    fp8 = GemmSpec(m=1, n=4096, k=4096, dtype=DType.FP8)
+    quant = roofline_time(act_quant_pass(fp8, 3.0), hw)
+    assert gemm_kernel_seconds(20 * US, fp8, "trtllm", hw) == pytest.approx(20 * US - quant)
+    assert gemm_kernel_seconds(20 * US, fp8, "profiled", hw) == 20 * US  # fp8 inputs timed
+    bf16 = GemmSpec(m=1, n=4096, k=4096, dtype=DType.BF16)
+    assert gemm_kernel_seconds(20 * US, bf16, "trtllm", hw) == 20 * US
+    kernels = EngineKernels(hw=hw, graph_max_tokens=0)
+    est = Estimate(latency_s=20 * US, engine="store", stack="trtllm")
+    assert kernels.seconds(est, fp8, 1) == (pytest.approx(20 * US - quant), "store")
