@@ -91,6 +91,21 @@ class StoreQueries:
             f"GROUP BY t.op_key", [hardware]).fetchall()
         return {key: float(value) for key, value in rows}
 
+    def provenance_by_key(self, family: str, hardware: str) -> dict[str, str]:
+        """Whose rows give each op key's `medians_by_key` value: ``profiled`` where our own
+        timer measured it (those rows win), else the imported provenance when all its rows
+        share one, else "" (mixed). A caller pricing a CUDA-graph replay corrects by it
+        (`simulate.inference.graph_replay`)."""
+        if family not in OP_FAMILIES:
+            return {}
+        rows = self._read(
+            f"SELECT t.op_key, bool_or(t.provenance = 'profiled'), min(t.provenance), "
+            f'max(t.provenance) FROM "{family}" t WHERE t.hardware = ? AND '
+            f"t.status = 'ok' AND t.median_s IS NOT NULL GROUP BY t.op_key",
+            [hardware]).fetchall()
+        return {key: "profiled" if ours else lo if lo == hi else ""
+                for key, ours, lo, hi in rows}
+
     def lookup_medians(self, op_keys: Iterable[str], hardware: str) -> dict[str, float]:
         """Median latency (s) per exact op key on ``hardware`` (status ok).
 

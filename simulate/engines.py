@@ -101,6 +101,7 @@ class EngineChain:
         self._store = self._open_store(store_path) if use_store else None
         self._ops: dict[str, OpSpec] = {}
         self._store_index: dict[str, dict[str, float]] = {}
+        self._store_stack: dict[str, dict[str, str]] = {}  # family -> key -> stack of its rows
         self.available: dict[str, bool] = {"store": self._store is not None,
                                            "xgboost": False, "xgboost-transfer": False,
                                            "roofline": True}
@@ -141,6 +142,11 @@ class EngineChain:
         if family not in self._store_index:
             self._store_index[family] = self._store.medians_by_key(  # type: ignore[union-attr]
                 family, self.hardware.name)
+            from predictors.transfer_data import stack_of
+
+            self._store_stack[family] = {
+                key: stack_of(prov) if prov else "" for key, prov in
+                self._store.provenance_by_key(family, self.hardware.name).items()}  # type: ignore[union-attr]
         return self._store_index[family]
 
     def estimate(self, op: OpSpec) -> Estimate:
@@ -168,8 +174,9 @@ class EngineChain:
                     medians[key] = value
             for key, value in medians.items():
                 if value > 0:
+                    stack = self._store_stack.get(todo[key].family, {}).get(key, "")
                     self._cache[key] = Estimate(latency_s=value, engine="store",
-                                                detail="median of measured runs")
+                                                detail="median of measured runs", stack=stack)
                     todo.pop(key, None)
         by_family: dict[str, list[OpSpec]] = {}
         for op in todo.values():

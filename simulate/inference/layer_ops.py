@@ -33,8 +33,9 @@ from analytical.layers import INT4_DEQUANT_MIN_TOKENS, attention_core, layer_ops
 from analytical.model import ModelSpec
 from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind, OpSpec
 
-__all__ = ["INT4_DEQUANT_MIN_TOKENS", "Fusions", "LoraSpec", "Sharding", "attention_specs",
-           "check_sharding", "heads_per_rank", "inference_sharding", "lm_head_ops", "step_ops"]
+__all__ = ["INT4_DEQUANT_MIN_TOKENS", "Fusions", "LoraSpec", "Sharding", "act_quant_pass",
+           "attention_specs", "check_sharding", "heads_per_rank", "inference_sharding",
+           "lm_head_ops", "step_ops"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -158,11 +159,11 @@ def _compose(nodes: list[Node], fusions: Fusions, model: ModelSpec, shard: Shard
         ops.append((op, node.count))
         if (fusions.act_quant_bytes > 0 and isinstance(op, GemmSpec) and op.dtype == DType.FP8
                 and op.batch == 1 and node.name not in fed):
-            quant.append((_act_quant(op, fusions.act_quant_bytes), node.count))
+            quant.append((act_quant_pass(op, fusions.act_quant_bytes), node.count))
     return ops + quant
 
 
-def _act_quant(gemm: GemmSpec, bytes_per_element: float) -> MemoryBoundSpec:
+def act_quant_pass(gemm: GemmSpec, bytes_per_element: float) -> MemoryBoundSpec:
     """The quantization pass over an fp8 GEMM's [m, k] bf16 input, as a bf16 copy of the same
     traffic (a copy moves 4 bytes per element)."""
     cols = max(1, round(gemm.k * bytes_per_element / 4))

@@ -10,7 +10,7 @@ the same way per (prefix, length) (`PrefillAttention`; a time per causal pair in
 between grid lengths was off by up to ~1% at a 1,024-token prompt, as the kernel's tile
 efficiency, `analytical.attention_tiles`, varies between grid points). The decode core depends
 on every sequence's context, so it is evaluated at a grid of (batch, context) points and fitted
-as ``a * seqs + b * kv_tokens`` by least squares (its cost is streaming the KV cache); the
+as ``c + a * seqs + b * kv_tokens`` by non-negative least squares (its cost is streaming the KV cache); the
 fit's worst relative error on its grid is kept in `fit_error` for the report.
 """
 
@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.optimize import nnls
 
 from analytical.attention_span import AttentionKind
 from analytical.comm import p2p_time
@@ -29,6 +30,7 @@ from analytical.hardware import HardwareSpec
 from analytical.layer_spec import LayerPhase, TokenBatch
 from analytical.model import ModelSpec
 from analytical.ops import OpSpec
+from analytical.roofline import roofline_time
 from simulate.costs import add_engine_time
 from simulate.engines import Estimate, Estimator
 from simulate.inference.graph_replay import EngineKernels
@@ -188,6 +190,8 @@ class StepCostTables:
     prefill: PrefillAttention  # exact prefill attention core per chunk
     decode_per_seq_s: float  # decode attention: a (per sequence)
     decode_per_kv_s: float  # decode attention: b (per KV token read)
+    decode_per_step_s: float = 0.0  # decode attention: c (per step with decodes: every layer's
+    # kernel at its smallest)
     pp_hop_s_per_token: float  # activation send/recv between stages, per token
     pp: int
     fit_error: float  # worst relative error of the decode-attention fit on its grid
@@ -213,7 +217,8 @@ class StepCostTables:
             found = {(kind, span): keys for kind, span, _, keys in shape.windowed}
             keys = self.full_share * shape.decode_kv + sum(
                 w.share * found[(w.kind, w.span)] for w in self.windowed)
-            decode = shape.decode_seqs * self.decode_per_seq_s + keys * self.decode_per_kv_s
+            decode = (self.decode_per_step_s + shape.decode_seqs * self.decode_per_seq_s
+                      + keys * self.decode_per_kv_s)
         if self.pp > 1:
             hops = (self.pp - 1) * self.pp_hop_s_per_token * shape.tokens
         return prefill, decode, hops
@@ -301,18 +306,20 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
                                batched=batched_prefill_attention)
     counts = Counter(model.layer_kinds)
     decode_points = [(b, c) for b in _DECODE_BATCHES for c in _DECODE_CONTEXTS]
-    decode, share = _attention_times(model, shard, estimator, prefill,
+    decode, share = _attention_times(model, hw, shard, estimator, prefill,
                                      [(0, L) for L in grid if L >= 16] or [(0, grid[-1])],
                                      decode_points, attn_dtype, decode_q)
     windowed = tuple(
         WindowTable(kind=k, span=model.attention_span(k), share=counts[k] / model.layers)
         for k in counts if k is not AttentionKind.FULL)
-    # decode attention ~ a * B + b * (B * ctx): least squares on the grid, relative weighting
-    x = np.array([[b, b * (c + decode_q)] for b, c in decode_points], dtype=float)
+    # decode attention ~ c + a * B + b * (B * ctx): non-negative least squares on the grid,
+    # relative weighting (c: each layer's kernel at a handful of keys, ~9 us on H100 in
+    # AIConfigurator's decode rows, flat up to ~16 sequences of 128 keys)
+    x = np.array([[1.0, b, b * (c + decode_q)] for b, c in decode_points], dtype=float)
     w = 1.0 / np.maximum(decode, 1e-12)
-    coef, *_ = np.linalg.lstsq(x * w[:, None], decode * w, rcond=None)
-    a, b = (max(float(v), 0.0) for v in coef)
-    fitted = x @ np.array([a, b])
+    coef, _ = nnls(x * w[:, None], decode * w)
+    c0, a, b = (float(v) for v in coef)
+    fitted = x @ coef
     fit_error = float(np.max(np.abs(fitted - decode) / np.maximum(decode, 1e-12)))
     hop = 0.0
     if shard.pp > 1:
@@ -322,21 +329,37 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
     # kernels of one step: the dense part, the LM head and one attention core per layer
     eager_step_s = (dense.kernels() + model.layers) * eager_launch_s if eager_launch_s else 0.0
     return StepCostTables(
-        dense=dense, prefill=prefill, decode_per_seq_s=a, decode_per_kv_s=b,
+        dense=dense, prefill=prefill, decode_per_seq_s=a, decode_per_kv_s=b, decode_per_step_s=c0,
         pp_hop_s_per_token=hop, pp=shard.pp, fit_error=fit_error, attention_share=share,
         full_share=counts[AttentionKind.FULL] / model.layers, windowed=windowed,
         eager_step_s=eager_step_s, graph_max_tokens=graph_max_tokens or 0,
     )
 
 
-def _attention_times(model: ModelSpec, shard: Sharding, estimator: Estimator,
+def decode_floor_s(est: Estimate, op: OpSpec, hw: HardwareSpec) -> float:
+    """A learned model's decode-attention answer, never below the op's roofline.
+
+    A decode core streams its sequences' KV cache once, so no kernel runs it faster than the
+    roofline's memory time. Tree models are piecewise constant past their training rows
+    (`predictors.model.Target`): the H100 attention champion, whose decode rows for Qwen3-8B's
+    32/8/128 heads stop at 524,288 cached tokens (AIConfigurator's grid: 128 x 4,096,
+    512 x 512), answers 2.0 ms a layer for 256 x 8,192 and for 512 x 8,192 keys alike, where
+    the roofline's KV read takes 2.9 and 5.7 ms,
+    and the per-step fit over such points priced 64 sequences of 3,072 keys at half their KV
+    read. Measured answers (the store) are kept as measured."""
+    if est.engine in ("store", "roofline"):
+        return est.latency_s
+    return max(est.latency_s, roofline_time(op, hw))
+
+
+def _attention_times(model: ModelSpec, hw: HardwareSpec, shard: Sharding, estimator: Estimator,
                      prefill: PrefillAttention, chunks: list[Chunk],
                      decode_points: list[tuple[int, int]], attn_dtype: DType, decode_q: int
                      ) -> tuple[np.ndarray, dict[str, dict[str, float]]]:
     """All-layer attention core times in one batched call: the prefill cores of ``chunks``
     (memoised in ``prefill``) and the decode cores at ``decode_points`` (a windowed layer runs
-    the full kernel over its capped keys, `attention_span.decode_keys`); with the engines'
-    share of each part."""
+    the full kernel over its capped keys, `attention_span.decode_keys`; a learned answer
+    floored at the roofline, `decode_floor_s`); with the engines' share of each part."""
     plan = [(c, op, n) for c in chunks for op, n in prefill.ops(c)]
     ops: list[OpSpec] = [op for _, op, _ in plan]
     for batch, ctx in decode_points:
@@ -346,7 +369,8 @@ def _attention_times(model: ModelSpec, shard: Sharding, estimator: Estimator,
         ops.append(op)
     answers = estimator.estimate_many(ops)
     prefill.store([(c, n) for c, _, n in plan], answers[:len(plan)])
-    decode = np.array([model.layers * est.latency_s for est in answers[len(plan):]])
+    decode = np.array([model.layers * decode_floor_s(est, op, hw)
+                       for est, op in zip(answers[len(plan):], ops[len(plan):], strict=True)])
     share: dict[str, dict[str, float]] = {}
     for (_, _, n), est in zip(plan, answers, strict=False):
         add_engine_time(share.setdefault("prefill", {}), {est.engine: est.latency_s}, n)

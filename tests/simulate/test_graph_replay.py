@@ -13,9 +13,10 @@ from analytical.model import load_model
 from analytical.roofline import roofline_time
 from simulate.engines import Estimate
 from simulate.inference.graph_replay import (
-    TIMER_OVERHEAD_S,
     EngineKernels,
+    gemm_kernel_seconds,
     graph_replay_seconds,
+    timer_overhead_s,
 )
 from simulate.inference.layer_ops import inference_sharding, step_ops
 from simulate.inference.step_cost import DenseCost
@@ -24,11 +25,21 @@ US = 1e-6
 
 
 def test_only_a_stack_whose_timer_adds_a_per_call_cost_is_corrected():
+    assert 0 < timer_overhead_s(20 * US, "profiled") < 20 * US
     assert graph_replay_seconds(20 * US, "profiled") == pytest.approx(
-        20 * US - TIMER_OVERHEAD_S["profiled"])
+        20 * US - timer_overhead_s(20 * US, "profiled"))
     for stack in ("trtllm", "vidur", "nccl", ""):
+        assert timer_overhead_s(20 * US, stack) == 0.0
         assert graph_replay_seconds(20 * US, stack) == 20 * US
     assert graph_replay_seconds(4 * US, "profiled") >= 2 * US  # never below half
+
+
+def test_the_profiled_timer_cost_grows_with_the_kernel_up_to_a_plateau():
+    # the L2 flush's write-back slows a longer kernel more, until it ends
+    small, mid, long, longer = (timer_overhead_s(t * US, "profiled") for t in (4, 15, 100, 1000))
+    assert small == pytest.approx(3.04 * US)  # flat below the first point
+    assert small < mid < long
+    assert longer == long == pytest.approx(6.70 * US)
 
 
 class _Stacked:
@@ -57,7 +68,7 @@ def test_dense_steps_up_to_the_graph_size_are_replayed(stack):
     eager, ops = _dense(_Stacked(stack))
     graphed, _ = _dense(_Stacked(stack), graph_max_tokens=64)
     gemms = sum(n for op, n in ops if op.family == "gemm")
-    saved = TIMER_OVERHEAD_S.get(stack, 0.0) * gemms
+    saved = timer_overhead_s(20 * US, stack) * gemms
     assert eager.get("dense", 64)[0] - graphed.get("dense", 64)[0] == pytest.approx(saved)
     assert graphed.get("dense", 65)[0] == eager.get("dense", 65)[0]  # above it: eager
     seconds, engines = graphed.get("dense", 8)
@@ -98,3 +109,19 @@ def test_an_engine_with_a_custom_all_reduce_prices_small_tp_all_reduces_with_it(
     assert kernels.seconds(nccl, large, 8) == (20 * US, "store")  # over the buffer: NCCL
     plain = EngineKernels(hw=hw, graph_max_tokens=512)
     assert plain.seconds(nccl, small, 8) == (20 * US, "store")
+
+
+def test_an_fp8_gemm_row_that_timed_its_input_quantization_loses_it_under_an_engine():
+    from analytical.ops import GemmSpec
+    from simulate.inference.layer_ops import act_quant_pass
+
+    hw = get_hardware("h100-sxm")
+    fp8 = GemmSpec(m=1, n=4096, k=4096, dtype=DType.FP8)
+    quant = roofline_time(act_quant_pass(fp8, 3.0), hw)
+    assert gemm_kernel_seconds(20 * US, fp8, "trtllm", hw) == pytest.approx(20 * US - quant)
+    assert gemm_kernel_seconds(20 * US, fp8, "profiled", hw) == 20 * US  # fp8 inputs timed
+    bf16 = GemmSpec(m=1, n=4096, k=4096, dtype=DType.BF16)
+    assert gemm_kernel_seconds(20 * US, bf16, "trtllm", hw) == 20 * US
+    kernels = EngineKernels(hw=hw, graph_max_tokens=0)
+    est = Estimate(latency_s=20 * US, engine="store", stack="trtllm")
+    assert kernels.seconds(est, fp8, 1) == (pytest.approx(20 * US - quant), "store")

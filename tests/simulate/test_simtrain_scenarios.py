@@ -172,13 +172,21 @@ def test_trace_passes_schema_check():
 def test_store_answers_first():
     class FakeStore:
         def medians_by_key(self, family, hardware):
-            return {GemmSpec(m=128, n=128, k=128).key: 1.0} if family == "gemm" else {}
+            return {GemmSpec(m=128, n=128, k=k).key: 1.0 for k in (128, 256)} \
+                if family == "gemm" else {}
+
+        def provenance_by_key(self, family, hardware):  # our own timer measured k=128 only
+            return {GemmSpec(m=128, n=128, k=128).key: "profiled",
+                    GemmSpec(m=128, n=128, k=256).key:
+                        "imported:aiconfigurator-0.12.0/trtllm-1.3.0rc20"} \
+                if family == "gemm" else {}
 
     chain = EngineChain(get_hardware("h100-sxm"), use_store=False, use_predictors=False)
     chain._store = FakeStore()
-    gemm = GemmSpec(m=128, n=128, k=128)
-    (est,) = chain.estimate_many([gemm])
-    assert (est.engine, est.latency_s) == ("store", 1.0)
+    ours, imported = chain.estimate_many([GemmSpec(m=128, n=128, k=128),
+                                          GemmSpec(m=128, n=128, k=256)])
+    assert (ours.engine, ours.latency_s, ours.stack) == ("store", 1.0, "profiled")
+    assert (imported.engine, imported.stack) == ("store", "trtllm")  # graph-replayed rows
 
 
 def test_predictor_answers_before_roofline():

@@ -10,12 +10,14 @@ from analytical.dtypes import DType
 from analytical.hardware import get_hardware
 from analytical.model import load_model
 from analytical.ops import AttentionSpec
+from analytical.roofline import roofline_time
 from simulate.engines import Estimate
 from simulate.inference.layer_ops import inference_sharding, lm_head_ops, step_ops
 from simulate.inference.step_cost import (
     DenseCost,
     MeteredCost,
     build_tables,
+    decode_floor_s,
     token_grid,
 )
 from simulate.serving.state import StepShape
@@ -118,3 +120,45 @@ def test_step_time_and_metered_engine_seconds_agree():
     assert metered.step_time(shape) == pytest.approx(total, rel=1e-12)
     assert metered.step_time(shape) == pytest.approx(total, rel=1e-12)
     assert sum(metered.engine_seconds().values()) == pytest.approx(2 * total, rel=1e-9)
+
+
+class _Learned(_Estimator):
+    """Decode attention from a "learned" model: ``fixed`` + the linear law up to 2**16 cached
+    tokens, then flat (a tree past its training rows); everything else as `_Estimator`."""
+
+    def __init__(self, fixed: float) -> None:
+        super().__init__([])
+        self.fixed = fixed
+
+    def estimate_many(self, ops):
+        out = []
+        for op in ops:
+            if isinstance(op, AttentionSpec) and op.phase == "decode":
+                tokens = min(op.batch * op.kv_len, 2**16)
+                out.append(Estimate(latency_s=self.fixed + A_SEQ * op.batch + B_KV * tokens,
+                                    engine="xgboost"))
+            else:
+                out.append(_answer(op))
+        return out
+
+
+def test_decode_fit_keeps_a_per_step_kernel_time():
+    model = load_model("llama-3-8b")
+    shard = inference_sharding(tp=2, gpus_per_node=8)
+    tables = build_tables(model, get_hardware("h100-sxm"), shard, weight_dtype=DType.BF16,
+                          kv_dtype=DType.BF16, estimator=_Learned(9e-6), max_tokens=2048)
+    # a learned answer never beats the roofline's KV read, so past the plateau the fitted
+    # cost per KV token stays near the roofline's, not the flat tree's
+    op = AttentionSpec(batch=256, q_len=1, kv_len=32769, heads=16, kv_heads=4, head_dim=128,
+                       phase="decode")
+    flat = Estimate(latency_s=1e-5, engine="xgboost")
+    floor = roofline_time(op, get_hardware("h100-sxm"))
+    assert decode_floor_s(flat, op, get_hardware("h100-sxm")) == floor > 1e-5
+    assert decode_floor_s(Estimate(latency_s=1e-5, engine="store"), op,
+                          get_hardware("h100-sxm")) == 1e-5  # measured: kept
+    kv = 256 * 32769
+    assert tables.decode_per_kv_s * kv > 0.5 * model.layers * floor
+    assert tables.decode_per_step_s > 0  # every layer's kernel at a handful of keys
+    shape = StepShape(tokens=1, logits=1, prefill_pairs=0.0, prefill_chunks=0, decode_seqs=1,
+                      decode_kv=128, decode_q=1)
+    assert tables.attention_parts(shape)[1] >= tables.decode_per_step_s
