@@ -3,8 +3,9 @@
 
 Two gates, in order. First the baselines: on its run's primary held-out split the candidate's
 XGBoost MAPE must be below that of every baseline scored on the same rows (interpolation, table,
-random forest: `predictors.baselines`), so a model worse than a lookup never becomes champion,
-not even the first one. Then the current champion, if any: both versions are re-scored on the
+random forest: `predictors.baselines`), or tie it within the noise of the held-out shapes while
+beating it on the largest sizes (`ties`), so a model worse than a lookup never becomes
+champion, not even the first one. Then the current champion, if any: both versions are re-scored on the
 same rows, the candidate run's primary held-out split (``heldout_test.parquet``), restricted to
 rows the champion's own held-out model never saw either (its held-out rows), so neither side is
 scored on its training data. Each side is scored with its ``heldout_model`` (fitted without its
@@ -25,7 +26,7 @@ from analytical.errors import LlmsimError
 from analytical.hardware import get_hardware
 from analytical.ops import op_fields, op_from_dict
 from predictors.evaluate import ErrorMetrics, error_metrics
-from predictors.splits import PRIMARY_SPLIT
+from predictors.splits import HELDOUT_LARGE, PRIMARY_SPLIT
 from predictors.tracking import (
     ALIAS,
     HELDOUT_MODEL_DIR,
@@ -62,11 +63,47 @@ def _latest_version(client: MlflowClient, name: str) -> str:
 
 BASELINES = ("interp", "table", "rf")  # the baselines a run logs (`predictors.train`)
 PROMOTION_TAG = "promotion"  # on each model version: the last decision and why
+# A tie on the primary split needs this many held-out shapes under its bootstrap interval
+# (`evaluate.mape_gap`): with fewer, the interval is a point or two and says nothing.
+MIN_TIE_SHAPES = 4
+
+
+def _interval(metrics: Mapping[str, float], split: str, baseline: str
+              ) -> tuple[float, float, int] | None:
+    """(low, high, shapes) of XGBoost's MAPE minus ``baseline``'s on ``split``, if logged."""
+    keys = [f"{split}.xgb_vs_{baseline}.{k}" for k in ("low", "high", "clusters")]
+    values = [metrics.get(k, math.nan) for k in keys]
+    if not all(math.isfinite(v) for v in values):
+        return None
+    return float(values[0]), float(values[1]), int(values[2])
+
+
+def ties(metrics: Mapping[str, float], baseline: str, split: str = PRIMARY_SPLIT,
+         beyond: str = HELDOUT_LARGE) -> str | None:
+    """Why XGBoost ties ``baseline`` on ``split`` and is worth more than it, or None.
+
+    A tie: the 95% interval of the MAPE gap, resampling held-out shapes whole, straddles 0
+    over at least `MIN_TIE_SHAPES` shapes, i.e. the held-out set cannot tell the two apart.
+    Worth more: on ``beyond`` (sizes past every training size) XGBoost is better with the
+    whole interval below 0. A lookup that ties inside the measured range but cannot
+    extrapolate is no reason to keep a model out; one that is significantly better on the
+    primary split (interval above 0) still is."""
+    inside, past = _interval(metrics, split, baseline), _interval(metrics, beyond, baseline)
+    if inside is None or past is None:
+        return None
+    low, high, shapes = inside
+    if shapes < MIN_TIE_SHAPES or not low <= 0.0 <= high or past[1] >= 0.0:
+        return None
+    return (f"ties {baseline} on {split} ({metrics[f'{split}.xgb_vs_{baseline}.gap']:+.2f} "
+            f"points [{low:+.2f}, {high:+.2f}], {shapes} shapes) and beats it on {beyond} "
+            f"({metrics[f'{beyond}.xgb_vs_{baseline}.gap']:+.2f} [{past[0]:+.2f}, "
+            f"{past[1]:+.2f}])")
 
 
 def beats_baselines(metrics: Mapping[str, float], split: str = PRIMARY_SPLIT
                     ) -> tuple[bool, str]:
-    """Whether the run's XGBoost MAPE on ``split`` is below every logged baseline's, and why."""
+    """Whether the run's XGBoost MAPE on ``split`` is below every logged baseline's, or ties
+    those it does not beat (`ties`), and why."""
     xgb = metrics.get(f"{split}.xgb.mape")
     scored = {b: float(metrics[f"{split}.{b}.mape"]) for b in BASELINES
               if math.isfinite(metrics.get(f"{split}.{b}.mape", math.nan))}
@@ -80,6 +117,10 @@ def beats_baselines(metrics: Mapping[str, float], split: str = PRIMARY_SPLIT
              f"{scored[best]:.2f}%"
     if xgb < scored[best]:
         return True, f"beats every baseline ({versus})"
+    tied = {b: ties(metrics, b, split) for b in sorted(scored) if xgb >= scored[b]}
+    if all(tied.values()):
+        return True, f"beats or ties every baseline ({versus}; " + "; ".join(
+            str(why) for why in tied.values()) + ")"
     return False, f"does not beat the baselines ({versus})"
 
 

@@ -15,7 +15,9 @@ $L profile run datasets/sweeps/cpu-smoke.yaml --no-progress
 $L db info
 step "3/4 train, evaluate and register an XGBoost predictor per (GPU, family) of the curated set in MLflow"
 # 22 models (A100 SXM/PCIe, H100 SXM/NVL, H200, B200, L40S, A40), each promoted to champion only if
-# it beats its baselines on held-out shapes; bounded: 4 search draws, 3,000 training rows per fit.
+# it beats its baselines on held-out shapes, or ties them within the noise of those shapes and
+# beats them on the largest sizes (predictors/promote.py); bounded: 4 search draws, 3,000
+# training rows per fit.
 $L train all --configs 4 --max-train-rows 3000
 $L train report
 step "4/4 predict: Llama-3-70B training on 1,024 H100, Llama-2-7B serving on one A100"

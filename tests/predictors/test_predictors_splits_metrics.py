@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from analytical.errors import LlmsimError
-from analytical.ops import AttentionSpec, GemmSpec
+from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind
 from predictors.baselines import InterpolationBaseline
 from predictors.dataset import fingerprint, pick_provenance, training_data
 from predictors.evaluate import error_metrics, mape_gap, plot_predicted_vs_measured
@@ -58,6 +58,28 @@ def test_attention_splits_hold_out_head_configs_and_interior_kv_len():
     assert held and 128 not in held and 65536 not in held
     assert not held & {ops[i].kv_len for i in seq.train}
     assert len(held) == 2 and len(seq.test) == 2 * len(configs)
+
+
+def test_a_shape_region_of_a_handful_of_rows_takes_more_shapes():
+    # as our H100/H200 sweeps: every kind at three hidden sizes, the loss and the embedding
+    # also at two vocabulary sizes; a vocabulary size alone is 4 of 124 rows
+    ops = [MemoryBoundSpec(kind=kind, rows=r, cols=c)
+           for kind in (MemoryOpKind.ADD, MemoryOpKind.RMSNORM, MemoryOpKind.SILU)
+           for r in (1024, 8192, 32768) for c in (4096, 8192, 14336) for _ in range(4)]
+    ops += [MemoryBoundSpec(kind=MemoryOpKind.EMBEDDING, rows=r, cols=c)
+            for r in (1024, 8192) for c in (16032, 128256)]
+    rare_first = 0
+    for seed in range(8):
+        split = shape_region_split(ops, seed=seed)
+        held = {ops[i].cols for i in split.test}
+        assert len(split.test) >= 0.1 * len(ops)
+        assert not held & {ops[i].cols for i in split.train}
+        if 16032 in held:
+            rare_first += 1
+            assert len(held) == 2
+        else:
+            assert len(held) == 1  # one interior hidden size already holds 36 rows
+    assert rare_first  # some seed picks the vocabulary size first
 
 
 def test_error_metrics_closed_form():

@@ -37,6 +37,34 @@ def test_beats_baselines_compares_with_the_best_finite_baseline():
     assert not ok and "logged no heldout_shape score" in why
 
 
+def _gap(split, baseline, gap, low, high, shapes):
+    return {f"{split}.xgb_vs_{baseline}.{k}": float(v)
+            for k, v in (("gap", gap), ("low", low), ("high", high), ("clusters", shapes))}
+
+
+def test_a_tie_within_the_noise_passes_only_with_a_win_beyond_the_measured_sizes():
+    split = "heldout_shape"
+    metrics = {f"{split}.xgb.mape": 4.23, f"{split}.xgb.n": 1295.0, f"{split}.interp.mape": 17.6,
+               f"{split}.rf.mape": 3.99, **_gap(split, "interp", -13.4, -17.6, -8.5, 4),
+               **_gap(split, "rf", 0.24, -0.32, 0.69, 4),
+               **_gap("heldout_large", "rf", -39.2, -45.3, -30.3, 14)}
+    ok, why = beats_baselines(metrics)
+    assert ok and why.startswith("beats or ties every baseline")
+    assert "ties rf on heldout_shape (+0.24 points [-0.32, +0.69], 4 shapes)" in why
+    assert "beats it on heldout_large (-39.20" in why
+    # significantly worse on the held-out shapes: the interval lies above 0
+    assert not beats_baselines({**metrics, **_gap(split, "rf", 0.6, 0.05, 1.14, 4)})[0]
+    # too few held-out shapes for an interval to say anything
+    assert not beats_baselines({**metrics, **_gap(split, "rf", 0.24, -0.32, 0.69, 3)})[0]
+    # no better than the baseline where the baseline has no data either
+    assert not beats_baselines({**metrics, **_gap("heldout_large", "rf", -1.0, -2.0, 0.5, 14)})[0]
+    # no interval logged (a run before the gaps existed): strict comparison
+    assert not beats_baselines({k: v for k, v in metrics.items() if "xgb_vs" not in k})[0]
+    # every baseline it does not beat must be tied: a second one lost is a fail
+    worse = {**metrics, f"{split}.interp.mape": 4.0, **_gap(split, "interp", 0.23, 0.1, 0.4, 4)}
+    assert not beats_baselines(worse)[0]
+
+
 def test_a_model_worse_than_the_baselines_is_not_the_first_champion(
         llmsim_home, gemm_frame, capsys):
     clear_cache()

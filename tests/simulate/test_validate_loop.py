@@ -165,7 +165,8 @@ def test_loop_trains_predictors_fast(tmp_path: Path) -> None:
     # noisy CPU shapes may not), and the reason says which
     memory = train["memory"]
     assert memory["status"] == "trained"
-    assert memory["promoted"] == ("beats every baseline" in memory["reason"])
+    assert memory["promoted"] == any(why in memory["reason"] for why in (
+        "beats every baseline", "beats or ties every baseline"))
     assert train["attention"]["status"] == "skipped"  # a handful of shapes
     for row in report.rows:  # without the store: XGBoost answers exactly when promoted
         assert (row.predictor_xgb_share > 0) == memory["promoted"]
