@@ -237,6 +237,13 @@ def test_cli_trains_logs_and_writes_the_table(llmsim_home, fake_store, tmp_path,
     assert main([*common, "--write-readme", str(readme)]) == 2
 
 
+class _DecliningChampion:
+    """A per-hardware champion whose training rows held no bf16 GEMM."""
+
+    def outside_domain(self, op: object) -> str:
+        return "dtype=bf16"
+
+
 def test_engine_chain_uses_the_transfer_model(llmsim_home, fake_store):
     from predictors.transfer_tracking import clear_cache
     from simulate.cli.main import main
@@ -254,6 +261,10 @@ def test_engine_chain_uses_the_transfer_model(llmsim_home, fake_store):
     estimate = chain.estimate(op)
     assert estimate.engine == "xgboost-transfer" and chain.available["xgboost-transfer"]
     assert estimate.latency_s == pytest.approx(law_seconds(op, get_hardware("h200")), rel=0.2)
+    declining = EngineChain(get_hardware("h200"), use_store=False)
+    declining._predictors["gemm"] = _DecliningChampion()  # this GPU has a GEMM champion
+    kept = declining.estimate(op)  # what it declines stays with the roofline, not the transfer
+    assert kept.engine == "roofline" and "champion never trained on dtype=bf16" in kept.detail
     amd = EngineChain(get_hardware("mi300x"), use_store=False).estimate(op)
     assert amd.engine == "roofline" and "vendor=amd" in amd.detail
     off = EngineChain(get_hardware("h200"), use_store=False, use_predictors=False)
