@@ -30,6 +30,7 @@ CHAIN_FAMILIES = frozenset({"gemm"})
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TransferAnswer:
     loaded: bool  # a transfer model for the family exists
+    stack: str = ""  # the stack it is asked as (`TransferModel.default_stack`): whose timing
     seconds: dict[str, float] = field(default_factory=dict)  # op key -> latency
     declined: dict[str, str] = field(default_factory=dict)  # op key -> why
 
@@ -59,4 +60,5 @@ def transfer_answers(family: str, ops: Sequence[OpSpec], hw: HardwareSpec, *,
         return TransferAnswer(loaded=True, declined=declined)
     seconds = {op.key: float(v) for op, v in zip(asked, np.asarray(values, dtype=float),
                                                   strict=True) if np.isfinite(v) and v > 0}
-    return TransferAnswer(loaded=True, seconds=seconds, declined=declined)
+    return TransferAnswer(loaded=True, stack=model.default_stack, seconds=seconds,
+                          declined=declined)

@@ -234,7 +234,8 @@ class EngineChain:
             self.available["xgboost-transfer"] |= answer.loaded
             for key, value in answer.seconds.items():
                 self._cache[key] = Estimate(latency_s=value, engine="xgboost-transfer",
-                                            detail=f"transfer model for {family}")
+                                            detail=f"transfer model for {family}",
+                                            stack=answer.stack)
                 todo.pop(key, None)
                 declined.pop(key, None)
             for key, why in answer.declined.items():

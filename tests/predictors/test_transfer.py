@@ -260,6 +260,7 @@ def test_engine_chain_uses_the_transfer_model(llmsim_home, fake_store):
     chain = EngineChain(get_hardware("h200"), use_store=False)  # a YAML and no rows
     estimate = chain.estimate(op)
     assert estimate.engine == "xgboost-transfer" and chain.available["xgboost-transfer"]
+    assert estimate.stack == "kernels"  # whose timing: graph replay takes that stack's cost off
     assert estimate.latency_s == pytest.approx(law_seconds(op, get_hardware("h200")), rel=0.2)
     declining = EngineChain(get_hardware("h200"), use_store=False)
     declining._predictors["gemm"] = _DecliningChampion()  # this GPU has a GEMM champion
@@ -399,6 +400,8 @@ def test_residual_groups_split_bias_by_band_and_fold_small_groups():
 
 class _AnswersAll:
     """A transfer model that would price any op at 1 ms."""
+
+    default_stack = "trtllm"
 
     def outside_domain(self, op: object, hw: object) -> None:
         return None
