@@ -20,6 +20,10 @@ step "3/4 train, evaluate and register an XGBoost predictor per (GPU, family) of
 # training rows per fit.
 $L train all --configs 4 --max-train-rows 3000
 $L train report
+# The cross-GPU GEMM model: prices GEMMs on a GPU with a hardware YAML and no GEMM champion (A100
+# 40GB, H100 PCIe, B300, GB200, ...); promoted only if it beats the roofline leave-one-GPU-out.
+# GEMMs only: the chain takes no other family's transfer answer (predictors/README.md). ~40 s.
+$L train transfer --op gemm --rows-per-gpu 3000 --loo
 step "4/4 predict: Llama-3-70B training on 1,024 H100, Llama-2-7B serving on one A100"
 $L simulate datasets/scenarios/llama3-70b-tp8-pp4-selective-h100.yaml
 $L simulate datasets/scenarios/llama2-7b-continuous-qps8-a100.yaml

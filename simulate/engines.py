@@ -10,7 +10,8 @@ said once on stderr and the chain goes on without it (`profiler.store.open_for_r
 missing registered model falls through to the next engine; `EngineChain.available` says which
 engines could answer. A champion is not asked about
 an operator with a categorical value its training rows never held (a collective kind, a dtype:
-`predictors.domain`); the roofline answers it and its detail says why.
+`predictors.domain`); the roofline answers it and its detail says why. The transfer model
+answers only the families this GPU has no champion of.
 """
 
 from __future__ import annotations
@@ -218,22 +219,30 @@ class EngineChain:
         return [self._ops[k] for k, e in self._cache.items() if e.engine in engines]
 
     def _ask_transfer(self, todo: dict[str, OpSpec], declined: dict[str, str]) -> None:
-        """The cross-GPU model (`predictors.transfer`) for what no champion answered: it
-        prices a GPU from its hardware YAML, measured rows or not. Answers leave ``todo``."""
+        """The cross-GPU model (`predictors.transfer`) for the families this GPU has no
+        champion of: it prices a GPU from its hardware YAML. Answers leave ``todo``.
+
+        Where a champion exists, what it declines (a dtype, kind or phase this GPU's rows never
+        held: attention backward, dropout, layernorm, fp32 optimizer passes) stays with the
+        roofline, which `simulate.efficiency` re-times at the framework's own kernel (FA2 or
+        cuDNN attention, fused or eager norms); the transfer model would price it as the kernel
+        other GPUs' stacks timed, and did worse there (predictors/README.md, transfer section)."""
         if not (todo and self._use_predictors and _tracking_store_exists(self._tracking_uri)):
             return
         from predictors.transfer_answer import transfer_answers
 
         by_family: dict[str, list[OpSpec]] = {}
         for op in todo.values():
-            by_family.setdefault(op.family, []).append(op)
+            if self._predictors.get(op.family) is None:
+                by_family.setdefault(op.family, []).append(op)
         for family, family_ops in by_family.items():
             answer = transfer_answers(family, family_ops, self.hardware,
                                       tracking_uri=self._tracking_uri)
             self.available["xgboost-transfer"] |= answer.loaded
             for key, value in answer.seconds.items():
                 self._cache[key] = Estimate(latency_s=value, engine="xgboost-transfer",
-                                            detail=f"transfer model for {family}")
+                                            detail=f"transfer model for {family}",
+                                            stack=answer.stack)
                 todo.pop(key, None)
                 declined.pop(key, None)
             for key, why in answer.declined.items():

@@ -237,6 +237,13 @@ def test_cli_trains_logs_and_writes_the_table(llmsim_home, fake_store, tmp_path,
     assert main([*common, "--write-readme", str(readme)]) == 2
 
 
+class _DecliningChampion:
+    """A per-hardware champion whose training rows held no bf16 GEMM."""
+
+    def outside_domain(self, op: object) -> str:
+        return "dtype=bf16"
+
+
 def test_engine_chain_uses_the_transfer_model(llmsim_home, fake_store):
     from predictors.transfer_tracking import clear_cache
     from simulate.cli.main import main
@@ -253,7 +260,12 @@ def test_engine_chain_uses_the_transfer_model(llmsim_home, fake_store):
     chain = EngineChain(get_hardware("h200"), use_store=False)  # a YAML and no rows
     estimate = chain.estimate(op)
     assert estimate.engine == "xgboost-transfer" and chain.available["xgboost-transfer"]
+    assert estimate.stack == "kernels"  # whose timing: graph replay takes that stack's cost off
     assert estimate.latency_s == pytest.approx(law_seconds(op, get_hardware("h200")), rel=0.2)
+    declining = EngineChain(get_hardware("h200"), use_store=False)
+    declining._predictors["gemm"] = _DecliningChampion()  # this GPU has a GEMM champion
+    kept = declining.estimate(op)  # what it declines stays with the roofline, not the transfer
+    assert kept.engine == "roofline" and "champion never trained on dtype=bf16" in kept.detail
     amd = EngineChain(get_hardware("mi300x"), use_store=False).estimate(op)
     assert amd.engine == "roofline" and "vendor=amd" in amd.detail
     off = EngineChain(get_hardware("h200"), use_store=False, use_predictors=False)
@@ -384,3 +396,34 @@ def test_residual_groups_split_bias_by_band_and_fold_small_groups():
                    ("fp8", "other"): (5, 0.0, 0.0)}
     assert [latency_band(t) for t in (9.9e-6, 10e-6, 5e-5, 1e-3)] == [
         "<10us", "10-30us", "30-100us", ">=1ms"]
+
+
+class _AnswersAll:
+    """A transfer model that would price any op at 1 ms."""
+
+    default_stack = "trtllm"
+
+    def outside_domain(self, op: object, hw: object) -> None:
+        return None
+
+    def predict(self, ops: list[object], hw: object) -> list[float]:
+        return [1e-3] * len(ops)
+
+
+def test_the_chain_takes_transfer_answers_for_gemms_only(monkeypatch):
+    # Attention and memory-bound time is the framework's kernel choice, which simulate.efficiency
+    # models on the roofline; a GEMM is cuBLAS everywhere (transfer_answer.CHAIN_FAMILIES).
+    import predictors.transfer_tracking as tracking
+    from analytical.ops import AttentionSpec, MemoryBoundSpec, MemoryOpKind
+    from predictors.transfer_answer import transfer_answers
+
+    monkeypatch.setattr(tracking, "load_transfer", lambda family, **_: _AnswersAll())
+    hw = get_hardware("gb200")
+    gemm = GemmSpec(m=512, n=4096, k=4096)
+    assert transfer_answers("gemm", [gemm], hw).seconds == {gemm.key: 1e-3}
+    attention = AttentionSpec(batch=1, q_len=4096, kv_len=4096, heads=32, kv_heads=8,
+                              head_dim=128)
+    norm = MemoryBoundSpec(kind=MemoryOpKind.RMSNORM, rows=4096, cols=4096)
+    for family, op in (("attention", attention), ("memory", norm)):
+        answer = transfer_answers(family, [op], hw)
+        assert not answer.loaded and not answer.seconds
