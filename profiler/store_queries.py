@@ -78,33 +78,24 @@ class StoreQueries:
             f'SELECT t.*, {_FP_SELECT} FROM "{family}" t LEFT JOIN fingerprints f '
             f"USING (fingerprint_id) {clause} ORDER BY t.op_key, t.point_key", params).df()
 
-    def medians_by_key(self, family: str, hardware: str) -> dict[str, float]:
-        """Every op key of ``family`` measured on ``hardware`` -> its median latency (s), by the
-        same rule as `lookup_medians`; one query, for callers that look up many shapes."""
-        if family not in OP_FAMILIES:
-            return {}
-        rows = self._read(
-            f"SELECT t.op_key, coalesce(median(t.median_s) FILTER "
-            f"(WHERE t.provenance = 'profiled'), median(t.median_s)) "
-            f'FROM "{family}" t '
-            f"WHERE t.hardware = ? AND t.status = 'ok' AND t.median_s IS NOT NULL "
-            f"GROUP BY t.op_key", [hardware]).fetchall()
-        return {key: float(value) for key, value in rows}
-
-    def provenance_by_key(self, family: str, hardware: str) -> dict[str, str]:
-        """Whose rows give each op key's `medians_by_key` value: ``profiled`` where our own
-        timer measured it (those rows win), else the imported provenance when all its rows
-        share one, else "" (mixed). A caller pricing a CUDA-graph replay corrects by it
+    def measured_by_key(self, family: str, hardware: str) -> dict[str, tuple[float, str]]:
+        """Every op key of ``family`` measured on ``hardware`` -> (its median latency (s), whose
+        rows give it), in one query for callers that look up many shapes. The median follows
+        `lookup_medians`' rule (our own ``profiled`` rows win); the provenance is ``profiled``
+        where they exist, else the imported provenance when all the key's rows share one, else
+        "" (mixed). A caller pricing a CUDA-graph replay corrects by it
         (`simulate.inference.graph_replay`)."""
         if family not in OP_FAMILIES:
             return {}
         rows = self._read(
-            f"SELECT t.op_key, bool_or(t.provenance = 'profiled'), min(t.provenance), "
-            f'max(t.provenance) FROM "{family}" t WHERE t.hardware = ? AND '
-            f"t.status = 'ok' AND t.median_s IS NOT NULL GROUP BY t.op_key",
-            [hardware]).fetchall()
-        return {key: "profiled" if ours else lo if lo == hi else ""
-                for key, ours, lo, hi in rows}
+            f"SELECT t.op_key, coalesce(median(t.median_s) FILTER "
+            f"(WHERE t.provenance = 'profiled'), median(t.median_s)), "
+            f"bool_or(t.provenance = 'profiled'), min(t.provenance), max(t.provenance) "
+            f'FROM "{family}" t '
+            f"WHERE t.hardware = ? AND t.status = 'ok' AND t.median_s IS NOT NULL "
+            f"GROUP BY t.op_key", [hardware]).fetchall()
+        return {key: (float(value), "profiled" if ours else lo if lo == hi else "")
+                for key, value, ours, lo, hi in rows}
 
     def lookup_medians(self, op_keys: Iterable[str], hardware: str) -> dict[str, float]:
         """Median latency (s) per exact op key on ``hardware`` (status ok).

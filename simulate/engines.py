@@ -101,8 +101,7 @@ class EngineChain:
         self._tracking_uri = tracking_uri
         self._store = self._open_store(store_path) if use_store else None
         self._ops: dict[str, OpSpec] = {}
-        self._store_index: dict[str, dict[str, float]] = {}
-        self._store_stack: dict[str, dict[str, str]] = {}  # family -> key -> stack of its rows
+        self._store_index: dict[str, dict[str, tuple[float, str]]] = {}  # key -> median, stack
         self.available: dict[str, bool] = {"store": self._store is not None,
                                            "xgboost": False, "xgboost-transfer": False,
                                            "roofline": True}
@@ -135,19 +134,19 @@ class EngineChain:
             self.available["xgboost"] |= predictor is not None
         return self._predictors[family]
 
-    def _store_medians(self, family: str) -> dict[str, float]:
-        """All of this hardware's measured medians of one family, read once (one query) and
-        kept: a serving simulation asks for hundreds of shapes one token count at a time.
+    def _store_medians(self, family: str) -> dict[str, tuple[float, str]]:
+        """All of this hardware's measured medians of one family, with the stack whose rows
+        give each (`predictors.transfer_data.stack_of`), read once (one query) and kept: a
+        serving simulation asks for hundreds of shapes one token count at a time.
         A store that fails to read (a corrupt block) raises `StoreError`: never a silent
         fall-through to the roofline."""
         if family not in self._store_index:
-            self._store_index[family] = self._store.medians_by_key(  # type: ignore[union-attr]
-                family, self.hardware.name)
             from predictors.transfer_data import stack_of
 
-            self._store_stack[family] = {
-                key: stack_of(prov) if prov else "" for key, prov in
-                self._store.provenance_by_key(family, self.hardware.name).items()}  # type: ignore[union-attr]
+            measured = self._store.measured_by_key(  # type: ignore[union-attr]
+                family, self.hardware.name)
+            self._store_index[family] = {key: (value, stack_of(prov) if prov else "")
+                                         for key, (value, prov) in measured.items()}
         return self._store_index[family]
 
     def estimate(self, op: OpSpec) -> Estimate:
@@ -170,12 +169,11 @@ class EngineChain:
         if self._store is not None:
             medians = {}
             for key in list(todo):
-                value = self._store_medians(todo[key].family).get(key)
-                if value is not None:
-                    medians[key] = value
-            for key, value in medians.items():
+                measured = self._store_medians(todo[key].family).get(key)
+                if measured is not None:
+                    medians[key] = measured
+            for key, (value, stack) in medians.items():
                 if value > 0:
-                    stack = self._store_stack.get(todo[key].family, {}).get(key, "")
                     self._cache[key] = Estimate(latency_s=value, engine="store",
                                                 detail="median of measured runs", stack=stack)
                     todo.pop(key, None)

@@ -127,14 +127,13 @@ def test_lookup_prefers_profiled_then_median_of_medians(tmp_path: Path) -> None:
         attn = AttentionSpec(batch=2, q_len=1, kv_len=64, heads=8, kv_heads=8, head_dim=64,
                              phase=Phase.DECODE)
         store.insert([_ok(attn, [1.0], provenance="imported:a")])
-        assert store.provenance_by_key("attention", "h100-sxm") == {attn.key: "imported:a"}
-        assert store.provenance_by_key("gemm", "h100-sxm") == {GEMM.key: ""}  # mixed imports
+        assert store.measured_by_key("attention", "h100-sxm") == {attn.key: (1.0, "imported:a")}
+        assert store.measured_by_key("gemm", "h100-sxm") == {GEMM.key: (2.0, "")}  # mixed
         store.insert([_ok(GEMM, [10.0]), _ok(GEMM, [20.0], fp=other)])
         assert store.lookup_medians([GEMM.key], "h100-sxm") == {GEMM.key: 15.0}
-        assert store.medians_by_key("gemm", "h100-sxm") == {GEMM.key: 15.0}
         # the median is ours
-        assert store.provenance_by_key("gemm", "h100-sxm") == {GEMM.key: "profiled"}
-        assert store.provenance_by_key("gemm", "a100-sxm-80gb") == {}
+        assert store.measured_by_key("gemm", "h100-sxm") == {GEMM.key: (15.0, "profiled")}
+        assert store.measured_by_key("gemm", "a100-sxm-80gb") == {}
 
 
 def test_frame_has_typed_shape_and_fingerprint_columns(tmp_path: Path) -> None:

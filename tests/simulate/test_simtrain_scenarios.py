@@ -171,14 +171,10 @@ def test_trace_passes_schema_check():
 
 def test_store_answers_first():
     class FakeStore:
-        def medians_by_key(self, family, hardware):
-            return {GemmSpec(m=128, n=128, k=k).key: 1.0 for k in (128, 256)} \
-                if family == "gemm" else {}
-
-        def provenance_by_key(self, family, hardware):  # our own timer measured k=128 only
-            return {GemmSpec(m=128, n=128, k=128).key: "profiled",
+        def measured_by_key(self, family, hardware):  # our own timer measured k=128 only
+            return {GemmSpec(m=128, n=128, k=128).key: (1.0, "profiled"),
                     GemmSpec(m=128, n=128, k=256).key:
-                        "imported:aiconfigurator-0.12.0/trtllm-1.3.0rc20"} \
+                        (1.0, "imported:aiconfigurator-0.12.0/trtllm-1.3.0rc20")} \
                 if family == "gemm" else {}
 
     chain = EngineChain(get_hardware("h100-sxm"), use_store=False, use_predictors=False)
