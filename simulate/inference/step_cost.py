@@ -231,8 +231,14 @@ class StepCostTables:
         return 0.0
 
     def step_time(self, shape: StepShape) -> float:
+        return self.time_of(shape, self.attention_parts(shape))
+
+    def time_of(self, shape: StepShape, parts: tuple[float, float, float]) -> float:
+        """A step's seconds from its `attention_parts` (prefill, decode, pipeline hops): the
+        dense part, the LM head, those parts and the eager launch time (`launch_s`)."""
+        prefill, decode, hops = parts
         return (self.dense.get("dense", shape.dense_tokens)[0]
-                + self.dense.get("lm", shape.logits)[0] + sum(self.attention_parts(shape))
+                + self.dense.get("lm", shape.logits)[0] + prefill + decode + hops
                 + self.launch_s(shape))
 
 
@@ -253,13 +259,10 @@ class MeteredCost:
         self.lm_counts[shape.logits] = self.lm_counts.get(shape.logits, 0) + 1
         for chunk in shape.chunks:
             self.chunk_counts[chunk] = self.chunk_counts.get(chunk, 0) + 1
-        prefill, decode, hops = tables.attention_parts(shape)
-        acc = self.attention_s
-        acc["decode"] += decode
-        acc["pp"] += hops
-        return (tables.dense.get("dense", shape.dense_tokens)[0]
-                + tables.dense.get("lm", shape.logits)[0] + prefill + decode + hops
-                + tables.launch_s(shape))
+        parts = tables.attention_parts(shape)
+        self.attention_s["decode"] += parts[1]
+        self.attention_s["pp"] += parts[2]
+        return tables.time_of(shape, parts)
 
     def engine_seconds(self) -> dict[str, float]:
         out: dict[str, float] = {}
