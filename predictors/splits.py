@@ -103,13 +103,15 @@ def _region(ops: Sequence[OpSpec], key: KeyFn, what: str, *, seed: int,
     # have) can leave a region of a handful of rows of one shape, too few for a held-out figure
     # (H200 memory ops: 8 of 196 rows) or for the tie interval of `promote.ties`: further
     # values join, in a seeded order, until the region holds `MIN_REGION_FRACTION` of the rows
-    counts = Counter(keys)
-    rest = [c for c in candidates if c not in picked]
-    for i in rng.permutation(len(rest)).tolist():
-        if name != HELDOUT_SHAPE or sum(counts[p] for p in picked) >= \
-                MIN_REGION_FRACTION * len(keys):
-            break
-        picked.add(rest[i])
+    if name == HELDOUT_SHAPE:
+        counts = Counter(keys)
+        held = sum(counts[p] for p in picked)
+        rest = [c for c in candidates if c not in picked]
+        for i in rng.permutation(len(rest)).tolist():
+            if held >= MIN_REGION_FRACTION * len(keys):
+                break
+            picked.add(rest[i])
+            held += counts[rest[i]]
     mask = np.array([k in picked for k in keys])
     shown = ", ".join(str(p if len(p) > 1 else p[0]) for p in sorted(picked)[:6])
     more = "" if len(picked) <= 6 else f" (+{len(picked) - 6} more)"
