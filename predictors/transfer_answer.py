@@ -24,7 +24,7 @@ from predictors.transfer_features import TRANSFER_FAMILIES
 # timed (TensorRT-LLM's FMHA for attention, asked as `trtllm`; eager PyTorch composites and
 # Sarathi-Serve's kernels for memory). Collectives stay with the link model, which scored
 # better leave-one-GPU-out. Measured in predictors/README.md, transfer section.
-CHAIN_FAMILIES = frozenset({"gemm"})
+CHAIN_FAMILIES = frozenset({"gemm"}).intersection(TRANSFER_FAMILIES)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,7 +39,7 @@ def transfer_answers(family: str, ops: Sequence[OpSpec], hw: HardwareSpec, *,
                      tracking_uri: str | None = None) -> TransferAnswer:
     """Ask the champion transfer model of ``family``; no model, or a family the chain does not
     take (`CHAIN_FAMILIES`): an empty, unloaded answer."""
-    if family not in TRANSFER_FAMILIES or family not in CHAIN_FAMILIES:
+    if family not in CHAIN_FAMILIES:
         return TransferAnswer(loaded=False)
     from predictors.transfer_tracking import load_transfer
 
