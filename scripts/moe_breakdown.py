@@ -78,22 +78,24 @@ CPU_SCALE = 1000.0  # the host floor's CPU time per kernel scaled up so that it 
 def main() -> None:
     import simulate.moe_host as moe_host
     from simulate.api import run
-    from simulate.validate.published import UNSTATED_RECOMPUTE, _measured_tps, row_scenario
+    from simulate.validate.published import _measured_tps, row_scenario, run_as_ran
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("rows", type=int, nargs="+")
     ap.add_argument("--source", default="megatron-bridge")
     ap.add_argument("--no-store", action="store_true")
     a = ap.parse_args()
+    traced = {}  # the last traced run's output
+
+    def traced_run(sc: dict[str, Any]) -> Mapping[str, Any]:
+        traced["out"] = run(sc, use_store=not a.no_store, use_predictors=not a.no_store,
+                            trace=True)
+        return traced["out"].data
+
     for i, row in _rows(a.source, a.rows):
         scenario = row_scenario(row, f"{a.source}-{i}")
-        for policy in (row["recompute"],) if row["recompute"] else UNSTATED_RECOMPUTE:
-            scenario["training"]["recompute"] = policy  # as `validate published` assumes
-            out = run(scenario, use_store=not a.no_store, use_predictors=not a.no_store,
-                      trace=True)
-            if out.data.get("fits"):
-                break
-        d = out.data
+        d, _ = run_as_ran(row, scenario, traced_run)  # the policy `validate published` runs
+        out, policy = traced["out"], scenario["training"]["recompute"]
         host = {}
         for scale in (0.0, CPU_SCALE):
             with mock.patch.object(moe_host, "HOST_S_PER_KERNEL",

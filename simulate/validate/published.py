@@ -232,6 +232,20 @@ def simulate_runner(*, store_path: str | Path | None = None, use_store: bool = T
     return runner
 
 
+def run_as_ran(row: Mapping[str, str], scenario: dict[str, Any], runner: Runner
+               ) -> tuple[Mapping[str, Any], str | None]:
+    """``runner``'s output for ``scenario`` at the row's recompute policy or, unstated, at the
+    least of `UNSTATED_RECOMPUTE` that fits (the run ran, so it fit); with the policy assumed
+    (None where the row states one). ``scenario`` is left at the policy run last."""
+    stated = _get(row, "recompute")
+    for policy in (stated,) if stated else UNSTATED_RECOMPUTE:
+        scenario["training"]["recompute"] = policy
+        data = runner(scenario)
+        if data.get("fits"):
+            break
+    return data, None if stated else policy
+
+
 def score_row(row: Mapping[str, str], index: int, runner: Runner) -> RowOutcome:
     """Predict one row; a row the simulator rejects keeps its error message."""
     source = _get(row, "source")
@@ -239,15 +253,7 @@ def score_row(row: Mapping[str, str], index: int, runner: Runner) -> RowOutcome:
     try:
         measured_tps, derived = _measured_tps(row)
         measured_mfu = _measured_mfu(row)
-        scenario = row_scenario(row, name)
-        assumed = None
-        for policy in ((_get(row, "recompute"),) if _get(row, "recompute")
-                       else UNSTATED_RECOMPUTE):
-            scenario["training"]["recompute"] = policy
-            data = runner(scenario)
-            assumed = None if _get(row, "recompute") else policy
-            if data.get("fits"):
-                break
+        data, assumed = run_as_ran(row, row_scenario(row, name), runner)
     except (LlmsimError, ValueError, KeyError) as exc:
         return RowOutcome(source=source, name=name, fits=None, error=str(exc))
     fits = bool(data.get("fits"))
