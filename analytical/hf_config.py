@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import enum
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -110,6 +111,28 @@ class HfConfig:
             raise self.error("num_attention_heads",
                              f"{heads} does not divide hidden size {hidden}; give head_dim")
         return hidden // heads
+
+    def yarn_attention_factor(self) -> float:
+        """The factor a YaRN ``rope_scaling`` multiplies the rotary cos / sin by, as transformers
+        computes it (``_compute_yarn_parameters``, modeling_rope_utils.py): ``attention_factor``
+        if given, else get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) when both
+        are set, else get_mscale(factor), with get_mscale(s, m) = 0.1 m ln(s) + 1 (1 for s <= 1).
+        1.0 for no scaling or another type."""
+        raw = self.data.get("rope_scaling")
+        if not isinstance(raw, Mapping):
+            return 1.0
+        scaling = HfConfig(raw, self.source, prefix=f"{self.prefix}rope_scaling.")
+        if scaling.text("rope_type", scaling.text("type", "default")) != "yarn":
+            return 1.0
+        if raw.get("attention_factor") is not None:
+            return scaling.number("attention_factor", 1.0)
+        factor = scaling.number("factor", 1.0)
+
+        def mscale(m: float) -> float:
+            return 1.0 if factor <= 1.0 else 0.1 * m * math.log(factor) + 1.0
+
+        m, m_all = scaling.number("mscale", 0.0), scaling.number("mscale_all_dim", 0.0)
+        return mscale(m) / mscale(m_all) if m and m_all else mscale(1.0)
 
     def refuse_true(self, key: str, reason: str) -> None:
         """A boolean switch whose effect on cost is not modelled: refuse it when on."""

@@ -224,6 +224,8 @@ def model_from_hf_config(config: Mapping[str, Any], *, name: str,
                       f"unsupported {model_type!r}; supported: {', '.join(sorted(HF_READERS))}")
     family, reader = HF_READERS[model_type]
     fields = reader(c)
+    if fields.get("position") == "rope":
+        fields.setdefault("rope_attention_factor", c.yarn_attention_factor())
     override = c.text(FAMILY_OVERRIDE_KEY, family)
     if override != family and override not in _OVERRIDES.get(model_type, ()):
         allowed = ", ".join((family, *_OVERRIDES.get(model_type, ())))

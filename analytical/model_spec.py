@@ -67,6 +67,10 @@ class ModelSpec:
     """Block size of CHUNKED layers (Llama 4 ``attention_chunk_size``); 0 = no such layer."""
     attention_sinks: bool = False
     """GPT-OSS: one learned sink logit per query head and layer, an extra softmax column."""
+    rope_attention_factor: float = 1.0
+    """YaRN's attention factor (HF ``rope_scaling`` of type yarn: ``attention_factor``, else
+    0.1 ln(factor) + 1 or the DeepSeek mscale ratio): the rotary cos / sin are scaled by it
+    (GPT-OSS: 1.347). 1 = plain RoPE, or a scaling whose tables carry no factor."""
     post_norms: bool = False
     """Gemma 2/3: RMSNorms on the attention and MLP outputs too (4 norms per layer, not 2)."""
     glu_clamp: float = 0.0
@@ -87,6 +91,9 @@ class ModelSpec:
         _check_int(self, "moe_layer_freq", minimum=1)
         if not self.glu_clamp >= 0.0:
             raise SpecError("glu_clamp", f"must be >= 0, got {self.glu_clamp}")
+        if not self.rope_attention_factor > 0.0:
+            raise SpecError("rope_attention_factor",
+                            f"must be > 0, got {self.rope_attention_factor}")
         for key, allowed in (("family", FAMILIES), ("activation", ACTIVATIONS), ("norm", NORMS),
                              ("position", POSITIONS)):
             if getattr(self, key) not in allowed:

@@ -29,6 +29,7 @@ from analytical.ops import CollectiveKind
 from analytical.parallel import Recompute, RecomputeModule
 from simulate.efficiency import fp8_cast_nodes, grad_reduce_dtype
 from simulate.moe_kernels import expert_elementwise_nodes
+from simulate.rope_kernels import unfused_rope_nodes
 from simulate.torch_kernels import (
     fsdp_copy_nodes,
     loss_upcast_nodes,
@@ -84,6 +85,15 @@ class TrainStep:
         return self.micro_batch * (self.seq_len // self.sharding.cp)
 
 
+def _after(nodes: list[Node], name: str, extra: list[Node]) -> list[Node]:
+    """``nodes`` with ``extra`` inserted right after the node called ``name`` (where the
+    kernels run: inside the attention part that CUDA graphs and the host floor split on)."""
+    if not extra:
+        return nodes
+    i = next(i for i, n in enumerate(nodes) if n.name == name) + 1
+    return [*nodes[:i], *extra, *nodes[i:]]
+
+
 def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
                 layer_params_per_rank: float = 0.0,
                 attention: AttentionKind = AttentionKind.FULL) -> Block:
@@ -102,6 +112,9 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
     moe_f, moe_b = expert_elementwise_nodes(fwd, model, step.framework, step.precision.act)
     sum_f = symm_mem_reduce_nodes(step.framework, step.tp_overlap, fwd, step.tokens)
     cp_f, cp_b = ring_merge_nodes(step.framework, fwd, sh.cp)
+    rope_f, rope_b = unfused_rope_nodes(fwd, model, step.framework, sh.tp,
+                                        step.batch.q_len // sh.cp, step.precision.act)
+    fwd, bwd = _after(fwd, "rotary", rope_f), _after(bwd, "rotary.bwd", rope_b)
     fwd, bwd = [*fwd, *cast_f, *pad_f, *moe_f, *sum_f, *cp_f], [*bwd, *cast_b, *pad_b, *moe_b, *cp_b]
     if sh.fsdp_group > 1 and layer_params_per_rank > 0:
         size = layer_params_per_rank * step.precision.act.bytes
