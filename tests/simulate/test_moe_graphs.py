@@ -90,3 +90,17 @@ def test_corpus_column_reaches_the_scenario():
     assert scenario["training"]["cuda_graph"] == rows[0]["cuda_graph"].split("+")
     assert all(set(r["cuda_graph"].split("+")) <= {s.value for s in CudaGraphScope}
                for r in rows)
+
+
+def test_router_graph_takes_the_fused_routers_measured_kernels_off_the_cpu():
+    """Megatron-LM's DeepSeek-V3 GB200 note counts 31 forward kernels in the router part with
+    ``--moe-router-fusion`` (every Megatron-Bridge recipe sets it): the router GEMM node plus
+    the routing bookkeeping that a ``moe_router`` graph replaces by one launch."""
+    from simulate.moe_host import HostIssue
+
+    fwd = [_node(n) for n in ("mlp_norm", "router", "dispatch")]
+    attention = attention_bases(fwd)
+    eager = HostIssue(kernel_s=1.0, attention=attention).cpu_s(fwd, 1, backward=False)
+    graphed = HostIssue(kernel_s=1.0, graphs=frozenset({CudaGraphScope.MOE_ROUTER}),
+                        attention=attention).cpu_s(fwd, 1, backward=False)
+    assert eager - graphed == 31 - 1  # 31 kernels become one graph launch
