@@ -38,14 +38,18 @@ class CudaGraphScope(StrEnum):
     FULL_ITERATION = "full_iteration"
 
 
-# Kernels of the unfused routing path per MoE layer that the operator graph does not list,
-# (forward, backward) per part, counted from megatron/core/transformer/moe at d98e8a64:
-# router = `topk_routing_with_score_function` (score function, top-k, gather, normalise, two
-# scatters into dense probs / routing map: ~12) and `switch_load_balancing_loss_func` with its
-# tracker (~8), replayed by autograd; preprocess = the dispatcher's token counts, their
-# all-gather over EP, split sums and three device-to-host copies (~10, no backward);
-# permute = `permute` / `sort_chunks_by_idxs` / `unpermute` index work (~15, ~20 backward).
-ROUTING_PARTS = {"router": (20, 20), "preprocess": (10, 0), "permute": (15, 20)}
+# Kernels of the routing path per MoE layer that the operator graph does not list, (forward,
+# backward) per part. Router forward: 31 kernels with `--moe-router-fusion` (72 without), as
+# Megatron-LM's DeepSeek-V3 GB200 note measured them (docs/discussions/
+# deepseek-v3-gb200-optimization, section 2.1.4: "reducing the total number of kernels in the
+# router part from 72 to 31", TE PR 1883); every Megatron-Bridge performance recipe of
+# v0.2.0-v0.6.0 sets `moe_router_fusion = True`; 30 here, the router GEMM being a graph node.
+# The rest counted from megatron/core/transformer/moe at d98e8a64: the router's backward
+# (`topk_routing_with_score_function` and `switch_load_balancing_loss_func` replayed by
+# autograd, ~20); preprocess = the dispatcher's token counts, their all-gather over EP, split
+# sums and three device-to-host copies (~10, no backward); permute = `permute` /
+# `sort_chunks_by_idxs` / `unpermute` index work (~15, ~20 backward).
+ROUTING_PARTS = {"router": (30, 20), "preprocess": (10, 0), "permute": (15, 20)}
 _GRAPHED_PARTS = {CudaGraphScope.MOE_ROUTER: "router", CudaGraphScope.MOE_PREPROCESS: "preprocess"}
 
 ATTN_END = "mlp_norm"  # the attention part is every forward node up to the pre-MLP norm

@@ -90,3 +90,38 @@ def test_corpus_column_reaches_the_scenario():
     assert scenario["training"]["cuda_graph"] == rows[0]["cuda_graph"].split("+")
     assert all(set(r["cuda_graph"].split("+")) <= {s.value for s in CudaGraphScope}
                for r in rows)
+
+
+def test_router_graph_takes_the_fused_routers_measured_kernels_off_the_cpu():
+    """Megatron-LM's DeepSeek-V3 GB200 note counts 31 forward kernels in the router part with
+    ``--moe-router-fusion`` (every Megatron-Bridge recipe sets it): the router GEMM node plus
+    the routing bookkeeping that a ``moe_router`` graph replaces by one launch."""
+    from simulate.moe_host import HostIssue
+
+    fwd = [_node(n) for n in ("mlp_norm", "router", "dispatch")]
+    attention = attention_bases(fwd)
+    eager = HostIssue(kernel_s=1.0, attention=attention).cpu_s(fwd, 1, backward=False)
+    graphed = HostIssue(kernel_s=1.0, graphs=frozenset({CudaGraphScope.MOE_ROUTER}),
+                        attention=attention).cpu_s(fwd, 1, backward=False)
+    assert eager - graphed == 31 - 1  # 31 kernels become one graph launch
+
+
+def test_recipe_columns_agree_with_the_configs_their_notes_name():
+    """A megatron-bridge row whose notes name a recipe's CUDA graph implementation, EP overlap
+    or pipeline split carries it in the column the model reads (and no row runs a graph its
+    notes do not source)."""
+    rows = [r for r in pub.load_corpus() if r["source"] == "megatron-bridge"]
+    for r in rows:
+        notes = r["notes"]
+        if "cuda_graph_impl full_iteration" in notes:
+            assert r["cuda_graph"] == "full_iteration", r["framework_version"]
+        if "cuda_graph_impl transformer_engine" in notes:
+            assert r["cuda_graph"] and "full_iteration" not in r["cuda_graph"]
+        if r["cuda_graph"]:
+            assert "cuda_graph" in notes
+        if "moe_a2a_overlap" in notes and "moe_a2a_overlap False" not in notes:
+            assert str(r["moe_a2a_overlap"]).lower() == "true", r["framework_version"]
+        if "pipeline_split embedding-loss" in notes:
+            assert r["pipeline_split"] == "embedding-loss"
+    graphed_2608 = [r for r in rows if r["framework_version"].endswith("26.08")]
+    assert graphed_2608 and all(r["cuda_graph"] == "full_iteration" for r in graphed_2608)
