@@ -8,6 +8,7 @@ FSDP). Pipeline (send/recv), DP gradient sync and the optimizer live in `simulat
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from analytical.attention_span import AttentionKind
@@ -30,9 +31,11 @@ from analytical.parallel import Recompute, RecomputeModule
 from simulate.efficiency import fp8_cast_nodes, grad_reduce_dtype
 from simulate.moe_kernels import expert_elementwise_nodes
 from simulate.torch_kernels import (
+    dtensor_tp_backward,
     fsdp_copy_nodes,
     loss_upcast_nodes,
     ring_merge_nodes,
+    sp_layout_copies,
     symm_mem_reduce_nodes,
     unfused_loss_nodes,
     unpad_nodes,
@@ -96,7 +99,8 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
     fwd = list(layer_ops(model, sh, step.batch, LayerPhase.TRAIN, moe=moe,
                          precision=step.precision, lora=step.lora, flash=step.flash,
                          attention=attention))
-    bwd = list(backward_nodes(fwd, frozen_base=step.lora is not None))
+    bwd = dtensor_tp_backward(step.framework,
+                              backward_nodes(fwd, frozen_base=step.lora is not None))
     cast_f, cast_b = fp8_cast_nodes(fwd, step.framework, step.fp8_recipe)
     pad_f, pad_b = unpad_nodes(fwd, step.framework, step.attention)
     moe_f, moe_b = expert_elementwise_nodes(fwd, model, step.framework, step.precision.act)
@@ -118,16 +122,28 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
     if sh.fsdp_group > 1 and layer_params_per_rank > 0:  # after recompute: not repeated
         copy_f, copy_b = fsdp_copy_nodes(step.framework, layer_params_per_rank, model.hidden)
         fwd, bwd = [*fwd, *copy_f], [*bwd, *copy_b]
+    fwd, bwd = _with_sp_copies(step, fwd, bwd)
     name = ("moe_layer" if moe else "dense_layer") + (
         "" if attention is AttentionKind.FULL else f".{attention.value}")
     return Block(name=f"{name}+lora" if step.lora else name, fwd=tuple(fwd), bwd=tuple(bwd))
 
 
+def _with_sp_copies(step: TrainStep, fwd: list[Node], bwd: Sequence[Node]
+                    ) -> tuple[list[Node], list[Node]]:
+    """``fwd`` and ``bwd`` with the copies the framework's sequence-parallel layout adds
+    (`torch_kernels.sp_layout_copies`)."""
+    def copies(nodes: Sequence[Node], backward: bool) -> list[Node]:
+        return sp_layout_copies(step.framework, nodes, step.tokens, tp_overlap=step.tp_overlap,
+                                backward=backward)
+    return [*fwd, *copies(fwd, False)], [*bwd, *copies(bwd, True)]
+
+
 def embedding_block(model: ModelSpec, step: TrainStep) -> Block:
     """Vocab-parallel embedding lookup; its backward is the scatter-add into the table."""
     fwd = embedding_ops(model, step.sharding, step.tokens, step.precision)
-    return Block(name="embedding", fwd=tuple(fwd),
-                 bwd=backward_nodes([n for n in fwd if n.stream == Stream.COMPUTE]))
+    fwd, bwd = _with_sp_copies(
+        step, fwd, backward_nodes([n for n in fwd if n.stream == Stream.COMPUTE]))
+    return Block(name="embedding", fwd=tuple(fwd), bwd=tuple(bwd))
 
 
 def head_block(model: ModelSpec, step: TrainStep) -> Block:
@@ -153,4 +169,5 @@ def head_block(model: ModelSpec, step: TrainStep) -> Block:
     elif sh.tp > 1:
         bwd.append(coll("lm_head.tp_all_reduce", CollectiveKind.ALL_REDUCE, size, sh.tp,
                         sh.tp_rpn, Stream.TP, act))
+    fwd, bwd = _with_sp_copies(step, fwd, bwd)
     return Block(name="head", fwd=tuple(fwd), bwd=tuple(bwd))
