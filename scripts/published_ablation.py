@@ -16,6 +16,7 @@ from typing import Any
 from unittest import mock
 
 import analytical.memory as memory
+import simulate.dtensor_tp as dtensor_tp
 import simulate.efficiency as efficiency
 import simulate.graph as graph
 import simulate.moe_host as moe_host
@@ -142,9 +143,11 @@ EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
     ("torchtitan async TP: backward SP reduce-scatters not fused (one producer matmul needed)",
      [(efficiency, "SYMM_MEM_BWD_RS_EXPOSED", frozenset())]),
     ("torchtitan DTensor TP: no Megatron re-gather of the SP input in backward",
-     [(torch_kernels, "DTENSOR_TP", frozenset())]),
+     [(dtensor_tp, "DTENSOR_TP", frozenset())]),
     ("torchtitan DTensor SP on dim 1: a re-concatenation copy per SP collective",
-     [(torch_kernels, "DTENSOR_SP_COPY", frozenset())]),
+     [(dtensor_tp, "DTENSOR_SP_COPY", frozenset())]),
+    ("torchtitan per-op SAC counts its separate wq / wk / wv and w1 / w3 matmuls",
+     [(dtensor_tp, "SEPARATE_PROJECTIONS", frozenset())]),
 ]
 
 

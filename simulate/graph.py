@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from analytical.activations import local_kv_heads
 from analytical.attention_span import AttentionKind
 from analytical.layer_backward import backward_nodes, recompute_nodes
 from analytical.layer_edges import embedding_ops, final_norm_op, lm_head_ops
@@ -28,14 +29,13 @@ from analytical.memory import Framework
 from analytical.model_spec import ModelSpec
 from analytical.ops import CollectiveKind
 from analytical.parallel import Recompute, RecomputeModule
+from simulate.dtensor_tp import dtensor_tp_backward, separate_projections, sp_layout_copies
 from simulate.efficiency import fp8_cast_nodes, grad_reduce_dtype
 from simulate.moe_kernels import expert_elementwise_nodes
 from simulate.torch_kernels import (
-    dtensor_tp_backward,
     fsdp_copy_nodes,
     loss_upcast_nodes,
     ring_merge_nodes,
-    sp_layout_copies,
     symm_mem_reduce_nodes,
     unfused_loss_nodes,
     unpad_nodes,
@@ -117,8 +117,10 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
         fwd = [ag, *fwd]
         bwd = [ag, *bwd, rs]
     per_op = step.framework == Framework.TORCHTITAN
-    bwd = [*recompute_nodes(fwd, step.recompute, per_op=per_op, modules=step.recompute_modules),
-           *bwd]
+    counted = (separate_projections(step.framework, fwd, *_projection_widths(model, sh.tp))
+               if step.recompute == Recompute.SELECTIVE else fwd)  # what its per-op SAC counts
+    bwd = [*recompute_nodes(counted, step.recompute, per_op=per_op,
+                            modules=step.recompute_modules), *bwd]
     if sh.fsdp_group > 1 and layer_params_per_rank > 0:  # after recompute: not repeated
         copy_f, copy_b = fsdp_copy_nodes(step.framework, layer_params_per_rank, model.hidden)
         fwd, bwd = [*fwd, *copy_f], [*bwd, *copy_b]
@@ -128,10 +130,15 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
     return Block(name=f"{name}+lora" if step.lora else name, fwd=tuple(fwd), bwd=tuple(bwd))
 
 
+def _projection_widths(model: ModelSpec, tp: int) -> tuple[int, int]:
+    """Per-rank output columns of the query and of the key (or value) projection."""
+    return model.heads // tp * model.head_dim, local_kv_heads(model.kv_heads, tp) * model.head_dim
+
+
 def _with_sp_copies(step: TrainStep, fwd: list[Node], bwd: Sequence[Node]
                     ) -> tuple[list[Node], list[Node]]:
     """``fwd`` and ``bwd`` with the copies the framework's sequence-parallel layout adds
-    (`torch_kernels.sp_layout_copies`)."""
+    (`dtensor_tp.sp_layout_copies`)."""
     def copies(nodes: Sequence[Node], backward: bool) -> list[Node]:
         return sp_layout_copies(step.framework, nodes, step.tokens, tp_overlap=step.tp_overlap,
                                 backward=backward)

@@ -54,7 +54,6 @@ from dataclasses import replace
 from enum import StrEnum
 
 from analytical.dtypes import DType
-from analytical.layer_backward import RECOMPUTE_PREFIX, REGATHER
 from analytical.layer_edges import unfused_loss_passes
 from analytical.layer_spec import Node, Param, Stream
 from analytical.memory import Framework
@@ -67,10 +66,9 @@ from analytical.ops import (
     MemoryOpKind,
 )
 
-__all__ = ["SYMM_MEM_TP", "Fp8Recipe", "copy_pass", "dtensor_tp_backward", "eager_traffic",
-           "fsdp_copy_nodes", "loss_upcast_nodes", "optimizer_traffic", "rowwise_backward",
-           "rowwise_nodes", "ring_merge_nodes", "sp_layout_copies", "symm_mem_reduce_nodes",
-           "unfused_loss_nodes", "unpad_nodes"]
+__all__ = ["SYMM_MEM_TP", "Fp8Recipe", "copy_pass", "eager_traffic", "fsdp_copy_nodes",
+           "loss_upcast_nodes", "optimizer_traffic", "rowwise_backward", "rowwise_nodes",
+           "ring_merge_nodes", "symm_mem_reduce_nodes", "unfused_loss_nodes", "unpad_nodes"]
 
 PYTORCH_NATIVE = frozenset({Framework.TORCHTITAN, Framework.COMPOSER, Framework.DEEPSPEED})
 
@@ -258,62 +256,6 @@ def symm_mem_reduce_nodes(framework: str, tp_overlap: bool, fwd: Sequence[Node],
             out.append(copy_pass(f"{n.name}.symm_mem_sum", rows, max(1, elements // rows),
                                  (1 + 1 / tp) / 2, op.dtype))
     return out
-
-
-# torchtitan's tensor parallelism is DTensor's (torch/distributed/tensor/parallel/style.py,
-# `ColwiseParallel` behind `PrepareModuleInput` / `SequenceParallel`): the sequence-sharded
-# input is all-gathered by a redistribute and the gathered tensor is what the linear saves for
-# its weight gradient, or, under activation checkpointing, what the recompute re-gathers (the
-# all-gather is not in torchtitan's per-op save list, and full checkpointing re-runs the
-# block). Megatron-Core's `LinearWithGradAccumulationAndAsyncCommunication` saves the sharded
-# input and all-gathers it again in backward (Korthikanti et al. 2022, sec. 4.2.2: the
-# ``.regather`` nodes of `analytical.layer_backward`), which DTensor never does.
-DTENSOR_TP = frozenset({Framework.TORCHTITAN})
-
-
-# DTensor shards the sequence on dim 1 of torchtitan's [batch, seq, hidden] activations
-# (`SequenceParallel(sequence_dim=1)`, `PrepareModuleInput(input_layouts=Shard(1))`,
-# `RowwiseParallel(output_layouts=Shard(1))`), and the functional collectives it redistributes
-# with run NCCL on dim 0 only: `all_gather_tensor(..., gather_dim=1)` gathers into a [tp x
-# rows] buffer and re-concatenates it along the gather dim (`torch.cat(torch.chunk(res,
-# group_size, dim=0), dim=gather_dim)`), and `reduce_scatter_tensor(..., scatter_dim=1)`
-# concatenates the chunks along dim 0 before the reduce-scatter (torch/distributed/
-# _functional_collectives.py, torch 2.5-2.8): one bf16 copy of the whole gathered (or
-# unscattered) tensor on the compute stream per SP collective, forward, recomputed and
-# backward. Megatron-Core's [seq, batch, hidden] layout gathers on dim 0 (no copy). Async TP's
-# fused kernels read the shards in place (`restride_A_shard_for_fused_all_gather_matmul`), so
-# only the collectives it does not fuse keep the copy (`efficiency.tp_overlap_exposes_bwd_rs`).
-DTENSOR_SP_COPY = DTENSOR_TP
-
-
-def sp_layout_copies(framework: str, nodes: Sequence[Node], tokens: int, *, tp_overlap: bool,
-                     backward: bool) -> list[Node]:
-    """The re-concatenation copies of DTensor's sequence-parallel collectives among
-    ``nodes`` (comment above), over ``tokens`` rows; none for other frameworks. Under async TP
-    only the backward's own reduce-scatters (the ones micro-pipeline TP leaves unfused)."""
-    if Framework(framework) not in DTENSOR_SP_COPY:
-        return []
-    out = []
-    for n in nodes:
-        op = n.op
-        if (n.stream != Stream.TP or not isinstance(op, CollectiveSpec) or op.group_size <= 1
-                or op.kind not in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER)):
-            continue
-        fused = not (backward and op.kind == CollectiveKind.REDUCE_SCATTER
-                     and not n.name.startswith(RECOMPUTE_PREFIX))
-        if tp_overlap and fused:
-            continue
-        cols = max(1, int(op.size_bytes // op.dtype.bytes) // max(1, tokens))
-        out.append(copy_pass(f"{n.name}.sp_cat", tokens, cols, dtype=op.dtype))
-    return out
-
-
-def dtensor_tp_backward(framework: str, bwd: Sequence[Node]) -> list[Node]:
-    """A layer's backward nodes as the framework's TP runs them: without Megatron's
-    sequence-parallel re-gather for DTensor (comment above); unchanged otherwise."""
-    if Framework(framework) not in DTENSOR_TP:
-        return list(bwd)
-    return [n for n in bwd if not (n.stream == Stream.TP and n.name.endswith(f".{REGATHER}"))]
 
 
 # PyTorch's context parallel (torchtitan's `context_parallel`, torch/distributed/tensor/

@@ -13,10 +13,10 @@ from analytical.model import load_model
 from analytical.ops import CollectiveKind
 from analytical.parallel import Recompute
 from simulate.costs import block_cost
+from simulate.dtensor_tp import sp_layout_copies
 from simulate.efficiency import tp_overlap_exposes_bwd_rs
 from simulate.engines import EngineChain
 from simulate.graph import TrainStep, head_block, layer_block
-from simulate.torch_kernels import sp_layout_copies
 
 
 def _step(framework: str, tp_overlap: bool = False, recompute=Recompute.SELECTIVE) -> TrainStep:
@@ -106,3 +106,27 @@ def test_search_prices_torchtitan_tp_as_simulate_does(tp_comm, tmp_path, monkeyp
                           engines=EngineOptions(use_store=False, use_predictors=False))
     got = {r["layout"]["micro_batch"]: r["tokens_per_s"] for r in res.rows}
     assert got[1] == pytest.approx(want, rel=1e-9)
+
+
+def test_per_op_sac_recomputes_wk_wo_and_w3_as_torchtitan_issues_them():
+    """torchtitan's seven matmuls per block (wq wk wv wo w1 w3 w2): every second one, wk, wo
+    and w3, is recomputed, at its own width; full recompute re-runs the fused forward."""
+    from analytical.layer_spec import Sharding as Sh
+    from simulate.dtensor_tp import separate_projections
+
+    def recomputed(framework, recompute, tp=1):
+        step = TrainStep(sharding=Sh(tp=tp, sp=tp > 1), micro_batch=1, seq_len=4096,
+                         framework=framework, recompute=recompute)
+        block = layer_block(load_model("llama-3-8b"), step, moe=False)
+        return [(n.name, n.op.n) for n in block.bwd
+                if n.name.startswith("recompute.") and type(n.op).__name__ == "GemmSpec"]
+
+    assert recomputed("torchtitan", Recompute.SELECTIVE) == [
+        ("recompute.qkv_proj.wk", 8 * 128), ("recompute.out_proj", 4096),
+        ("recompute.mlp.up_gate.w3", 14336)]
+    assert recomputed("torchtitan", Recompute.SELECTIVE, tp=8)[0] == ("recompute.qkv_proj.wk", 128)
+    assert [n for n, _ in recomputed("torchtitan", Recompute.FULL)] == [
+        "recompute.qkv_proj", "recompute.out_proj", "recompute.mlp.up_gate", "recompute.mlp.down"]
+    assert recomputed("megatron", Recompute.SELECTIVE) == []  # Megatron's core-attention policy
+    fwd = _layer("megatron").fwd
+    assert separate_projections("megatron", fwd, 512, 128) == list(fwd)
