@@ -28,6 +28,9 @@ from analytical.ops import (
 )
 from analytical.parallel import Recompute, RecomputeModule
 
+RECOMPUTE_PREFIX = "recompute."  # names of the forward nodes re-run before backward
+REGATHER = "regather"  # suffix of the SP all-gather repeated in backward for the wgrad
+
 _SWAP = {MoEOpKind.DISPATCH: MoEOpKind.COMBINE, MoEOpKind.COMBINE: MoEOpKind.DISPATCH}
 
 
@@ -52,7 +55,7 @@ def _collective_bwd(node: Node, op: CollectiveSpec) -> list[Node]:
             return [make("bwd", op.kind, 2 * op.size_bytes)]
         return [make("bwd", ag), make("dkv", rs)]
     if op.kind == ag and node.stream == Stream.TP:  # SP gather: regather for wgrad, scatter dX
-        return [make("regather", ag), make("bwd", rs)]
+        return [make(REGATHER, ag), make("bwd", rs)]
     if op.kind == ag:
         return [make("bwd", rs)]
     if op.kind == rs:
@@ -95,7 +98,7 @@ def recompute_nodes(fwd: Sequence[Node], recompute: Recompute, *, per_op: bool =
         chosen = [n for n in fwd if n.stream != Stream.FSDP]
     else:
         chosen = []
-    return tuple(replace(n, name=f"recompute.{n.name}") for n in chosen)
+    return tuple(replace(n, name=f"{RECOMPUTE_PREFIX}{n.name}") for n in chosen)
 
 
 def per_op_recompute(fwd: Sequence[Node]) -> list[Node]:

@@ -16,6 +16,7 @@ from typing import Any
 from unittest import mock
 
 import analytical.memory as memory
+import simulate.dtensor_tp as dtensor_tp
 import simulate.efficiency as efficiency
 import simulate.graph as graph
 import simulate.moe_host as moe_host
@@ -114,7 +115,7 @@ EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
     ("interleaved 1F1B activations per stage, capped at m micro-batches (Megatron-Core warm-up)",
      [(memory, "_inflight_factor", _uncapped_inflight)]),
     ("TE userbuffers: forward TP reduce-scatter pipelined in 4 chunks (Megatron/NeMo)",
-     [(training, "tp_overlap_rs_splits", lambda fw, tp=1: 0)]),
+     [(efficiency, "tp_overlap_rs_splits", lambda fw, tp=1: 0)]),
     ("eager composite kernels where the source says so (column compile)",
      [(torch_kernels, "EAGER_TRAFFIC", {})]),
     ("torchao fp8 rowwise backward passes (column fp8_recipe)",
@@ -139,6 +140,14 @@ EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
       (graph, "loss_upcast_nodes", lambda fw, head, compiled=False: _loss_upcast(fw, head))]),
     ("torchtitan context parallel: PyTorch's fp32 merges around the SDPA ring",
      [(graph, "ring_merge_nodes", lambda fw, fwd, cp: ([], []))]),
+    ("torchtitan async TP: backward SP reduce-scatters not fused (one producer matmul needed)",
+     [(efficiency, "SYMM_MEM_BWD_RS_EXPOSED", frozenset())]),
+    ("torchtitan DTensor TP: no Megatron re-gather of the SP input in backward",
+     [(dtensor_tp, "DTENSOR_TP", frozenset())]),
+    ("torchtitan DTensor SP on dim 1: a re-concatenation copy per SP collective",
+     [(dtensor_tp, "DTENSOR_SP_COPY", frozenset())]),
+    ("torchtitan per-op SAC counts its separate wq / wk / wv and w1 / w3 matmuls",
+     [(dtensor_tp, "SEPARATE_PROJECTIONS", frozenset())]),
 ]
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from analytical.layer_backward import RECOMPUTE_PREFIX
 from analytical.layer_spec import Stream
 from simulate.engines import Estimate
 from simulate.graph import Block, Node
@@ -40,7 +41,7 @@ class BlockCost:
 
 
 def _pass(nodes: Sequence[Node], est: Mapping[str, Estimate], *, tp_overlap: bool,
-          slowdown: float, rs_splits: int = 0) -> PassCost:
+          slowdown: float, rs_splits: int = 0, exposed_rs: bool = False) -> PassCost:
     compute = attention = 0.0
     comm: dict[str, float] = {}
     engine_s: dict[str, float] = {}
@@ -64,7 +65,8 @@ def _pass(nodes: Sequence[Node], est: Mapping[str, Estimate], *, tp_overlap: boo
             elapsed += cp_s
     tp_s = comm.get("tp", 0.0)
     if tp_s:
-        elapsed += _paired_tp_s(nodes, est, slowdown, rs_splits) if tp_overlap else tp_s
+        elapsed += (_paired_tp_s(nodes, est, slowdown, rs_splits, exposed_rs) if tp_overlap
+                    else tp_s)
     elapsed += comm.get("ep", 0.0)
     fsdp_s = comm.get("fsdp", 0.0)
     if fsdp_s:
@@ -73,14 +75,16 @@ def _pass(nodes: Sequence[Node], est: Mapping[str, Estimate], *, tp_overlap: boo
 
 
 def _paired_tp_s(nodes: Sequence[Node], est: Mapping[str, Estimate], slowdown: float,
-                 rs_splits: int = 0) -> float:
+                 rs_splits: int = 0, exposed_rs: bool = False) -> float:
     """Time TP collectives add when overlapped as TE userbuffers / async TP do it: each one is
     decomposed with the GEMM it feeds (an all-gather: the next GEMM) or drains (a reduce-scatter
     or all-reduce: the previous one), so it hides only behind that GEMM, each GEMM once
     (Wang et al. 2022, "Overlap communication with dependent computation via decomposition";
     Transformer Engine userbuffers, Megatron-Core --tp-comm-overlap). Unpaired: exposed. With
     ``rs_splits`` a reduce-scatter follows its GEMM in that many chunks, so its last chunk has
-    no GEMM left to hide behind (`efficiency.tp_overlap_rs_splits`)."""
+    no GEMM left to hide behind (`efficiency.tp_overlap_rs_splits`). With ``exposed_rs`` the
+    backward's own reduce-scatters (not a recomputed forward's) stay exposed
+    (`efficiency.tp_overlap_exposes_bwd_rs`)."""
     gemms = [i for i, n in enumerate(nodes) if n.stream == Stream.COMPUTE and n.op.family == "gemm"]
     free = set(gemms)
     extra = 0.0
@@ -92,7 +96,9 @@ def _paired_tp_s(nodes: Sequence[Node], est: Mapping[str, Estimate], slowdown: f
         before = [j for j in reversed(gemms) if j < i and j in free]
         gather = node.op.kind == "all_gather"  # type: ignore[union-attr]
         order = after + before if gather else before + after
-        if not order:
+        unfused = (exposed_rs and node.op.kind == "reduce_scatter"  # type: ignore[union-attr]
+                   and not node.name.startswith(RECOMPUTE_PREFIX))
+        if not order or unfused:
             extra += comm
             continue
         free.discard(order[0])
@@ -104,12 +110,14 @@ def _paired_tp_s(nodes: Sequence[Node], est: Mapping[str, Estimate], slowdown: f
 
 
 def block_cost(block: Block, est: Mapping[str, Estimate], *, tp_overlap: bool,
-               slowdown: float, rs_splits: int = 0) -> BlockCost:
+               slowdown: float, rs_splits: int = 0, bwd_rs_exposed: bool = False) -> BlockCost:
     """Forward and backward cost of ``block`` given estimates keyed by ``op.key``;
-    ``rs_splits`` applies to the forward reduce-scatters only (backward ones overlap whole)."""
+    ``rs_splits`` applies to the forward reduce-scatters only (backward ones overlap whole,
+    or not at all with ``bwd_rs_exposed``)."""
     return BlockCost(fwd=_pass(block.fwd, est, tp_overlap=tp_overlap, slowdown=slowdown,
                                rs_splits=rs_splits),
-                     bwd=_pass(block.bwd, est, tp_overlap=tp_overlap, slowdown=slowdown))
+                     bwd=_pass(block.bwd, est, tp_overlap=tp_overlap, slowdown=slowdown,
+                               exposed_rs=bwd_rs_exposed))
 
 
 def add_engine_time(total: dict[str, float], part: Mapping[str, float], times: float = 1.0

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from enum import StrEnum
+from typing import Any
 
 from analytical.attention_tiles import CUDNN_SOFTMAX_DIMS, FLASH2_SOFTMAX_DIMS, shape_rate
 from analytical.dtypes import DType
@@ -321,6 +322,30 @@ def tp_overlap_rs_splits(framework: str, tp: int = 1) -> int:
     if fw in TE_USERBUFFERS:
         return TE_PIPELINE_SPLITS
     return tp if fw in SYMM_MEM_TP and tp > 1 else 0
+
+
+# torchtitan's async TP is Inductor's micro-pipeline TP pass (torch/_inductor/fx_passes/
+# micro_pipeline_tp.py, `fuse_matmul_reduce_scatter`, torch 2.6-2.8): a reduce-scatter is fused
+# only when its input is one matmul's output (`_find_producer_matmul`: mm / _scaled_mm, or
+# reshape -> mm -> reshape; "no producer matmul found for reduce scatter, skipping"). The
+# backward reduce-scatters of sequence parallelism, the adjoints of the all-gathers in front of
+# wq / wk / wv and w1 / w3, take the sum of those matmuls' input gradients (autograd adds the
+# gradients of a tensor used several times), so they stay NCCL reduce-scatters, exposed as in
+# vanilla TP. The all-gathers (forward, recomputed, and the backward ones that feed the wo / w2
+# input-gradient matmuls) and the forward reduce-scatters are fused.
+SYMM_MEM_BWD_RS_EXPOSED = SYMM_MEM_TP
+
+
+def tp_overlap_exposes_bwd_rs(framework: str) -> bool:
+    """Whether the framework's TP overlap leaves the backward's reduce-scatters exposed."""
+    return Framework(framework) in SYMM_MEM_BWD_RS_EXPOSED
+
+
+def tp_overlap_args(framework: str, tp: int) -> dict[str, Any]:
+    """`simulate.costs.block_cost`'s TP-overlap switches for the framework (the forward
+    reduce-scatters' chunks, the backward reduce-scatters exposed or not)."""
+    return {"rs_splits": tp_overlap_rs_splits(framework, tp),
+            "bwd_rs_exposed": tp_overlap_exposes_bwd_rs(framework)}
 
 
 def optimizer_estimate(chain: EngineChain, params: float, framework: str) -> Estimate:

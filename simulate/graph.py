@@ -8,8 +8,10 @@ FSDP). Pipeline (send/recv), DP gradient sync and the optimizer live in `simulat
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from analytical.activations import local_kv_heads
 from analytical.attention_span import AttentionKind
 from analytical.layer_backward import backward_nodes, recompute_nodes
 from analytical.layer_edges import embedding_ops, final_norm_op, lm_head_ops
@@ -27,6 +29,7 @@ from analytical.memory import Framework
 from analytical.model_spec import ModelSpec
 from analytical.ops import CollectiveKind
 from analytical.parallel import Recompute, RecomputeModule
+from simulate.dtensor_tp import dtensor_tp_backward, separate_projections, sp_layout_copies
 from simulate.efficiency import fp8_cast_nodes, grad_reduce_dtype
 from simulate.moe_kernels import expert_elementwise_nodes
 from simulate.rope_kernels import unfused_rope_nodes
@@ -106,7 +109,8 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
     fwd = list(layer_ops(model, sh, step.batch, LayerPhase.TRAIN, moe=moe,
                          precision=step.precision, lora=step.lora, flash=step.flash,
                          attention=attention))
-    bwd = list(backward_nodes(fwd, frozen_base=step.lora is not None))
+    bwd = dtensor_tp_backward(step.framework,
+                              backward_nodes(fwd, frozen_base=step.lora is not None))
     cast_f, cast_b = fp8_cast_nodes(fwd, step.framework, step.fp8_recipe)
     pad_f, pad_b = unpad_nodes(fwd, step.framework, step.attention)
     moe_f, moe_b = expert_elementwise_nodes(fwd, model, step.framework, step.precision.act)
@@ -126,21 +130,40 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
         fwd = [ag, *fwd]
         bwd = [ag, *bwd, rs]
     per_op = step.framework == Framework.TORCHTITAN
-    bwd = [*recompute_nodes(fwd, step.recompute, per_op=per_op, modules=step.recompute_modules),
-           *bwd]
+    counted = (separate_projections(step.framework, fwd, *_projection_widths(model, sh.tp))
+               if step.recompute == Recompute.SELECTIVE else fwd)  # what its per-op SAC counts
+    bwd = [*recompute_nodes(counted, step.recompute, per_op=per_op,
+                            modules=step.recompute_modules), *bwd]
     if sh.fsdp_group > 1 and layer_params_per_rank > 0:  # after recompute: not repeated
         copy_f, copy_b = fsdp_copy_nodes(step.framework, layer_params_per_rank, model.hidden)
         fwd, bwd = [*fwd, *copy_f], [*bwd, *copy_b]
+    fwd, bwd = _with_sp_copies(step, fwd, bwd)
     name = ("moe_layer" if moe else "dense_layer") + (
         "" if attention is AttentionKind.FULL else f".{attention.value}")
     return Block(name=f"{name}+lora" if step.lora else name, fwd=tuple(fwd), bwd=tuple(bwd))
 
 
+def _projection_widths(model: ModelSpec, tp: int) -> tuple[int, int]:
+    """Per-rank output columns of the query and of the key (or value) projection."""
+    return model.heads // tp * model.head_dim, local_kv_heads(model.kv_heads, tp) * model.head_dim
+
+
+def _with_sp_copies(step: TrainStep, fwd: list[Node], bwd: Sequence[Node]
+                    ) -> tuple[list[Node], list[Node]]:
+    """``fwd`` and ``bwd`` with the copies the framework's sequence-parallel layout adds
+    (`dtensor_tp.sp_layout_copies`)."""
+    def copies(nodes: Sequence[Node], backward: bool) -> list[Node]:
+        return sp_layout_copies(step.framework, nodes, step.tokens, tp_overlap=step.tp_overlap,
+                                backward=backward)
+    return [*fwd, *copies(fwd, False)], [*bwd, *copies(bwd, True)]
+
+
 def embedding_block(model: ModelSpec, step: TrainStep) -> Block:
     """Vocab-parallel embedding lookup; its backward is the scatter-add into the table."""
     fwd = embedding_ops(model, step.sharding, step.tokens, step.precision)
-    return Block(name="embedding", fwd=tuple(fwd),
-                 bwd=backward_nodes([n for n in fwd if n.stream == Stream.COMPUTE]))
+    fwd, bwd = _with_sp_copies(
+        step, fwd, backward_nodes([n for n in fwd if n.stream == Stream.COMPUTE]))
+    return Block(name="embedding", fwd=tuple(fwd), bwd=tuple(bwd))
 
 
 def head_block(model: ModelSpec, step: TrainStep) -> Block:
@@ -166,4 +189,5 @@ def head_block(model: ModelSpec, step: TrainStep) -> Block:
     elif sh.tp > 1:
         bwd.append(coll("lm_head.tp_all_reduce", CollectiveKind.ALL_REDUCE, size, sh.tp,
                         sh.tp_rpn, Stream.TP, act))
+    fwd, bwd = _with_sp_copies(step, fwd, bwd)
     return Block(name="head", fwd=tuple(fwd), bwd=tuple(bwd))

@@ -26,7 +26,7 @@ from simulate.efficiency import (
     framework_estimates,
     grad_reduce_dtype,
     optimizer_estimate,
-    tp_overlap_rs_splits,
+    tp_overlap_args,
 )
 from simulate.engines import ENGINE_ORDER, EngineChain
 from simulate.fsdp_root import fsdp_root_blocks, with_root_keys
@@ -185,9 +185,9 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
     est = dict(zip((o.key for o in ops),
                    framework_estimates(ops, chain.estimate_many(ops), hw, t.framework,
                                        kernel=t.attention, compiled=t.compile), strict=True))
-    splits = tp_overlap_rs_splits(t.framework, par.tp)
+    tpo = tp_overlap_args(t.framework, par.tp)
     costs: dict[Any, BlockCost] = {k: block_cost(b, est, tp_overlap=t.overlap.tp_comm,
-                                                 slowdown=slowdown, rs_splits=splits)
+                                                 slowdown=slowdown, **tpo)
                                    for k, b in blocks.items()}
     costs = a2a_overlap_costs(costs, blocks, est, t, slowdown)
     costs = host_bound_costs(costs, blocks, t.framework, est, hw, t.cuda_graph)

@@ -24,7 +24,7 @@ from analytical.hardware import GIB, HardwareSpec
 from analytical.ops import CollectiveKind
 from analytical.stage import StageParams, stage_params
 from simulate.costs import BlockCost, add_engine_time, block_cost
-from simulate.efficiency import framework_estimates, optimizer_estimate, tp_overlap_rs_splits
+from simulate.efficiency import framework_estimates, optimizer_estimate, tp_overlap_args
 from simulate.engines import ENGINE_ORDER, EngineChain
 from simulate.fsdp_root import has_fsdp_root
 from simulate.graph import TrainStep
@@ -93,9 +93,9 @@ class LayoutEvaluator:
                                                 self.hw, step.framework, kernel=step.attention,
                                                 compiled=step.compiled),
                        strict=True))
-        splits = tp_overlap_rs_splits(step.framework)
+        tpo = tp_overlap_args(step.framework, par.tp)
         costs = host_bound_costs({k: block_cost(b, est, tp_overlap=tp_overlap,
-                                                slowdown=slowdown, rs_splits=splits)
+                                                slowdown=slowdown, **tpo)
                                   for k, b in blocks.items()}, blocks, step.framework, est,
                                  self.hw)
         self._blocks[key] = costs
