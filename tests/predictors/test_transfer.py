@@ -160,6 +160,10 @@ def test_reload_in_a_fresh_process(model, data, tmp_path):
     folder = model.save(tmp_path / "m")
     doc = json.loads((folder / "schema.json").read_text())
     assert doc["gpus"] == sorted(GPUS) and doc["kind"] == "transfer"
+    # the floor is stored in cycles; a GPU without a clock is asked at the training median
+    # (A100 1,410, H100 and B200 1,980 MHz)
+    assert doc["reference_clock_hz"] == pytest.approx(1.98e9)
+    assert all(float.fromhex(v) > 1e3 for v in doc["floor_cycles"].values())
     assert (folder / "model.ubj").exists() and not list(folder.glob("*.pkl"))
     ops = list(data.gpus["h100-sxm"].ops[:20])
     expected = model.predict(ops, get_hardware("h100-sxm"))
