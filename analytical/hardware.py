@@ -114,6 +114,10 @@ class HardwareSpec:
     # ``node.host_op_us``; 0 = not measured): what a host-bound framework's kernel issue rate
     # scales with (`simulate.moe_host`).
     host_op_s: float = 0.0
+    # SM clocks, board power limit (``clocks.{base_mhz,boost_mhz,power_limit_w}``; 0: not stated)
+    boost_clock_hz: float = 0.0
+    base_clock_hz: float = 0.0
+    power_limit_w: float = 0.0
     notes: str = ""
 
     def peak_flops(self, dtype: DType) -> float:
@@ -122,16 +126,10 @@ class HardwareSpec:
         int4 is weight-only (W4A16) in llmsim: kernels dequantise to bf16 and multiply at the
         bf16 rate, so int4 reports the bf16 peak.
         """
-        peaks = {
-            DType.FP32: self.peak_flops_fp32,
-            DType.TF32: self.peak_flops_tf32,
-            DType.BF16: self.peak_flops_bf16,
-            DType.FP16: self.peak_flops_fp16,
-            DType.FP8: self.peak_flops_fp8,
-            DType.INT8: self.peak_flops_int8,
-            DType.INT4: self.peak_flops_bf16,
-            DType.FP4: self.peak_flops_fp4,
-        }
+        peaks = {DType.FP32: self.peak_flops_fp32, DType.TF32: self.peak_flops_tf32,
+                 DType.BF16: self.peak_flops_bf16, DType.FP16: self.peak_flops_fp16,
+                 DType.FP8: self.peak_flops_fp8, DType.INT8: self.peak_flops_int8,
+                 DType.INT4: self.peak_flops_bf16, DType.FP4: self.peak_flops_fp4}
         return peaks[dtype]
 
     def supports(self, dtype: DType) -> bool:
@@ -151,8 +149,10 @@ _TOP_KEYS = {
     "interconnect",
     "node",
     "efficiency",
-    "notes",
+    "notes", "clocks",
 }
+_CLOCKS = {"base_mhz": "base_clock_hz", "boost_mhz": "boost_clock_hz",
+           "power_limit_w": "power_limit_w"}  # file key -> HardwareSpec field
 
 
 class _Reader:
@@ -266,6 +266,7 @@ def hardware_from_dict(data: Any, *, source: str = "<dict>") -> HardwareSpec:
     sources = top.get("sources", [])
     if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
         raise SpecError("sources", "expected a list of strings", source=source)
+    clocks = r.mapping(top.get("clocks", {}), "clocks", set(_CLOCKS))
     texts = _texts({"memory.type": memory.get("type", ""), "node.network": node.get("network", ""),
                     "notes": top.get("notes", "")}, source)
     return HardwareSpec(
@@ -296,6 +297,8 @@ def hardware_from_dict(data: Any, *, source: str = "<dict>") -> HardwareSpec:
         memory_type=texts["memory.type"],
         network=texts["node.network"],
         host_op_s=r.number(node, "host_op_us", "node", default=0.0, positive=False) * US,
+        **{f: r.number(clocks, k, "clocks", default=0.0) * (1.0 if k.endswith("_w") else 1e6)
+           for k, f in _CLOCKS.items()},
         notes=texts["notes"],
     )
 
@@ -351,6 +354,9 @@ def hardware_to_dict(hw: HardwareSpec) -> dict[str, Any]:
         data["node"]["network"] = hw.network
     if hw.host_op_s:
         data["node"]["host_op_us"] = _human(hw.host_op_s / US)
+    if clocks := {k: _human(getattr(hw, f) / (1.0 if k.endswith("_w") else 1e6))
+                  for k, f in _CLOCKS.items() if getattr(hw, f)}:
+        data["clocks"] = clocks
     if hw.notes:
         data["notes"] = hw.notes
     return data

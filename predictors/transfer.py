@@ -19,7 +19,7 @@ alpha term of an alpha-beta model for kernels (collectives carry their link late
 get none), per (stack, dtype, and phase for attention; `launch_floor`): the smallest over
 the training GPUs of each GPU's 1st-percentile latency, about 2-3 us for TensorRT-LLM bf16 GEMMs,
 12 us for its fp8 ones, 10-17 us for Vidur's PyTorch GEMMs, 6-15 us for attention kernels in the
-curated set. Without a floor TensorRT-LLM decode attention is a median 14x its vendor-peak
+curated set, counted in SM cycles at each GPU's boost clock (`launch_floor`). Without a floor TensorRT-LLM decode attention is a median 14x its vendor-peak
 roofline on H100 and B200 and 2.3x on L40S: the ratio then encodes the GPU's bandwidth, not how
 well the kernel uses it (leave-one-out attention MAPE on L40S in an exploratory run, 2,000 rows
 per GPU and 300 trees: 120% without the floor, 60% with it).
@@ -94,7 +94,8 @@ class TransferModel:
 
     def __init__(self, *, booster: xgb.Booster, family: str, gpus: Sequence[str], stacks: Sequence[str],
                  default_stack: str, params: HyperParams, domain: Domain,
-                 vendors: Sequence[str], floor_s: Mapping[str, float],
+                 vendors: Sequence[str], floor_cycles: Mapping[str, float],
+                 reference_clock_hz: float,
                  stack_versions: Mapping[str, Sequence[float]], rows: int = 0,
                  schema_version: int = TRANSFER_SCHEMA_VERSION) -> None:
         self.booster = booster
@@ -105,7 +106,8 @@ class TransferModel:
         self.params = params
         self.domain = domain
         self.vendors = tuple(vendors)
-        self.floor_s = {str(k): float(v) for k, v in sorted(floor_s.items())}
+        self.floor_cycles = {str(k): float(v) for k, v in sorted(floor_cycles.items())}
+        self.reference_clock_hz = float(reference_clock_hz)
         # releases per stack in training, ascending: a row is asked as the nearest of them
         # (the newest without one), never as a release the trees did not see, which they
         # would put on the side of a split another stack's release 0 happens to fall on
@@ -152,7 +154,15 @@ class TransferModel:
         stacks = [self.default_stack] * len(ops) if stacks is None else stacks
         matrix = xgb.DMatrix(self.features(ops, hw, stacks, versions), nthread=1)
         raw = self.booster.predict(matrix).astype(np.float64)
-        seconds: np.ndarray = np.exp(raw) * (ideal_seconds(ops, hw) + floors(self.floor_s, ops, stacks))
+        seconds: np.ndarray = np.exp(raw) * (ideal_seconds(ops, hw) + self.floor_seconds(
+            ops, stacks, hw))
+        return seconds
+
+    def floor_seconds(self, ops: Sequence[OpSpec], stacks: Sequence[str],
+                      hw: HardwareSpec) -> np.ndarray:
+        """Each op's floor on ``hw``: `floors` cycles at its boost clock (`sm_clock_hz`)."""
+        seconds: np.ndarray = floors(self.floor_cycles, ops, stacks) / sm_clock_hz(
+            hw, self.reference_clock_hz)
         return seconds
 
     def outside_domain(self, op: OpSpec, hw: HardwareSpec) -> str | None:
@@ -173,7 +183,8 @@ class TransferModel:
                "default_stack": self.default_stack, "gpus": list(self.gpus),
                "vendors": list(self.vendors), "domain": self.domain, "rows": self.rows,
                "target": "log_roofline_ratio",
-               "floor_s": {k: v.hex() for k, v in self.floor_s.items()},
+               "floor_cycles": {k: v.hex() for k, v in self.floor_cycles.items()},
+               "reference_clock_hz": self.reference_clock_hz,
                "stack_versions": dict(self.stack_versions),
                "params": asdict(self.params),
                "n_trees": self.n_trees}
@@ -195,7 +206,8 @@ class TransferModel:
                    stacks=doc["stacks"], default_stack=doc["default_stack"],
                    params=HyperParams(**doc["params"]), domain=doc["domain"],
                    vendors=doc["vendors"],
-                   floor_s={k: float.fromhex(v) for k, v in doc["floor_s"].items()},
+                   floor_cycles={k: float.fromhex(v) for k, v in doc["floor_cycles"].items()},
+                   reference_clock_hz=float(doc["reference_clock_hz"]),
                    stack_versions=doc["stack_versions"],
                    rows=int(doc.get("rows", 0)),
                    schema_version=doc["schema_version"])
@@ -224,7 +236,8 @@ def check_transfer_schema(doc: dict[str, Any], *, source: str) -> None:
     if doc.get("schema_version") != TRANSFER_SCHEMA_VERSION:
         raise LlmsimError(f"{source}: transfer schema version {doc.get('schema_version')} but "
                           f"this llmsim uses {TRANSFER_SCHEMA_VERSION}; {retrain}")
-    for key in ("stacks", "default_stack", "gpus", "vendors", "domain", "params", "floor_s",
+    for key in ("stacks", "default_stack", "gpus", "vendors", "domain", "params", "floor_cycles",
+                "reference_clock_hz",
                 "stack_versions"):
         if key not in doc:
             raise LlmsimError(f"{source}: {key}: missing")
@@ -251,13 +264,15 @@ class Rows:
     features: np.ndarray  # transfer_matrix columns, without the stack one-hot
     latency_s: np.ndarray
     ideal_s: np.ndarray
+    clock_hz: np.ndarray  # the row's GPU's stated boost clock, 0 where its YAML has none
 
     def select(self, mask: np.ndarray) -> Rows:
         return Rows(gpu=self.gpu[mask], ops=tuple(o for o, m in zip(self.ops, mask, strict=True)
                                                   if m),
                     stacks=self.stacks[mask], versions=self.versions[mask],
                     features=self.features[mask],
-                    latency_s=self.latency_s[mask], ideal_s=self.ideal_s[mask])
+                    latency_s=self.latency_s[mask], ideal_s=self.ideal_s[mask],
+                    clock_hz=self.clock_hz[mask])
 
 
 def all_rows(data: TransferData) -> Rows:
@@ -273,7 +288,9 @@ def all_rows(data: TransferData) -> Rows:
                 features=np.vstack(feats),
                 latency_s=np.concatenate([g.latency_s for g in data.gpus.values()]),
                 ideal_s=np.concatenate([ideal_seconds(g.ops, g.hardware)
-                                        for g in data.gpus.values()]))
+                                        for g in data.gpus.values()]),
+                clock_hz=np.concatenate([np.full(len(g), g.hardware.boost_clock_hz)
+                                         for g in data.gpus.values()]))
 
 
 def fit_transfer(data: TransferData, config: TransferConfig = TransferConfig(), *,
@@ -290,18 +307,23 @@ def fit_transfer(data: TransferData, config: TransferConfig = TransferConfig(), 
                                                    strict=True)))
     rows_per_stack = Counter(train.stacks.tolist())
     default = max(vocabulary, key=lambda s: (gpus_per_stack[s], rows_per_stack[s], s))
-    floor = launch_floor(data.family, train)
+    stated = train.clock_hz[train.clock_hz > 0]
+    reference = float(np.median(stated)) if stated.size else 1.0
+    clock = np.where(train.clock_hz > 0, train.clock_hz, reference)
+    floor = launch_floor(data.family, train, clock)
     x = np.hstack([train.features, stack_columns(train.stacks.tolist(), vocabulary),
                    train.versions.reshape(-1, 1)])
     releases = {s: sorted(set(train.versions[train.stacks == s].tolist())) for s in vocabulary}
-    target = np.log(train.latency_s / (train.ideal_s + floors(floor, train.ops, train.stacks.tolist())))
+    target = np.log(train.latency_s / (train.ideal_s + floors(
+        floor, train.ops, train.stacks.tolist()) / clock))
     booster = fit_booster(x, target, config.params,
                           seed=config.seed, nthread=config.nthread)
     return TransferModel(booster=booster, family=data.family, gpus=gpus, stacks=vocabulary,
                          default_stack=default, params=config.params,
                          domain=training_domain(train.ops),
                          vendors=sorted({data.gpus[n].hardware.vendor for n in gpus}),
-                         floor_s=floor, stack_versions=releases, rows=len(train.ops))
+                         floor_cycles=floor, reference_clock_hz=reference,
+                         stack_versions=releases, rows=len(train.ops))
 
 
 def _floor_key(stack: str, op: OpSpec) -> str:
@@ -311,10 +333,23 @@ def _floor_key(stack: str, op: OpSpec) -> str:
     return f"{stack}/{op.dtype}" + (f"/{phase}" if phase is not None else "")
 
 
-def launch_floor(family: str, rows: Rows) -> dict[str, float]:
-    """Seconds added to the roofline before the ratio (see the module doc), per `_floor_key`:
-    none for collectives, else the smallest over the training GPUs of each GPU's
-    1st-percentile latency: a floor is a lower bound, and a GPU whose sample has no tiny
+def sm_clock_hz(hw: HardwareSpec, reference_hz: float) -> float:
+    """``hw``'s boost clock (``clocks.boost_mhz``), or ``reference_hz`` (the median over the
+    model's training GPUs) where its YAML states none."""
+    return hw.boost_clock_hz or reference_hz
+
+
+def launch_floor(family: str, rows: Rows, clock_hz: np.ndarray) -> dict[str, float]:
+    """SM cycles added to the roofline before the ratio (see the module doc; on a GPU, cycles
+    over its boost clock, `TransferModel.floor_seconds`), per `_floor_key`: none for
+    collectives, else the smallest over the training GPUs of each GPU's 1st-percentile latency
+    times ``clock_hz``, its boost clock. In cycles because a launch-bound kernel's fixed work
+    (prologue, the first dependent loads and MMAs, epilogue, the grid's tail) is a count of SM
+    cycles, run at the boost clock by a GPU that such a kernel leaves far below its power
+    limit: with one floor in seconds the store's smallest TensorRT-LLM bf16 GEMMs held out
+    were predicted too fast on the 1,410 MHz A100 (-27% signed median under 10 us) and too
+    slow on the 2,520 MHz L40S (+16%); in cycles leave-one-GPU-out GEMM and attention MAPE
+    fell on every GPU but B200 (predictors/README.md). A floor is a lower bound, and a GPU whose sample has no tiny
     shapes (Vidur's A40 GEMMs: 29 us) overstates it (the median instead: predictors/README.md
     has both). Per stack because each harness times differently
     (Vidur's PyTorch GEMMs: 10-17 us on H100 and A100, TensorRT-LLM's: 2-3 us); per
@@ -327,27 +362,27 @@ def launch_floor(family: str, rows: Rows) -> dict[str, float]:
     out = {}
     for key in sorted(set(keys.tolist())):
         mine = keys == key
-        out[key] = float(np.min([np.quantile(rows.latency_s[mine & (rows.gpu == g)], 0.01)
-                                 for g in np.unique(rows.gpu[mine])]))
+        out[key] = float(np.min([np.quantile((rows.latency_s * clock_hz)[
+            mine & (rows.gpu == g)], 0.01) for g in np.unique(rows.gpu[mine])]))
     return out
 
 
-def floors(floor_s: Mapping[str, float], ops: Sequence[OpSpec],
+def floors(floor_cycles: Mapping[str, float], ops: Sequence[OpSpec],
            stacks: Sequence[str]) -> np.ndarray:
     """Each op's floor (`launch_floor`); for a key no training GPU ran, the floor of the same
     stack (and phase) whose dtype is nearest in bits per element (fp4 -> fp8, the lower
     precision on a tie), else the median of every floor."""
-    if not floor_s:
+    if not floor_cycles:
         return np.zeros(len(ops))
-    split = {k: k.split("/") for k in floor_s}
+    split = {k: k.split("/") for k in floor_cycles}
 
     def one(stack: str, op: OpSpec) -> float:
         key = _floor_key(stack, op)
-        if key in floor_s:
-            return floor_s[key]
+        if key in floor_cycles:
+            return floor_cycles[key]
         want = key.split("/")
-        near = [(abs(DType(p[1]).bytes - op.dtype.bytes), DType(p[1]).bytes, floor_s[k])
+        near = [(abs(DType(p[1]).bytes - op.dtype.bytes), DType(p[1]).bytes, floor_cycles[k])
                 for k, p in split.items() if p[0] == want[0] and p[2:] == want[2:]]
-        return min(near)[2] if near else float(np.median(list(floor_s.values())))
+        return min(near)[2] if near else float(np.median(list(floor_cycles.values())))
 
     return np.array([one(s, op) for s, op in zip(stacks, ops, strict=True)], dtype=np.float64)

@@ -22,7 +22,7 @@ from analytical.errors import LlmsimError, SpecError
 from analytical.hardware import HardwareSpec
 from analytical.roofline import roofline_time
 from predictors.evaluate import ErrorMetrics, error_metrics
-from predictors.transfer import Rows, TransferConfig, all_rows, fit_transfer, floors
+from predictors.transfer import Rows, TransferConfig, all_rows, fit_transfer
 from predictors.transfer_data import TransferData
 from predictors.transfer_residuals import residual_groups
 
@@ -83,7 +83,7 @@ def evaluate_fold(data: TransferData, rows: Rows, heldout: str,
     test = test.select(seen)
     hw = data.gpus[heldout].hardware
     predicted = model.predict(test.ops, hw, test.stacks.tolist(), test.versions.tolist())
-    alone = test.ideal_s + floors(model.floor_s, test.ops, test.stacks.tolist())
+    alone = test.ideal_s + model.floor_seconds(test.ops, test.stacks.tolist(), hw)
     analytic = roofline_seconds(test, hw)
     ok = np.isfinite(analytic)
     transfer, roof, denominator = {}, {}, {}

@@ -87,7 +87,7 @@ def _tags(model: TransferModel, data: TransferData, config: TransferConfig) -> d
             "data_fingerprint": str(data.fingerprint), "seed": str(config.seed),
             "nthread": str(config.nthread), "rows_per_gpu_cap": str(data.cap),
             "skipped_gpus": ",".join(f"{k} ({v})" for k, v in data.skipped.items()),
-            "floor_s": repr(model.floor_s),
+            "floor_cycles": repr(model.floor_cycles),
             **{f"provenance.{n}": ",".join(g.provenances) for n, g in data.gpus.items()}}
 
 

@@ -121,6 +121,11 @@ CURRENT_GPUS = [
     ("a100-sxm-80gb", "l2_bw_bytes_per_s", 5.4e12, "gpu-l2-cache a100_80.txt: 5.3-5.5 TB/s"),
     ("h200", "l2_bw_bytes_per_s", 9.7e12, "gpu-l2-cache h200.txt: 9.5-9.9 TB/s"),
     ("a40", "l2_bw_bytes_per_s", 0.0, "no published measurement: left empty"),
+    ("l40s", "boost_clock_hz", 2.52e9, "TechPowerUp L40S: boost 2520 MHz"),
+    ("l40s", "power_limit_w", 350, "L40S datasheet: 350 W max power"),
+    ("a100-sxm-80gb", "boost_clock_hz", 1.41e9, "A100 whitepaper: GPU boost clock 1410 MHz"),
+    ("h200", "boost_clock_hz", 1.98e9, "nvidia-smi on our H200: 1980 MHz"),
+    ("b200", "base_clock_hz", 0.0, "no published base clock: left empty"),
 ]
 
 
@@ -175,9 +180,12 @@ def _mutate(change) -> dict:
     (lambda d: d["interconnect"]["intra_node"].update(fabric="nvswitch"),
      "interconnect.intra_node.fabric"),
     (lambda d: d["memory"].update(l2_bandwidth_gb_per_s=0), "memory.l2_bandwidth_gb_per_s"),
+    (lambda d: d.update(clocks={"boost_mhz": -1980}), "clocks.boost_mhz"),
+    (lambda d: d.update(clocks={"tensor_mhz": 1830}), "clocks.tensor_mhz"),
 ], ids=["unknown-top-key", "unknown-nested-key", "missing-bandwidth", "missing-bf16",
         "negative-bandwidth", "efficiency-above-1", "efficiency-not-number", "bad-kind",
-        "bad-architecture", "bad-fabric", "zero-l2-bandwidth"])
+        "bad-architecture", "bad-fabric", "zero-l2-bandwidth", "negative-clock",
+        "unknown-clock-key"])
 def test_bad_file_names_file_and_field(tmp_path, change, field):
     path = _write(tmp_path, _mutate(change))
     with pytest.raises(SpecError) as info:

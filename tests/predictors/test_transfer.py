@@ -160,6 +160,10 @@ def test_reload_in_a_fresh_process(model, data, tmp_path):
     folder = model.save(tmp_path / "m")
     doc = json.loads((folder / "schema.json").read_text())
     assert doc["gpus"] == sorted(GPUS) and doc["kind"] == "transfer"
+    # the floor is stored in cycles; a GPU without a clock is asked at the training median
+    # (A100 1,410, H100 and B200 1,980 MHz)
+    assert doc["reference_clock_hz"] == pytest.approx(1.98e9)
+    assert all(float.fromhex(v) > 1e3 for v in doc["floor_cycles"].values())
     assert (folder / "model.ubj").exists() and not list(folder.glob("*.pkl"))
     ops = list(data.gpus["h100-sxm"].ops[:20])
     expected = model.predict(ops, get_hardware("h100-sxm"))
@@ -338,7 +342,8 @@ def _rows(gpus, stacks, ops, latency):
 
     n = len(ops)
     return Rows(gpu=np.array(gpus), ops=tuple(ops), stacks=np.array(stacks),
-                versions=np.zeros(n), features=np.zeros((n, 1)), latency_s=np.array(latency), ideal_s=np.zeros(n))
+                versions=np.zeros(n), features=np.zeros((n, 1)), latency_s=np.array(latency),
+                ideal_s=np.zeros(n), clock_hz=np.zeros(n))
 
 
 def test_floor_is_per_stack_and_dtype_and_an_unseen_dtype_borrows_the_nearest():
@@ -348,14 +353,35 @@ def test_floor_is_per_stack_and_dtype_and_an_unseen_dtype_borrows_the_nearest():
                                                                   DType.FP4))
     rows = _rows(["a", "a", "b", "b", "a"], ["trt", "trt", "trt", "trt", "vidur"],
                  [bf16, fp8, bf16, fp8, bf16], [2e-6, 12e-6, 3e-6, 13e-6, 11e-6])
-    floor = launch_floor("gemm", rows)
+    floor = launch_floor("gemm", rows, np.ones(5))  # at 1 Hz the cycles are seconds
     # the smallest GPU's: a GPU with no tiny shapes in its sample overstates a floor
     assert floor == pytest.approx({"trt/bf16": 2e-6, "trt/fp8": 12e-6, "vidur/bf16": 11e-6})
     got = floors(floor, [bf16, fp4, bf16, fp8], ["trt", "trt", "vidur", "vidur"])
     # fp4 has no floor of its own: the same stack's fp8 (4 bits from it, bf16 is 12); an
     # unseen (stack, dtype) pair with no same-stack dtype near it takes that stack's nearest
     np.testing.assert_allclose(got, [2e-6, 12e-6, 11e-6, 11e-6])
-    assert launch_floor("collective", rows) == {}
+    assert launch_floor("collective", rows, np.ones(5)) == {}
+
+
+def test_floor_is_in_cycles_at_each_gpus_boost_clock():
+    """A launch-bound kernel takes a number of SM cycles: measured on a 2 GHz GPU at 2 us and a
+    1 GHz GPU at 5 us, the floor is 4,000 cycles (the smaller), i.e. 4 us on a 1 GHz GPU and
+    2 us at 2 GHz; a GPU whose YAML states no clock is asked at the training median."""
+    from dataclasses import replace
+
+    from predictors.transfer import TransferModel, launch_floor
+
+    op = GemmSpec(m=8, n=8, k=8, dtype=DType.BF16)
+    rows = _rows(["fast", "slow"], ["trt", "trt"], [op, op], [2e-6, 5e-6])
+    floor = launch_floor("gemm", rows, np.array([2e9, 1e9]))
+    assert floor == pytest.approx({"trt/bf16": 4000.0})
+    model = TransferModel.__new__(TransferModel)
+    model.floor_cycles, model.reference_clock_hz = floor, 1e9
+    hw = get_hardware("l40s")
+    assert hw.boost_clock_hz == 2.52e9
+    assert model.floor_seconds([op], ["trt"], hw)[0] == pytest.approx(4000 / 2.52e9)
+    unstated = replace(hw, boost_clock_hz=0.0)
+    assert model.floor_seconds([op], ["trt"], unstated)[0] == pytest.approx(4e-6)
 
 
 def test_flash_attention_traffic_and_unsplit_decode_bound():
