@@ -75,6 +75,7 @@ class EnginePreset:
     host_overlap: bool = False  # host work of a step runs while the GPU runs the previous one
     fused_add_norm: bool = False  # residual add inside the RMSNorm kernel
     attention_fp8_out: bool = False  # attention writes the output projection's fp8 input
+    quant_into_producer: bool = False  # norm / activation write the next GEMM's fp8 input
     # tp > 1, these model families, hidden >= the minimum: all-reduce + add + norm + quant
     allreduce_norm_families: tuple[str, ...] = ()
     allreduce_norm_min_hidden: int = 0
@@ -92,6 +93,7 @@ class EnginePreset:
         return Fusions(act_quant_bytes=self.fp8_activation_quant.bytes_per_element,
                        add_into_norm=self.fused_add_norm,
                        attention_fp8_out=self.attention_fp8_out,
+                       quant_into_producer=self.quant_into_producer,
                        allreduce_norm_families=self.allreduce_norm_families,
                        allreduce_norm_min_hidden=self.allreduce_norm_min_hidden,
                        allreduce_norm_workspace_bytes=self.allreduce_norm_workspace_bytes)
@@ -188,6 +190,7 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
         host_overlap=bool(pick("host_overlap")),
         fused_add_norm=bool(pick("fused_add_norm", False)),
         attention_fp8_out=bool(pick("attention_fp8_out", False)),
+        quant_into_producer=bool(pick("quant_into_producer", False)),
         allreduce_norm_families=tuple(fused_ar.get("families", ())),
         allreduce_norm_min_hidden=int(fused_ar.get("min_hidden", 0)),
         allreduce_norm_workspace_bytes=float(
