@@ -87,6 +87,14 @@ class EnginePreset:
     eager_launch_s: float = 0.0
     # a step's prefill chunks share one attention launch per layer (`PrefillAttention.seconds`)
     batched_prefill_attention: bool = False
+    # the engine's fp8 GEMM time over the bf16 GEMM's of the same shape, (m, ratio) points, on
+    # the listed architectures (`step_cost.DenseCost`; empty: the chain's fp8 answer)
+    fp8_gemm_vs_bf16: tuple[tuple[int, float], ...] = ()
+    fp8_gemm_vs_bf16_archs: tuple[str, ...] = ()
+
+    def fp8_vs_bf16(self, architecture: str) -> tuple[tuple[int, float], ...]:
+        """The (m, ratio) points that apply on a GPU of ``architecture`` (empty: none)."""
+        return self.fp8_gemm_vs_bf16 if architecture in self.fp8_gemm_vs_bf16_archs else ()
 
     def fusions(self) -> Fusions:
         """The operator composition of a step under this engine (`layer_ops.Fusions`)."""
@@ -172,6 +180,7 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
         util = float(pick("gpu_memory_utilization"))
     fused_ar = pick("allreduce_norm_fusion", {}) or {}
     custom_ar = pick("custom_all_reduce", {}) or {}
+    fp8_ratio = pick("fp8_gemm_vs_bf16", {}) or {}
     return EnginePreset(
         engine=ServingEngine(engine), version=str(data["version"]),
         scheduler=Scheduler(pick("scheduler")),
@@ -199,7 +208,9 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
         custom_all_reduce_bytes=float(
             custom_ar.get("max_bytes_tp_le_2" if tp <= 2 else "max_bytes", 0.0)),
         eager_launch_s=float(pick("eager_launch_us", 0.0)) / 1e6,
-        batched_prefill_attention=bool(pick("batched_prefill_attention", False)))
+        batched_prefill_attention=bool(pick("batched_prefill_attention", False)),
+        fp8_gemm_vs_bf16=tuple((int(m), float(r)) for m, r in fp8_ratio.get("points", ())),
+        fp8_gemm_vs_bf16_archs=tuple(fp8_ratio.get("architectures", ())))
 
 
 def cuda_graph_sizes(preset: EnginePreset) -> tuple[int, ...]:
