@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -178,7 +179,8 @@ def ddp_cmd(db: Path | None, width: int, depth: int, batch: int, repeats: int, w
 @click.option("--no-store", is_flag=True, help="Do not use measured latencies.")
 @click.option("--no-predictors", is_flag=True, help="Do not use learned predictors.")
 @click.option("--rows", "rows_file", type=click.Path(dir_okay=False, path_type=Path),
-              default=None, help="Write every row's measured and predicted values as CSV.")
+              default=None, help="Write every row's measured and predicted values as CSV "
+                                 "(serving: with the signed error, leave-one-source-out).")
 @click.option("--write-readme", "readme", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Write the summary table between the validate-published "
                                  "markers of this Markdown file.")
@@ -200,7 +202,7 @@ def published_cmd(kind: str, max_prompts: int, corpus: Path | None, sources: str
     if kind == "serving":
         with bar("validate published serving", unit="runs", enabled=progress and not as_json):
             _published_serving(max_prompts, sources, db_path, tracking_uri, no_store,
-                               no_predictors, as_json)
+                               no_predictors, as_json, rows_file)
         return
     if kind not in pub.SCORERS:
         raise UnknownNameError("--kind", kind, sorted(pub.SCORERS))
@@ -240,9 +242,29 @@ def published_cmd(kind: str, max_prompts: int, corpus: Path | None, sources: str
         click.echo(f"not simulated: {o.name}: {o.error}")
 
 
+def _write_serving_rows(path: Path, results: list[dict[str, Any]], measures: Sequence[str]
+                        ) -> None:
+    """One CSV line per scored row (leave-one-source-out): its id, source, engine, mode and
+    concurrency, then each measure's measured and predicted value and signed error."""
+    import csv
+
+    fields = ["id", "source", "engine", "mode", "concurrency"] + [
+        f"{m}_{part}" for m in measures for part in ("measured", "predicted", "error")]
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fields)
+        writer.writeheader()
+        for r in results:
+            line: dict[str, Any] = {k: r.get(k) for k in fields[:5]}
+            for m in measures:
+                line[f"{m}_measured"] = r.get("measured", {}).get(m)
+                line[f"{m}_predicted"] = (r.get("predicted") or {}).get(m)
+                line[f"{m}_error"] = (r.get("error") or {}).get(m)
+            writer.writerow(line)
+
+
 def _published_serving(max_prompts: int, sources: str | None, db_path: Path | None,
                        tracking_uri: str | None, no_store: bool, no_predictors: bool,
-                       as_json: bool) -> None:
+                       as_json: bool, rows_file: Path | None = None) -> None:
     """Score the serving corpus with engine presets, then leave-one-source-out (the one
     calibrated value, a host step overhead per engine, fitted without the source scored)."""
     from simulate.engines import EngineOptions
@@ -258,6 +280,8 @@ def _published_serving(max_prompts: int, sources: str | None, db_path: Path | No
     report = score_serving_loso(rows, max_prompts=max_prompts, use_store=store.use_store,
                                 store_path=store.store_path,
                                 use_predictors=not no_predictors, tracking_uri=tracking_uri)
+    if rows_file is not None:
+        _write_serving_rows(rows_file, report["loso"]["rows"], MEASURES)
     if as_json:
         print_json(report)
         return

@@ -49,6 +49,8 @@ class Fusions:
     - ``add_into_norm``: the residual add runs inside the next RMSNorm (fused add + RMSNorm:
       one kernel reads x and the residual, writes both).
     - ``attention_fp8_out``: the attention kernel writes the output projection's fp8 input.
+    - ``quant_into_producer``: the RMSNorm and the gated activation write the fp8 input of the
+      GEMMs they feed (qkv, MLP up/gate; MLP down), as one generated kernel each.
     - ``allreduce_norm_families`` / ``allreduce_norm_min_hidden``: for a model of one of these
       families with hidden >= the minimum, at tp > 1, the all-reduce kernel also adds the
       residual, runs the RMSNorm and writes the next GEMM's fp8 input (the engine's model code
@@ -59,6 +61,7 @@ class Fusions:
     act_quant_bytes: float = 0.0
     add_into_norm: bool = False
     attention_fp8_out: bool = False
+    quant_into_producer: bool = False
     allreduce_norm_families: tuple[str, ...] = ()
     allreduce_norm_min_hidden: int = 0
     allreduce_norm_workspace_bytes: float = float("inf")
@@ -76,6 +79,7 @@ _NORMS = ("attn_norm", "mlp_norm")
 _RESIDUALS = ("attn_residual", "mlp_residual")
 # fp8 GEMMs whose input a fused producer writes: the norm (qkv, MLP up) or attention (out)
 _NORM_FED = ("qkv_proj", "mlp.up_gate")
+_ACT_FED = ("mlp.down",)  # the gated activation (SwiGLU) feeds the MLP down projection
 
 
 def inference_sharding(*, tp: int = 1, pp: int = 1, ep: int = 1, gpus_per_node: int = 8
@@ -145,8 +149,9 @@ def _compose(nodes: list[Node], fusions: Fusions, model: ModelSpec, shard: Shard
     # past the workspace the fused all-reduce falls back to NCCL + fused add/RMSNorm + quant
     add_norm = fusions.add_into_norm or fusions.allreduce_norm(model, shard)
     dropped = {*_RESIDUALS, *_NORMS} if fused_ar else set(_RESIDUALS) if add_norm else set()
-    fed = {*(_NORM_FED if fused_ar else ()), *(("out_proj",) if fusions.attention_fp8_out
-                                                 else ())}
+    fed = {*(_NORM_FED if fused_ar or fusions.quant_into_producer else ()),
+           *(_ACT_FED if fusions.quant_into_producer else ()),
+           *(("out_proj",) if fusions.attention_fp8_out else ())}
     ops: list[tuple[OpSpec, float]] = []
     quant: list[tuple[OpSpec, float]] = []
     for node in nodes:

@@ -149,7 +149,8 @@ def plan_instance(model: ModelSpec, hw: HardwareSpec, *, tp: int, pp: int, ep: i
                           else 0.0,
                           eager_launch_s=preset.eager_launch_s if preset else 0.0,
                           batched_prefill_attention=bool(
-                              preset and preset.batched_prefill_attention))
+                              preset and preset.batched_prefill_attention),
+                          fp8_vs_bf16=preset.fp8_vs_bf16(hw.architecture) if preset else ())
     return InstancePlan(model=model, shard=shard, tables=tables, weight_bytes=weights,
                         kv_bytes_per_token=kv_per_token, kv_blocks=blocks,
                         activation_reserve_bytes=reserve, memory_bytes=usable)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import nnls
@@ -33,7 +33,7 @@ from analytical.ops import OpSpec
 from analytical.roofline import roofline_time
 from simulate.costs import add_engine_time
 from simulate.engines import Estimate, Estimator
-from simulate.inference.graph_replay import EngineKernels
+from simulate.inference.graph_replay import EngineKernels, fp8_ratio
 from simulate.inference.layer_ops import (
     Fusions,
     LoraSpec,
@@ -66,11 +66,13 @@ class DenseCost:
 
     def __init__(self, model: ModelSpec, shard: Sharding, weight_dtype: DType,
                  estimator: Estimator, lora: LoraSpec | None, *, fusions: Fusions | None = None,
-                 kernels: EngineKernels | None = None) -> None:
+                 kernels: EngineKernels | None = None,
+                 fp8_vs_bf16: Sequence[tuple[int, float]] = ()) -> None:
         self._args = (model, shard, weight_dtype, lora)
         self._fusions = fusions
         self._estimator = estimator
         self._kernels = kernels
+        self._fp8_vs_bf16 = tuple(fp8_vs_bf16)
         self._memo: dict[tuple[str, int], tuple[float, dict[str, float]]] = {}
 
     def _ops(self, part: str, tokens: int) -> list[tuple[OpSpec, float]]:
@@ -89,12 +91,14 @@ class DenseCost:
         """Evaluate many token counts in one batched engine call."""
         todo = [c for c in dict.fromkeys(counts) if c > 0 and (part, c) not in self._memo]
         ops = [(c, op, n) for c in todo for op, n in self._ops(part, c)]
-        answers = self._estimator.estimate_many([op for _, op, _ in ops])
+        asked = [(op, 1.0) if (ratio := fp8_ratio(op, self._fp8_vs_bf16)) is None
+                 else (replace(op, dtype=DType.BF16), ratio) for _, op, _ in ops]
+        answers = self._estimator.estimate_many([op for op, _ in asked])
         acc: dict[int, dict[str, float]] = {c: {} for c in todo}
-        for (c, op, n), est in zip(ops, answers, strict=True):
+        for (c, _, n), (op, ratio), est in zip(ops, asked, answers, strict=True):
             seconds, engine = (est.latency_s, est.engine) if self._kernels is None \
                 else self._kernels.seconds(est, op, c)
-            add_engine_time(acc[c], {engine: seconds}, n)
+            add_engine_time(acc[c], {engine: seconds * ratio}, n)
         for c, engines in acc.items():
             self._memo[(part, c)] = (sum(engines.values()), engines)
 
@@ -281,8 +285,8 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
                  kv_dtype: DType, estimator: Estimator, max_tokens: int = 8192, decode_q: int = 1,
                  lora: LoraSpec | None = None, fusions: Fusions | None = None,
                  graph_max_tokens: int | None = None, custom_all_reduce_bytes: float = 0.0,
-                 eager_launch_s: float = 0.0,
-                 batched_prefill_attention: bool = False) -> StepCostTables:
+                 eager_launch_s: float = 0.0, batched_prefill_attention: bool = False,
+                 fp8_vs_bf16: Sequence[tuple[int, float]] = ()) -> StepCostTables:
     """Build the step-cost model, asking the engine chain in a few batched calls.
 
     `estimator.estimate_many(ops)` prices each op and names its engine (batched, as the chain);
@@ -295,13 +299,13 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
     ``custom_all_reduce_bytes``, the engine's own all-reduce below that size); None: as measured.
     ``eager_launch_s``: host time per kernel of a step the engine runs eagerly
     (`StepCostTables.launch_s`). ``batched_prefill_attention``: a step's prefill chunks share
-    one attention launch per layer (`PrefillAttention.seconds`).
+    one attention launch per layer (`PrefillAttention.seconds`). ``fp8_vs_bf16``: `fp8_ratio`.
     """
     grid = token_grid(max_tokens)
     kernels = None if graph_max_tokens is None else EngineKernels(
         hw=hw, graph_max_tokens=graph_max_tokens, custom_all_reduce_bytes=custom_all_reduce_bytes)
     dense = DenseCost(model, shard, weight_dtype, estimator, lora,
-                      fusions=fusions, kernels=kernels)
+                      fusions=fusions, kernels=kernels, fp8_vs_bf16=fp8_vs_bf16)
     dense.prewarm("dense", grid)
     dense.prewarm("lm", grid)
     attn_dtype = kv_dtype if kv_dtype in (DType.BF16, DType.FP16, DType.FP8) else DType.BF16

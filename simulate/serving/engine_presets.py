@@ -75,6 +75,7 @@ class EnginePreset:
     host_overlap: bool = False  # host work of a step runs while the GPU runs the previous one
     fused_add_norm: bool = False  # residual add inside the RMSNorm kernel
     attention_fp8_out: bool = False  # attention writes the output projection's fp8 input
+    quant_into_producer: bool = False  # norm / activation write the next GEMM's fp8 input
     # tp > 1, these model families, hidden >= the minimum: all-reduce + add + norm + quant
     allreduce_norm_families: tuple[str, ...] = ()
     allreduce_norm_min_hidden: int = 0
@@ -86,12 +87,21 @@ class EnginePreset:
     eager_launch_s: float = 0.0
     # a step's prefill chunks share one attention launch per layer (`PrefillAttention.seconds`)
     batched_prefill_attention: bool = False
+    # the engine's fp8 GEMM time over the bf16 GEMM's of the same shape, (m, ratio) points, on
+    # the listed architectures (`step_cost.DenseCost`; empty: the chain's fp8 answer)
+    fp8_gemm_vs_bf16: tuple[tuple[int, float], ...] = ()
+    fp8_gemm_vs_bf16_archs: tuple[str, ...] = ()
+
+    def fp8_vs_bf16(self, architecture: str) -> tuple[tuple[int, float], ...]:
+        """The (m, ratio) points that apply on a GPU of ``architecture`` (empty: none)."""
+        return self.fp8_gemm_vs_bf16 if architecture in self.fp8_gemm_vs_bf16_archs else ()
 
     def fusions(self) -> Fusions:
         """The operator composition of a step under this engine (`layer_ops.Fusions`)."""
         return Fusions(act_quant_bytes=self.fp8_activation_quant.bytes_per_element,
                        add_into_norm=self.fused_add_norm,
                        attention_fp8_out=self.attention_fp8_out,
+                       quant_into_producer=self.quant_into_producer,
                        allreduce_norm_families=self.allreduce_norm_families,
                        allreduce_norm_min_hidden=self.allreduce_norm_min_hidden,
                        allreduce_norm_workspace_bytes=self.allreduce_norm_workspace_bytes)
@@ -170,6 +180,7 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
         util = float(pick("gpu_memory_utilization"))
     fused_ar = pick("allreduce_norm_fusion", {}) or {}
     custom_ar = pick("custom_all_reduce", {}) or {}
+    fp8_ratio = pick("fp8_gemm_vs_bf16", {}) or {}
     return EnginePreset(
         engine=ServingEngine(engine), version=str(data["version"]),
         scheduler=Scheduler(pick("scheduler")),
@@ -188,6 +199,7 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
         host_overlap=bool(pick("host_overlap")),
         fused_add_norm=bool(pick("fused_add_norm", False)),
         attention_fp8_out=bool(pick("attention_fp8_out", False)),
+        quant_into_producer=bool(pick("quant_into_producer", False)),
         allreduce_norm_families=tuple(fused_ar.get("families", ())),
         allreduce_norm_min_hidden=int(fused_ar.get("min_hidden", 0)),
         allreduce_norm_workspace_bytes=float(
@@ -196,7 +208,9 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
         custom_all_reduce_bytes=float(
             custom_ar.get("max_bytes_tp_le_2" if tp <= 2 else "max_bytes", 0.0)),
         eager_launch_s=float(pick("eager_launch_us", 0.0)) / 1e6,
-        batched_prefill_attention=bool(pick("batched_prefill_attention", False)))
+        batched_prefill_attention=bool(pick("batched_prefill_attention", False)),
+        fp8_gemm_vs_bf16=tuple((int(m), float(r)) for m, r in fp8_ratio.get("points", ())),
+        fp8_gemm_vs_bf16_archs=tuple(fp8_ratio.get("architectures", ())))
 
 
 def cuda_graph_sizes(preset: EnginePreset) -> tuple[int, ...]:

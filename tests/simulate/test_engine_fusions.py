@@ -181,3 +181,27 @@ def test_engine_backend_is_checked_and_reaches_the_nim_rows() -> None:
     assert row_scenario(nim[0])["serving"]["engine_backend"] == "tensorrt"
     perf = [r for r in load_corpus() if r.source == "trtllm-perf-overview"]
     assert perf and not any(r.engine_backend for r in perf)
+
+
+def test_vllm_quantizes_fp8_inputs_inside_the_norm_and_the_activation() -> None:
+    """vLLM compiles with Inductor, which runs QuantFP8's native code inside the RMSNorm's and
+    SiluAndMul's generated kernel (`quant_into_producer` in datasets/engines/vllm.yaml): of the
+    four fp8 GEMMs per layer only o_proj, fed by the attention op, keeps a quantization pass.
+    SGLang (no torch.compile by default) keeps all four."""
+    vllm = _preset("vllm").fusions()
+    assert vllm.quant_into_producer and vllm.act_quant_bytes == 5.0
+    assert not _preset("sglang").fusions().quant_into_producer
+    assert not _preset("trtllm").fusions().quant_into_producer
+    model, plain = _ops("qwen3-8b", 1, Fusions(act_quant_bytes=5.0), tokens=1)
+    _, fused = _ops("qwen3-8b", 1, vllm, tokens=1)
+    assert _kinds(plain)["copy"] == 4 * model.layers
+    assert _kinds(fused)["copy"] == model.layers
+    quant = [op for op, _ in fused if isinstance(op, MemoryBoundSpec)
+             and op.kind is MemoryOpKind.COPY]
+    assert {op.rows for op in quant} == {1}  # o_proj's [tokens, heads x head_dim] input
+    others = {k: v for k, v in _kinds(fused).items() if k != "copy"}
+    assert others == {k: v for k, v in _kinds(plain).items() if k != "copy"}
+    hw = get_hardware("h100-sxm")
+    saved = sum(n * roofline_time(op, hw) for op, n in plain) - sum(
+        n * roofline_time(op, hw) for op, n in fused)
+    assert saved >= 3 * model.layers * hw.efficiency.kernel_latency_s * 0.99

@@ -1,0 +1,68 @@
+# SPDX-License-Identifier: Apache-2.0
+"""vLLM's own fp8 GEMM (CUTLASS cutlass_scaled_mm) at small m on Hopper, priced as the bf16 GEMM of
+the same shape times the ratio of vllm-project/vllm PR #49363's H100 table
+(`fp8_gemm_vs_bf16` in datasets/engines/vllm.yaml, `step_cost.DenseCost`), not as the store's
+TensorRT-LLM fp8 rows."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from analytical.dtypes import DType
+from analytical.hardware import get_hardware
+from analytical.model import load_model
+from analytical.ops import GemmSpec, OpSpec
+from simulate.engines import Estimate
+from simulate.inference.layer_ops import inference_sharding
+from simulate.inference.step_cost import DenseCost
+from simulate.serving.engine_presets import engine_preset
+
+
+class _ByDtype:
+    """fp8 GEMMs answer 1 ms, bf16 GEMMs 2 ms, anything else 1 us."""
+
+    def estimate_many(self, ops: Sequence[OpSpec]) -> Sequence[Estimate]:
+        def one(op: OpSpec) -> float:
+            if isinstance(op, GemmSpec):
+                return 1e-3 if op.dtype == DType.FP8 else 2e-3
+            return 1e-6
+        return [Estimate(latency_s=one(op), engine="store") for op in ops]
+
+
+def _preset(engine: str, gpu: str = "h100-sxm"):
+    hw = get_hardware(gpu)
+    return engine_preset(engine, memory_bytes=hw.memory_bytes, device=hw.name)
+
+
+def test_only_vllm_on_hopper_prices_fp8_from_bf16() -> None:
+    vllm = _preset("vllm")
+    points = vllm.fp8_vs_bf16(get_hardware("h100-sxm").architecture)
+    assert points[0] == (1, 0.556) and points[-1] == (128, 0.606)
+    assert vllm.fp8_vs_bf16(get_hardware("h200").architecture) == points
+    for gpu in ("a100-sxm-80gb", "b200"):  # the table is an H100 measurement
+        assert vllm.fp8_vs_bf16(get_hardware(gpu).architecture) == ()
+    for engine in ("sglang", "trtllm"):
+        assert _preset(engine).fp8_vs_bf16(get_hardware("h100-sxm").architecture) == ()
+
+
+def _gemm_seconds(tokens: int, weight_dtype: DType, points) -> float:
+    model = load_model("qwen3-8b")
+    cost = DenseCost(model, inference_sharding(tp=1), weight_dtype, _ByDtype(), None,
+                     fp8_vs_bf16=points)
+    seconds, _ = cost.get("dense", tokens)
+    return seconds
+
+
+def test_fp8_gemms_up_to_the_tables_last_m_take_the_bf16_time_times_the_ratio() -> None:
+    points = _preset("vllm").fp8_vs_bf16("hopper")
+    gemms = 4 * load_model("qwen3-8b").layers  # qkv, o, gate_up, down
+    for tokens, ratio in ((1, 0.556), (16, 0.560), (40, 0.5665), (128, 0.606)):
+        plain = _gemm_seconds(tokens, DType.FP8, ())
+        priced = _gemm_seconds(tokens, DType.FP8, points)
+        # without the points every fp8 GEMM answers 1 ms; with them 2 ms x ratio
+        assert priced - plain == pytest.approx(gemms * (2e-3 * ratio - 1e-3), rel=1e-6)
+    # above the table (m > 128) and for bf16 weights nothing changes
+    assert _gemm_seconds(129, DType.FP8, points) == _gemm_seconds(129, DType.FP8, ())
+    assert _gemm_seconds(8, DType.BF16, points) == _gemm_seconds(8, DType.BF16, ())
