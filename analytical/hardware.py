@@ -24,6 +24,7 @@ from analytical.dtypes import DType, parse_dtype
 from analytical.errors import SpecError, UnknownNameError
 from analytical.hardware_kinds import Architecture as Architecture  # re-exported
 from analytical.hardware_kinds import LinkFabric as LinkFabric  # re-exported
+from analytical.hardware_topology import Topology, topology_from_dict, topology_to_dict
 from analytical.inputs import check_path, load_yaml, show_path
 from analytical.paths import user_hardware_dir
 
@@ -105,6 +106,7 @@ class HardwareSpec:
     # NVLink bridge between two PCIe cards (A40, A100 PCIe, H100 NVL): a 2-GPU group on it
     # does not go through PCIe; None where the part has none or the node does not fit them
     pair_bridge: Link | None = None
+    topology: Topology | None = None  # NCCL's view of the node (`analytical.hardware_topology`)
     gpus_per_node: int
     efficiency: Efficiency
     sources: tuple[str, ...] = ()
@@ -258,7 +260,7 @@ def hardware_from_dict(data: Any, *, source: str = "<dict>") -> HardwareSpec:
             raise SpecError(f"peak_dense_tflops.{required}", "missing", source=source)
     memory = r.mapping(top.get("memory"), "memory", {"capacity_gib", "bandwidth_gb_per_s", "l2_bandwidth_gb_per_s", "type"})
     inter = r.mapping(top.get("interconnect"), "interconnect",
-                      {"intra_node", "pcie", "inter_node", "pair_bridge"})
+                      {"intra_node", "pcie", "inter_node", "pair_bridge", "topology"})
     node = r.mapping(top.get("node", {}), "node", {"gpus_per_node", "network", "host_op_us"})
     kind = r.text(top, "kind")
     if kind not in ("gpu", "cpu"):
@@ -291,6 +293,7 @@ def hardware_from_dict(data: Any, *, source: str = "<dict>") -> HardwareSpec:
         inter_node=_link(r, inter.get("inter_node"), "interconnect.inter_node"),
         pair_bridge=(_link(r, inter["pair_bridge"], "interconnect.pair_bridge")
                      if "pair_bridge" in inter else None),
+        topology=topology_from_dict(inter.get("topology"), source),
         gpus_per_node=int(r.number(node, "gpus_per_node", "node", default=1.0)),
         efficiency=_efficiency(r, top.get("efficiency"), source),
         sources=tuple(sources),
@@ -340,6 +343,8 @@ def hardware_to_dict(hw: HardwareSpec) -> dict[str, Any]:
         del data["architecture"]
     if hw.pair_bridge is not None:
         data["interconnect"]["pair_bridge"] = link(hw.pair_bridge)
+    if hw.topology is not None:
+        data["interconnect"]["topology"] = topology_to_dict(hw.topology)
     data["efficiency"] |= {k: getattr(hw.efficiency, k) for k in _LOW_GEMM
                            if getattr(hw.efficiency, k)}
     if hw.efficiency.sustained_gemm != 1.0:

@@ -1,30 +1,33 @@
 # SPDX-License-Identifier: Apache-2.0
-"""NCCL's own cost model of a collective, read from NVIDIA/nccl at 5067397 (2.29):
-src/graph/tuning.cc (``ncclTopoTuneModel``, ``ncclTopoGetAlgoTime``) and src/graph/topo.h,
-topo.cc (the link bandwidths its topology search starts from).
+"""NCCL's own cost model of a collective, read from NVIDIA/nccl v2.29.2-1 (5067397's tuning
+constants are the same): src/graph/tuning.cc (``ncclTopoTuneModel``, ``ncclTopoGetAlgoTime``,
+``ncclTunerConstantsDefaults``) and, for a hardware file with ``interconnect.topology``, the
+graphs its topology search finds (`analytical.nccl_graph`: channels x bandwidth per channel).
 
-For each algorithm (ring; double binary tree for all_reduce) and protocol (LL, LL128, Simple)
-NCCL prices ``time = latency + bytes / bandwidth`` and runs the fastest; `nccl_choice` does the
-same. Latency = the algorithm's base latency + per-step hop latencies of the node's link class
-(NVLINK or PCI) and of the network (NET), all in microseconds from ``ncclTunerConstants``.
-Bandwidth = the topology's bus bandwidth times the protocol's share (LL: half, capped by
-``llMaxBws``; LL128: 0.92, only where every intra-node hop is NVLink), converted to algorithm
-bandwidth by nRanks / nsteps (ring) or 1/2 (tree).
+For each algorithm (ring; double binary tree for all_reduce; NVLS on NVLink-SHARP switches) and
+protocol (LL, LL128, Simple) NCCL prices ``time = latency + bytes / bandwidth`` and runs the
+fastest; `nccl_choice` does the same. Latency = the algorithm's base latency + per-step hop
+latencies of the node's link class (NVLINK or PCI) and of the network (NET), in microseconds
+(NVLS: 25 us, its NVLINK hop latency, and no base). Bandwidth = the graph's ``nChannels x
+bwIntra`` times the protocol's share (LL: half, capped by ``llMaxBws``; LL128: 0.92, capped by
+``nChannels x perChMaxRingLL128Bws``, only where the intra-node path is NVLink; tree: 0.92,
+capped by ``nChannels x perChMaxTreeBws``; NVLS all_reduce: ``bwIntra x nvlsEfficiency x
+(nCh-1)/nCh x 2`` per channel, at most ``bwInter``), converted to algorithm bandwidth by
+nRanks / nsteps (ring, NVLS all_reduce) or 1/2 (tree). NVLS reduces only 16/32/64-bit types
+(device.h ``ncclNvlsSupported``: not int8 or fp8) and runs on one node here.
 
-The topology's bus bandwidth is the YAML's vendor link (per GPU, per direction; the NVLink bridge
-of a bridged pair, `HardwareSpec.pair_bridge`) times what NCCL's topology credits of it:
-NVLink: ``SM80/SM90/SM100_NVLINK_BW`` = 20 / 20.6 / 40.1 GB/s per link against the links'
-25 / 25 / 50 GB/s per direction; PCIe: width x lane rate / 80 (``kvDictPciGen``: x16 Gen4 24,
-Gen5 48 GB/s against 32 and 64); network: the NIC's speed as reported (the YAML's share).
-Across nodes the bound is the smaller of that and the GPU's network share.
+Without a topology the graph is the YAML's vendor link times what NCCL's topology credits of
+it: NVLink ``SM80/SM90/SM100_NVLINK_BW`` = 20 / 20.6 / 40.1 GB/s per link against the links'
+25 / 25 / 50 GB/s per direction; PCIe 0.75 (``kvDictPciGen``: x16 Gen4 24 GB/s of 32), with no
+per-channel caps and no NVLS. Across nodes the bound is the smaller of that and the GPU's
+network share (ranks per node x the NIC share).
 
-Not modelled (each named so that a gap is not mistaken for a fit): NVLS and NVLS-tree (their
-bandwidth comes from a topology search over speed arrays that a YAML does not reproduce, and
-they need NVSwitch multicast; on the store's H100 SXM they lift fp16 8-GPU all_reduce to
-~405 GB/s bus bandwidth against ~326 GB/s for int8, which NVLS cannot reduce), CollNet (needs
-SHARP switches), PAT (one GPU per node only), and the per-channel bandwidth caps
-(``perChMax*Bws``), which bind only above ~37 GB/s per channel. all_to_all and send_recv are
-point-to-point sends outside the tuning model: priced as n-1 (one) ring steps of the same
+Not modelled (each named so that a gap is not mistaken for a fit): NVLS-tree and NVLS across
+nodes, CollNet (needs SHARP switches), PAT (one GPU per node only), the tree search's simpler
+pattern on Hopper (x 0.85 when it falls back to it), and what P2P-less PCIe does to bandwidth
+(NCCL's model prices a path through the CPU as a PCI path: the store's L40S bus bandwidth falls
+from 20 GB/s on 2 GPUs to 1.4 on 8, which no term here reproduces). all_to_all and send_recv
+are point-to-point sends outside the tuning model: priced as n-1 (one) ring steps of the same
 link, protocol and latency classes.
 """
 
@@ -34,8 +37,10 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
+from analytical.dtypes import DType
 from analytical.hardware import HardwareSpec, Link
 from analytical.hardware_kinds import Architecture, LinkFabric
+from analytical.nccl_graph import Graph, nvls_graph, ring_graph
 from analytical.ops import CollectiveKind, CollectiveSpec
 
 CK = CollectiveKind
@@ -44,6 +49,7 @@ CK = CollectiveKind
 class NcclAlgorithm(StrEnum):
     RING = "ring"
     TREE = "tree"
+    NVLS = "nvls"
 
 
 class NcclProtocol(StrEnum):
@@ -61,11 +67,18 @@ _HW_US = {
     "pcie": {NcclAlgorithm.TREE: (1.0, 1.9, 4.0), NcclAlgorithm.RING: (1.0, 2.5, 5.7)},
     "net": {NcclAlgorithm.TREE: (5.0, 8.5, 14.0), NcclAlgorithm.RING: (2.7, 4.0, 14.0)},
 }
-# llMaxBws (GB/s): one node by compute capability (Volta, Ampere, Hopper, Blackwell; Ada is
-# compute capability 8.9, NCCL's Ampere index), several nodes by CPU (Intel: 2 nodes, more).
-_LL_MAX_GBPS_ONE_NODE = {Architecture.AMPERE: 87.7, Architecture.ADA_LOVELACE: 87.7,
-                         Architecture.HOPPER: 141.0, Architecture.BLACKWELL: 282.0}
-_LL_MAX_GBPS_DEFAULT = 39.0  # Volta's row: the first index, what NCCL falls back to
+_NVLS_US = 25.0  # hwLatencies[NVLINK][NVLS][Simple]; baseLatencies[NVLS] = 0
+# Per compute-capability index (Volta, Ampere, Hopper, Blackwell; Ada is compute capability 8.9,
+# NCCL's Ampere index) and node-count index (1, 2, more), GB/s: llMaxBws (one node), and the
+# per-channel caps perChMaxRingLL128Bws, perChMaxTreeBws, perChMaxTreeLL128Bws; nvlsEfficiency.
+_LL_MAX_GBPS_ONE_NODE = (39.0, 87.7, 141.0, 282.0)
+_PER_CH_RING_LL128 = ((20.0,) * 3, (20.0,) * 3, (36.7,) * 3, (34.5, 34.6, 34.5))
+_PER_CH_TREE = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (70.0, 42.8, 24.0))
+_PER_CH_TREE_LL128 = ((20.0,) * 3, (20.0,) * 3, (36.7, 36.7, 29.0), (55.6, 31.67, 20.0))
+_NVLS_EFFICIENCY = (0.0, 0.0, 0.85, 0.74)
+_NVLS_DTYPES = (DType.FP16, DType.BF16, DType.FP32)  # ncclNvlsSupported, of llmsim's dtypes
+_ARCH_INDEX = {Architecture.AMPERE: 1, Architecture.ADA_LOVELACE: 1, Architecture.HOPPER: 2,
+               Architecture.BLACKWELL: 3}  # Volta's row (0) is what NCCL falls back to
 _LL_MAX_GBPS_NODES = (39.0, 20.4)  # Intel-N2, Intel-N4
 # NCCL's topology credit of a link (see the module docstring).
 _NVLINK_CREDIT = {Architecture.AMPERE: 20.0 / 25.0, Architecture.HOPPER: 20.6 / 25.0,
@@ -109,8 +122,27 @@ def node_link(spec: CollectiveSpec, hw: HardwareSpec) -> tuple[Link, str]:
     return link, fabric
 
 
+def _cc_index(hw: HardwareSpec) -> int:
+    """NCCL's compute-capability index (0 Volta, 1 Ampere/Ada, 2 Hopper, 3 Blackwell)."""
+    if hw.topology is None:
+        return _ARCH_INDEX.get(hw.architecture, 0)
+    cc = hw.topology.compute_capability
+    return 3 if cc >= 100 else 2 if cc >= 90 else 1 if cc >= 80 else 0
+
+
+def ring_channels(spec: CollectiveSpec, hw: HardwareSpec) -> Graph | None:
+    """The ring/tree graph NCCL's search finds for the group's GPUs in a node, None without a
+    topology in the hardware file."""
+    if hw.topology is None:
+        return None
+    return ring_graph(hw.topology, spec.ranks_per_node)
+
+
 def _node_bandwidth(spec: CollectiveSpec, hw: HardwareSpec) -> float:
     """Bytes/s NCCL's topology credits the node's link with (all channels together)."""
+    graph = ring_channels(spec, hw)
+    if graph is not None:
+        return graph.bus_gbps * 1e9
     link, fabric = node_link(spec, hw)
     credit = (_NVLINK_CREDIT.get(hw.architecture, _NVLINK_CREDIT_DEFAULT)
               if fabric == "nvlink" else _PCIE_CREDIT)
@@ -142,16 +174,33 @@ def ring_steps(spec: CollectiveSpec) -> tuple[int, int]:
 
 def _ll_max(spec: CollectiveSpec, hw: HardwareSpec) -> float:
     if spec.nodes == 1:
-        return _LL_MAX_GBPS_ONE_NODE.get(hw.architecture, _LL_MAX_GBPS_DEFAULT) * 1e9
+        return _LL_MAX_GBPS_ONE_NODE[_cc_index(hw)] * 1e9
     return _LL_MAX_GBPS_NODES[0 if spec.nodes == 2 else 1] * 1e9
+
+
+def _per_channel_cap(spec: CollectiveSpec, hw: HardwareSpec,
+                     table: tuple[tuple[float, ...], ...]) -> float:
+    """nChannels x a per-channel cap (bytes/s); inf without a searched graph."""
+    graph = ring_channels(spec, hw)
+    if graph is None:
+        return math.inf
+    return graph.n_channels * table[_cc_index(hw)][min(spec.nodes, 3) - 1] * 1e9
+
+
+def _intra_nvlink(spec: CollectiveSpec, hw: HardwareSpec) -> bool:
+    """NCCL's ``typeIntra <= PATH_NVB``: the group's intra-node path is NVLink."""
+    graph = ring_channels(spec, hw)
+    return graph.nvlink if graph is not None else node_link(spec, hw)[1] == "nvlink"
 
 
 def _ring(spec: CollectiveSpec, hw: HardwareSpec, p: int) -> tuple[float, float]:
     """(latency us, bus bandwidth bytes/s) of the ring with protocol index ``p``."""
-    _, fabric = node_link(spec, hw)
+    fabric = "nvlink" if _intra_nvlink(spec, hw) else "pcie"
     bw = graph_bandwidth(spec, hw) * (0.5, 0.92, 1.0)[p]
     if p == 0:
         bw = min(bw, _ll_max(spec, hw))
+    elif p == 1:
+        bw = min(bw, _per_channel_cap(spec, hw, _PER_CH_RING_LL128))
     steps, inter = ring_steps(spec)
     base = _BASE_US[NcclAlgorithm.RING][p]
     if spec.kind in (CK.BROADCAST, CK.SEND_RECV):
@@ -170,12 +219,13 @@ def _ring(spec: CollectiveSpec, hw: HardwareSpec, p: int) -> tuple[float, float]
 
 def _tree(spec: CollectiveSpec, hw: HardwareSpec, p: int) -> tuple[float, float]:
     """(latency us, bus bandwidth bytes/s) of the all_reduce double binary tree."""
-    _, fabric = node_link(spec, hw)
-    bw = graph_bandwidth(spec, hw) * 0.92
+    fabric = "nvlink" if _intra_nvlink(spec, hw) else "pcie"
+    bw = min(graph_bandwidth(spec, hw) * 0.92, _per_channel_cap(spec, hw, _PER_CH_TREE))
     if p == 0:
         bw = min(bw / 3.8, _ll_max(spec, hw))
     elif p == 1:
-        bw *= 7.0 / 9.0 if spec.nodes == 1 else 120.0 / 128.0
+        bw = min(bw * (7.0 / 9.0 if spec.nodes == 1 else 120.0 / 128.0),
+                 _per_channel_cap(spec, hw, _PER_CH_TREE_LL128))
     log_size = int(math.log2(max(1, spec.size_bytes >> 6)))
     if 0 <= log_size < 23:
         bw *= _TREE_CORRECTION[p][log_size]
@@ -200,18 +250,42 @@ def _wire_s(spec: CollectiveSpec, hw: HardwareSpec, algorithm: NcclAlgorithm,
                (n - local) / n * spec.size_bytes / (hw.inter_node.bandwidth_bytes_per_s * share))
 
 
+def _nvls(spec: CollectiveSpec, hw: HardwareSpec) -> NcclChoice | None:
+    """NVLS (Simple only) where NCCL runs it: one node of NVLink-SHARP switches, all_reduce of
+    a type the switches reduce, all_gather, reduce_scatter; at least 2 channels."""
+    kinds = (CK.ALL_REDUCE, CK.ALL_GATHER, CK.REDUCE_SCATTER)
+    if hw.topology is None or spec.nodes > 1 or spec.kind not in kinds:
+        return None
+    if spec.kind != CK.ALL_GATHER and spec.dtype not in _NVLS_DTYPES:
+        return None
+    graph = nvls_graph(hw.topology, spec.group_size)
+    if graph is None or graph.n_channels < 2:
+        return None
+    n = graph.n_channels
+    intra = graph.bw_intra * _NVLS_EFFICIENCY[_cc_index(hw)] * (n - 1) / n
+    ppn = spec.ranks_per_node
+    intra *= 2.0 if spec.kind == CK.ALL_REDUCE else (ppn - 1) / ppn
+    bw = n * min(intra, graph.bw_inter) * 1e9
+    # all_reduce converts by nRanks / nsteps (the bus bytes); all_gather / reduce_scatter not
+    wire = spec.bytes / bw if spec.kind == CK.ALL_REDUCE else spec.size_bytes / bw
+    return NcclChoice(algorithm=NcclAlgorithm.NVLS, protocol=NcclProtocol.SIMPLE,
+                      latency_s=_NVLS_US * 1e-6, bus_bw_bytes_per_s=bw,
+                      seconds=_NVLS_US * 1e-6 + wire)
+
+
 def nccl_candidates(spec: CollectiveSpec, hw: HardwareSpec) -> list[NcclChoice]:
     """Every (algorithm, protocol) NCCL enables for ``spec`` on ``hw``, priced."""
     if spec.group_size == 1:
         return [NcclChoice(algorithm=NcclAlgorithm.RING, protocol=NcclProtocol.SIMPLE,
                            latency_s=0.0, bus_bw_bytes_per_s=math.inf, seconds=0.0)]
-    _, fabric = node_link(spec, hw)
-    out = []
+    nvlink = _intra_nvlink(spec, hw)
+    nvls = _nvls(spec, hw)
+    out = [] if nvls is None else [nvls]
     for algorithm, price in ((NcclAlgorithm.RING, _ring), (NcclAlgorithm.TREE, _tree)):
         if algorithm == NcclAlgorithm.TREE and spec.kind != CK.ALL_REDUCE:
             continue
         for p, protocol in enumerate(PROTOCOLS):
-            if protocol == NcclProtocol.LL128 and fabric != "nvlink":
+            if protocol == NcclProtocol.LL128 and not nvlink:
                 continue  # LL128 only where the intra-node path is NVLink (typeIntra <= NVB)
             latency_us, bw = price(spec, hw, p)
             out.append(NcclChoice(algorithm=algorithm, protocol=protocol,

@@ -93,7 +93,7 @@ def test_every_kind_has_a_price() -> None:
     for kind in CK:
         n, local = (2, 2) if kind == CK.SEND_RECV else (16, 8)
         assert collective_time(_spec(kind, 1 << 20, n, local), HW) > 0
-    assert set(COLLECTIVE_ALGORITHMS) == {"ring", "tree"}
+    assert set(COLLECTIVE_ALGORITHMS) == {"ring", "tree", "nvls"}
 
 
 def test_bad_algorithm_names_the_problem() -> None:
