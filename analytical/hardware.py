@@ -22,6 +22,7 @@ from typing import Any
 
 from analytical.dtypes import DType, parse_dtype
 from analytical.errors import SpecError, UnknownNameError
+from analytical.hardware_clocks import CLOCK_KEYS, clock_fields, clocks_block
 from analytical.hardware_kinds import Architecture as Architecture  # re-exported
 from analytical.hardware_kinds import LinkFabric as LinkFabric  # re-exported
 from analytical.hardware_topology import Topology, topology_from_dict, topology_to_dict
@@ -138,23 +139,8 @@ class HardwareSpec:
         return self.peak_flops(dtype) > 0
 
 
-_TOP_KEYS = {
-    "name",
-    "vendor",
-    "kind",
-    "architecture",
-    "sources",
-    "peak_dense_tflops",
-    "memory",
-    "compute_units",
-    "l2_mb",
-    "interconnect",
-    "node",
-    "efficiency",
-    "notes", "clocks",
-}
-_CLOCKS = {"base_mhz": "base_clock_hz", "boost_mhz": "boost_clock_hz",
-           "power_limit_w": "power_limit_w"}  # file key -> HardwareSpec field
+_TOP_KEYS = {"name", "vendor", "kind", "architecture", "sources", "peak_dense_tflops", "memory",
+             "compute_units", "l2_mb", "interconnect", "node", "efficiency", "notes", "clocks"}
 
 
 class _Reader:
@@ -268,7 +254,7 @@ def hardware_from_dict(data: Any, *, source: str = "<dict>") -> HardwareSpec:
     sources = top.get("sources", [])
     if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
         raise SpecError("sources", "expected a list of strings", source=source)
-    clocks = r.mapping(top.get("clocks", {}), "clocks", set(_CLOCKS))
+    clocks = r.mapping(top.get("clocks", {}), "clocks", set(CLOCK_KEYS))
     texts = _texts({"memory.type": memory.get("type", ""), "node.network": node.get("network", ""),
                     "notes": top.get("notes", "")}, source)
     return HardwareSpec(
@@ -300,8 +286,7 @@ def hardware_from_dict(data: Any, *, source: str = "<dict>") -> HardwareSpec:
         memory_type=texts["memory.type"],
         network=texts["node.network"],
         host_op_s=r.number(node, "host_op_us", "node", default=0.0, positive=False) * US,
-        **{f: r.number(clocks, k, "clocks", default=0.0) * (1.0 if k.endswith("_w") else 1e6)
-           for k, f in _CLOCKS.items()},
+        **clock_fields(lambda key: r.number(clocks, key, "clocks", default=0.0)),
         notes=texts["notes"],
     )
 
@@ -359,8 +344,7 @@ def hardware_to_dict(hw: HardwareSpec) -> dict[str, Any]:
         data["node"]["network"] = hw.network
     if hw.host_op_s:
         data["node"]["host_op_us"] = _human(hw.host_op_s / US)
-    if clocks := {k: _human(getattr(hw, f) / (1.0 if k.endswith("_w") else 1e6))
-                  for k, f in _CLOCKS.items() if getattr(hw, f)}:
+    if clocks := clocks_block(hw, _human):
         data["clocks"] = clocks
     if hw.notes:
         data["notes"] = hw.notes
