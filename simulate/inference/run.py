@@ -111,6 +111,8 @@ def resolve_serving(serving: ServingSpec, hw: HardwareSpec, *, tp: int, pp: int)
         changes["tokenize_s_per_token"] = preset.tokenize_s_per_token
     if "stream_token_us" not in given:
         changes["stream_token_s"] = preset.stream_token_s
+    if "api_request_us" not in given:
+        changes["api_request_s"] = preset.api_request_s
     return replace(serving, **changes)
 
 
@@ -213,6 +215,9 @@ def make_tenant(name: str, plan: InstancePlan, workload: Workload, serving: Serv
                     frontend_s=serving.frontend_s,
                     tokenize_s_per_token=serving.tokenize_s_per_token,
                     stream=StreamCost(per_token_s=serving.stream_token_s,
+                                      per_request_s=serving.api_request_s,
+                                      shared_intake=preset.stream_shares_intake
+                                      if preset else True,
                                       separate_process=preset.api_server_process
                                       if preset else True),
                     host_overlap=preset.host_overlap if preset else False,

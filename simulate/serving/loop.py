@@ -23,7 +23,7 @@ from profiler.progress import advance, expect
 from simulate.serving.kv_cache import BlockPool
 from simulate.serving.schedulers import SCHEDULERS, SchedulerConfig, SchedulerState
 from simulate.serving.state import Batch, Sequence, Span, StepShape, step_shape
-from simulate.serving.stream import StreamCost, deliveries, emitting
+from simulate.serving.stream import StreamCost, deliveries, emitting, intake
 from simulate.serving.workload import Request, Workload
 
 
@@ -254,8 +254,11 @@ def _send(tenant: Tenant, seq: Sequence) -> None:
     TokenizerManager and trtllm-serve tokenize in their one server process). Requests that a
     closed loop's clients send together thus reach the engine one after another, and an idle
     engine starts its step with the first (vLLM EngineCore ``run_busy_loop`` blocks on its input
-    queue and steps as soon as a request is there), which is how real clients drift apart."""
-    start = max(seq.req.arrival_s, tenant.tokenizer_free_s)
+    queue and steps as soon as a request is there), which is how real clients drift apart.
+    Before that, the server's one CPU takes the request in (`StreamCost.per_request_s`: HTTP,
+    chat template, request objects) in turn with the tokens it streams (`stream.intake`)."""
+    arrived, tenant.stream_free_s = intake(tenant.stream, seq.req.arrival_s, tenant.stream_free_s)
+    start = max(arrived, tenant.tokenizer_free_s)
     done = start + tenant.tokenize_s_per_token * seq.req.input_len
     if tenant.tokenize_s_per_token > 0:
         tenant.tokenizer_free_s = done

@@ -28,11 +28,13 @@ class StreamCost:
     """One engine's serial output path (`datasets/engines/<engine>.yaml` stream_* entries)."""
 
     per_token_s: float = 0.0  # detokenize + one SSE chunk, per token, on the server's one CPU
+    per_request_s: float = 0.0  # taking a request in (HTTP, chat template)
+    shared_intake: bool = True  # requests are taken in on the CPU that streams (one process)
     separate_process: bool = True  # the engine steps on while the server works
 
     @property
     def active(self) -> bool:
-        return self.per_token_s > 0
+        return self.per_token_s > 0 or self.per_request_s > 0
 
 
 def emitting(batch: Batch) -> list[Sequence]:
@@ -54,3 +56,16 @@ def deliveries(cost: StreamCost, out: Seq[Sequence], t: float,
     c = cost.per_token_s
     return ({seq.req.id: start + (i + 1) * c for i, seq in enumerate(out)},
             start + len(out) * c)
+
+
+def intake(cost: StreamCost, sent: float, free_s: float) -> tuple[float, float]:
+    """When the server has taken in a request sent at `sent` (its backlog first: one CPU, FIFO)
+    and when it is free again. The loop hands requests over when it admits them, after the
+    outputs of the step that ended then, so a request can wait for up to one step's tokens that
+    the real server, seeing it earlier, would stream after it."""
+    if not cost.active:
+        return sent, free_s
+    if not cost.shared_intake:  # another process streams: only the request cost
+        return sent + cost.per_request_s, free_s
+    done = max(sent, free_s) + cost.per_request_s
+    return done, done

@@ -123,3 +123,33 @@ def test_in_process_clients_stream_nothing() -> None:
     assert all(row_scenario(r)["serving"]["stream_token_us"] == 0.0 for r in rows)
     served = next(r for r in load_corpus() if r.tool not in IN_PROCESS_TOOLS)
     assert "stream_token_us" not in row_scenario(served)["serving"]  # the preset applies
+
+
+def test_requests_taken_in_one_at_a_time_behind_the_streamed_tokens() -> None:
+    """A burst of three requests on a server that takes 2 ms each: they reach the scheduler
+    2, 4 and 6 ms after they were sent."""
+    wl = make_workload({"process": "burst", "num_requests": 3, "seed": 0}, input_len=16,
+                       output_len=2)
+    tenant = Tenant(name="t", workload=wl, scheduler="chunked_prefill",
+                    config=SchedulerConfig(max_batched_tokens=4096), cost=ConstantCost(),
+                    kv_blocks=1000, kv_bytes_per_token=1.0,
+                    stream=StreamCost(per_request_s=2e-3))
+    run_tenants([tenant])
+    assert sorted(s.ready_s for s in tenant.sequences) == pytest.approx([2e-3, 4e-3, 6e-3])
+
+
+def test_intake_waits_for_the_stream_only_in_the_same_process() -> None:
+    """vLLM's API server takes requests in on the event loop that streams tokens, so a request
+    sent while 8 tokens of 0.5 ms are queued waits for them; SGLang's DetokenizerManager is
+    another process."""
+    from simulate.serving.stream import intake
+
+    shared, apart = StreamCost(per_token_s=5e-4), StreamCost(per_token_s=5e-4,
+                                                             shared_intake=False)
+    assert intake(shared, 1.0, 1.004) == pytest.approx((1.004, 1.004))
+    assert intake(apart, 1.0, 1.004) == pytest.approx((1.0, 1.004))
+    assert intake(StreamCost(), 1.0, 1.004) == (1.0, 1.004)
+    vllm = engine_preset("vllm", memory_bytes=80 * GIB, device="H100 SXM")
+    sgl = engine_preset("sglang", memory_bytes=80 * GIB, device="H100 SXM")
+    assert vllm.stream_shares_intake and not sgl.stream_shares_intake
+    assert vllm.api_request_s == sgl.api_request_s == 0.0  # nothing published
