@@ -36,6 +36,7 @@ def main() -> None:
             and (not args.engine or r.engine == args.engine)]
     base = simulate_json(use_store=True, use_predictors=True)
     print(f"row | clients | {' | '.join(f'{args.field}={v:g}' for v in values)}")
+    errors: dict[float, dict[str, list[float]]] = {v: {} for v in values}
     for row in rows:
         cells = []
         for value in values:
@@ -44,9 +45,15 @@ def main() -> None:
                 return base(doc)
 
             err = score_row(row, predict, max_prompts=args.max_prompts).get("error", {})
+            for k, e in err.items():
+                errors[value].setdefault(k, []).append(e * 100)
             cells.append(" ".join(f"{k.removesuffix('_ms')} {err[k] * 100:+.0f}"
                                   for k in sorted(err)))
         print(f"{row.id} | {row.concurrency or 0} | {' | '.join(cells)}", flush=True)
+    for value in values:  # MAPE and signed mean over the rows, per measure
+        print(f"{args.field}={value:g}: " + "; ".join(
+            f"{k.removesuffix('_ms')} MAPE {sum(map(abs, e)) / len(e):.1f} signed "
+            f"{sum(e) / len(e):+.1f} (n={len(e)})" for k, e in sorted(errors[value].items())))
 
 
 if __name__ == "__main__":
