@@ -6,7 +6,7 @@ measure at each value; rows as `llmsim validate published --kind serving` scores
 store and champions of LLMSIM_HOME, `--max-prompts` as given).
 
 Usage: python scripts/serving_override.py SOURCE FIELD V1,V2,... [--min-clients N]
-[--max-clients N] [--engine E] [--max-prompts 300]
+[--max-clients N] [--engine E] [--max-prompts 300] [--frontend-ms-less MS]
 (e.g. ``silybench stream_token_us 0,40,76.3 --min-clients 128``; offline rows count as 0
 clients).
 """
@@ -29,6 +29,9 @@ def main() -> None:
     ap.add_argument("--max-clients", type=int, default=10**9)
     ap.add_argument("--engine", default="")
     ap.add_argument("--max-prompts", type=int, default=300)
+    ap.add_argument("--frontend-ms-less", type=float, default=None, metavar="MS",
+                    help="also set frontend_ms to MS less the value (us): a serial part taken "
+                         "out of the one-client front-end latency rather than added to it")
     args = ap.parse_args()
     values = [float(v) for v in args.values.split(",")]
     rows = [r for r in load_corpus() if r.source == args.source
@@ -42,6 +45,8 @@ def main() -> None:
         for value in values:
             def predict(doc: dict[str, Any], value: float = value) -> Any:
                 doc["serving"][args.field] = value
+                if args.frontend_ms_less is not None:
+                    doc["serving"]["frontend_ms"] = args.frontend_ms_less - value / 1e3
                 return base(doc)
 
             err = score_row(row, predict, max_prompts=args.max_prompts).get("error", {})
