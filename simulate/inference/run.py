@@ -43,6 +43,7 @@ from simulate.serving.engine_presets import (
 from simulate.serving.loop import Speculation, Tenant
 from simulate.serving.schedulers import SchedulerConfig
 from simulate.serving.state import Span
+from simulate.serving.stream import StreamCost
 from simulate.serving.workload import Workload
 
 
@@ -108,6 +109,10 @@ def resolve_serving(serving: ServingSpec, hw: HardwareSpec, *, tp: int, pp: int)
         changes["frontend_s"] = preset.frontend_s
     if "tokenize_us_per_token" not in given:
         changes["tokenize_s_per_token"] = preset.tokenize_s_per_token
+    if "stream_token_us" not in given:
+        changes["stream_token_s"] = preset.stream_token_s
+    if "api_request_us" not in given:
+        changes["api_request_s"] = preset.api_request_s
     return replace(serving, **changes)
 
 
@@ -210,6 +215,12 @@ def make_tenant(name: str, plan: InstancePlan, workload: Workload, serving: Serv
                     step_overhead_per_seq_s=serving.step_overhead_per_seq_s,
                     frontend_s=serving.frontend_s,
                     tokenize_s_per_token=serving.tokenize_s_per_token,
+                    stream=StreamCost(per_token_s=serving.stream_token_s,
+                                      per_request_s=serving.api_request_s,
+                                      shared_intake=preset.stream_shares_intake
+                                      if preset else True,
+                                      separate_process=preset.api_server_process
+                                      if preset else True),
                     host_overlap=preset.host_overlap if preset else False,
                     graph_sizes=cuda_graph_sizes(preset) if preset else (),
                     swap_bw_bytes_per_s=hw.pcie.bandwidth_bytes_per_s * plan.shard.tp,

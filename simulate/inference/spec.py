@@ -144,6 +144,9 @@ class ServingSpec:
     frontend_s: float = 0.0  # per request, client to scheduler (API server: HTTP, tokenization)
     # the API server tokenizes prompts one at a time, this long per prompt token (0: not modelled)
     tokenize_s_per_token: float = 0.0
+    # the API server streams output tokens one at a time, this long each (0: not modelled)
+    stream_token_s: float = 0.0
+    api_request_s: float = 0.0  # ... and takes each request in, one at a time, this long
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
     prefill_pool: PoolSpec | None = None
@@ -158,7 +161,7 @@ def parse_serving(block: Any, path: str = "serving") -> ServingSpec:
     b = check_keys(block, path, {"scheduler", "arrival", "max_num_seqs", "max_batched_tokens",
                                  "chunk_size", "block_size", "preemption", "step_overhead_ms",
                                  "step_overhead_per_seq_us", "frontend_ms",
-                                 "tokenize_us_per_token",
+                                 "tokenize_us_per_token", "stream_token_us", "api_request_us",
                                  "gpu_memory_utilization", "slo", "disaggregated", "engine",
                                  "engine_version", "engine_backend"}, {"arrival"})
     scheduler = choice_field(b, "scheduler", path, Scheduler, Scheduler.CONTINUOUS)
@@ -167,6 +170,8 @@ def parse_serving(block: Any, path: str = "serving") -> ServingSpec:
     per_seq = float_field(b, "step_overhead_per_seq_us", path, default=0.0, maximum=3.6e9)
     frontend = float_field(b, "frontend_ms", path, default=0.0, maximum=3.6e6)
     tokenize = float_field(b, "tokenize_us_per_token", path, default=0.0, maximum=1e6)
+    stream = float_field(b, "stream_token_us", path, default=0.0, maximum=1e6)
+    request = float_field(b, "api_request_us", path, default=0.0, maximum=1e9)
     budget_key = "chunk_size" if "chunk_size" in b else "max_batched_tokens"
     slo = check_keys(b.get("slo", {}), f"{path}.slo", {"ttft_s", "tpot_s"})
     pools: dict[str, PoolSpec] = {}
@@ -194,7 +199,8 @@ def parse_serving(block: Any, path: str = "serving") -> ServingSpec:
         preemption=choice_field(b, "preemption", path, Preemption, Preemption.RECOMPUTE),
         step_overhead_s=float(overhead) / 1e3,
         step_overhead_per_seq_s=float(per_seq) / 1e6, frontend_s=float(frontend) / 1e3,
-        tokenize_s_per_token=float(tokenize) / 1e6,
+        tokenize_s_per_token=float(tokenize) / 1e6, stream_token_s=float(stream) / 1e6,
+        api_request_s=float(request) / 1e6,
         gpu_memory_utilization=fraction(b, "gpu_memory_utilization", path, 0.9, allow_zero=False),
         slo_ttft_s=optional_float(slo, "ttft_s", f"{path}.slo", exclusive_min=True),
         slo_tpot_s=optional_float(slo, "tpot_s", f"{path}.slo", exclusive_min=True),

@@ -71,6 +71,10 @@ class EnginePreset:
     step_overhead_per_seq_s: float  # host time per request scheduled in a step
     frontend_s: float  # per request, API server to engine and back (HTTP, tokenize, stream)
     tokenize_s_per_token: float = 0.0  # the API server's tokenizer, one prompt at a time
+    stream_token_s: float = 0.0  # the API server streams each output token, one at a time
+    api_server_process: bool = True  # the API server runs beside the engine (own process)
+    api_request_s: float = 0.0  # the API server takes each request in, one at a time
+    stream_shares_intake: bool = True  # the process that streams tokens also takes requests in
     fp8_activation_quant: ActQuant = ActQuant.NONE
     host_overlap: bool = False  # host work of a step runs while the GPU runs the previous one
     fused_add_norm: bool = False  # residual add inside the RMSNorm kernel
@@ -195,6 +199,10 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
         step_overhead_per_seq_s=float(pick("step_overhead_per_seq_us")) / 1e6,
         frontend_s=float(pick("frontend_ms")) / 1e3,
         tokenize_s_per_token=float(pick("tokenize_us_per_token", 0.0) or 0.0) / 1e6,
+        stream_token_s=float(pick("stream_token_us", 0.0) or 0.0) / 1e6,
+        api_server_process=bool(pick("api_server_process", True)),
+        api_request_s=float(pick("api_request_us", 0.0) or 0.0) / 1e6,
+        stream_shares_intake=bool(pick("stream_shares_intake", True)),
         fp8_activation_quant=ActQuant(pick("fp8_activation_quant")),
         host_overlap=bool(pick("host_overlap")),
         fused_add_norm=bool(pick("fused_add_norm", False)),

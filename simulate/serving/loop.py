@@ -11,6 +11,7 @@ ties broken by request id.
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field, replace
 from typing import Protocol
@@ -22,6 +23,7 @@ from profiler.progress import advance, expect
 from simulate.serving.kv_cache import BlockPool
 from simulate.serving.schedulers import SCHEDULERS, SchedulerConfig, SchedulerState
 from simulate.serving.state import Batch, Sequence, Span, StepShape, step_shape
+from simulate.serving.stream import StreamCost, deliveries, emitting, intake
 from simulate.serving.workload import Request, Workload
 
 
@@ -66,6 +68,7 @@ class Tenant:
     # the API server tokenizes one prompt at a time, this long per token (`_send`)
     tokenize_s_per_token: float = 0.0
     host_overlap: bool = False  # the step overhead runs under the GPU step (async scheduling)
+    stream: StreamCost = StreamCost()  # the API server's serial per-token output path (`stream`)
     graph_sizes: tuple[int, ...] = ()  # CUDA-graph token counts a step is padded up to
     swap_bw_bytes_per_s: float = 0.0  # host link for swap preemption
     speculation: Speculation | None = None
@@ -78,6 +81,11 @@ class Tenant:
     # reached it later wait one more step (None: idle or not overlapping, admit up to now)
     sched_cutoff_s: float | None = None
     tokenizer_free_s: float = 0.0  # when the API server's tokenizer finishes its queue
+    stream_free_s: float = 0.0  # when the API server has streamed every token handed to it
+    # closed loop: when finished requests' last tokens reached their clients (a heap), and the
+    # send times of the slots freed so far, in order (request concurrency + i is sent at [i])
+    slot_heap: list[float] = field(default_factory=list)
+    sends: list[float] = field(default_factory=list)
     kv_trace: list[tuple[float, float]] = field(default_factory=list)
     steps: int = 0
     busy_s: float = 0.0
@@ -134,6 +142,8 @@ def run_tenants(tenants: Seq[Tenant], *, record_steps: bool = False,
                 tenant.sched_cutoff_s = None  # idle: the next batch is formed on arrival
                 continue
             dt = _step_time(tenant, batch)
+            if tenant.stream.active and not tenant.stream.separate_process:
+                dt += len(emitting(batch)) * tenant.stream.per_token_s  # the engine waits
             start = t
             for seq, _ in batch.prefill:
                 if seq.admitted_s is None:
@@ -147,8 +157,6 @@ def run_tenants(tenants: Seq[Tenant], *, record_steps: bool = False,
             if finished:
                 advance(finished, unit="requests")
             in_system[ti] -= finished
-            if tenant.workload.closed:
-                closed_next[ti] += finished
             tenant.kv_trace.append((t, state.pool.utilisation))
             if record_steps:
                 records.append(StepRecord(tenant=tenant.name, start_s=start, end_s=t,
@@ -172,7 +180,8 @@ def _start(tenant: Tenant) -> list[Request]:
     tenant.state = SchedulerState(BlockPool(tenant.kv_blocks, tenant.config.block_size),
                                   tenant.config)
     tenant.sched_cutoff_s = None
-    tenant.tokenizer_free_s = 0.0
+    tenant.tokenizer_free_s = tenant.stream_free_s = 0.0
+    tenant.slot_heap, tenant.sends = [], []
     tenant.state.kv_bytes_per_token = tenant.kv_bytes_per_token
     reqs = list(tenant.workload.requests)
     if tenant.workload.closed:
@@ -200,12 +209,19 @@ def _admit_arrivals(tenant: Tenant, reqs: list[Request], cursor: list[int], ti: 
                     closed_next: list[int], in_system: list[int]) -> None:
     state = tenant.state
     assert state is not None
+    while tenant.slot_heap and tenant.slot_heap[0] <= t:  # a client got its last token: resend
+        tenant.sends.append(heapq.heappop(tenant.slot_heap))
+        closed_next[ti] += 1
     while cursor[ti] < len(reqs):
         req = reqs[cursor[ti]]
         if tenant.workload.closed:
             if cursor[ti] >= closed_next[ti]:
                 break
-            req = Request(id=req.id, arrival_s=t, input_len=req.input_len,
+            # the client sends when its previous response ended (streamed: its last token
+            # reached it; otherwise the step that finished it, seen now)
+            slot = cursor[ti] - tenant.workload.concurrency
+            sent = tenant.sends[slot] if slot >= 0 and tenant.stream.active else t
+            req = Request(id=req.id, arrival_s=sent, input_len=req.input_len,
                           output_len=req.output_len, cached_prefix=req.cached_prefix)
         elif req.arrival_s > t:
             break
@@ -238,8 +254,11 @@ def _send(tenant: Tenant, seq: Sequence) -> None:
     TokenizerManager and trtllm-serve tokenize in their one server process). Requests that a
     closed loop's clients send together thus reach the engine one after another, and an idle
     engine starts its step with the first (vLLM EngineCore ``run_busy_loop`` blocks on its input
-    queue and steps as soon as a request is there), which is how real clients drift apart."""
-    start = max(seq.req.arrival_s, tenant.tokenizer_free_s)
+    queue and steps as soon as a request is there), which is how real clients drift apart.
+    Before that, the server's one CPU takes the request in (`StreamCost.per_request_s`: HTTP,
+    chat template, request objects) in turn with the tokens it streams (`stream.intake`)."""
+    arrived, tenant.stream_free_s = intake(tenant.stream, seq.req.arrival_s, tenant.stream_free_s)
+    start = max(arrived, tenant.tokenizer_free_s)
     done = start + tenant.tokenize_s_per_token * seq.req.input_len
     if tenant.tokenize_s_per_token > 0:
         tenant.tokenizer_free_s = done
@@ -251,6 +270,8 @@ def _next_arrival(tenants: Seq[Tenant], pending: list[list[Request]], cursor: li
     times = [pending[i][cursor[i]].arrival_s for i, t in enumerate(tenants)
              if cursor[i] < len(pending[i]) and not t.workload.closed]
     times += [t.in_frontend[0].ready_s or 0.0 for t in tenants if t.in_frontend]
+    times += [t.slot_heap[0] for i, t in enumerate(tenants)
+              if t.slot_heap and cursor[i] < len(pending[i])]
     return min(times) if times else None
 
 
@@ -286,22 +307,27 @@ def _apply(tenant: Tenant, batch: Batch, t: float, rng: np.random.Generator) -> 
     state = tenant.state
     assert state is not None
     finished = 0
+    when: dict[int, float] = {}
+    if tenant.stream.active and tenant.stream.separate_process:
+        when, tenant.stream_free_s = deliveries(tenant.stream, emitting(batch), t,
+                                                tenant.stream_free_s)
     for seq, new in batch.prefill:
         seq.prefilled += new
         if not seq.in_prefill:
             if seq.generated == 0:
                 seq.generated = 1  # the prefill step samples the first token
             if seq.first_token_s is None:
-                seq.first_token_s = t
-                seq.last_token_s = t  # a recompute after preemption emits nothing new
+                seq.first_token_s = when.get(seq.req.id, t)
+                seq.last_token_s = seq.first_token_s  # a recompute emits nothing new
     spec = tenant.speculation
     gaps = tenant.itl_gaps
     warmup = tenant.workload.warmup
     for seq in batch.decode:
+        got = when.get(seq.req.id, t)
         if seq.last_token_s is not None and seq.req.id >= warmup:
-            gap = t - seq.last_token_s
+            gap = got - seq.last_token_s
             gaps[gap] = gaps.get(gap, 0) + 1
-        seq.last_token_s = t
+        seq.last_token_s = got
     if batch.decode and spec:
         produced = _spec_tokens(rng, spec, len(batch.decode)).tolist()
         for seq, k in zip(batch.decode, produced, strict=True):
@@ -316,8 +342,10 @@ def _apply(tenant: Tenant, batch: Batch, t: float, rng: np.random.Generator) -> 
         state.running = [s for s in state.running if not s.done]
         for seq in done:
             seq.generated = seq.req.output_len
-            seq.finish_s = t
+            seq.finish_s = when.get(seq.req.id, t)
             state.free(seq)
             finished += 1
+            if tenant.workload.closed:
+                heapq.heappush(tenant.slot_heap, seq.finish_s)
     return finished
 

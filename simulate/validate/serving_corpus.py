@@ -253,6 +253,8 @@ def row_scenario(row: ServingRow, *, engine_presets: bool = True, max_prompts: i
     if row.tool in IN_PROCESS_TOOLS:
         serving["frontend_ms"] = 0.0
         serving["tokenize_us_per_token"] = 0.0
+        serving["stream_token_us"] = 0.0
+        serving["api_request_us"] = 0.0
     if step_overhead_ms is not None:
         serving["step_overhead_ms"] = step_overhead_ms
     if step_overhead_per_seq_us is not None:
