@@ -10,7 +10,7 @@ code it was read from; some depend on the GPU's memory, its name or the tensor-p
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -155,6 +155,18 @@ def _backend_settings(engine: str, backend: str) -> Mapping[str, Any]:
     return known[backend] or {}
 
 
+def _front_end(pick: Callable[..., Any]) -> dict[str, Any]:
+    """The API server's costs and layout (`simulate.serving.stream`) from the engine file."""
+    return {
+        "frontend_s": float(pick("frontend_ms")) / 1e3,
+        "tokenize_s_per_token": float(pick("tokenize_us_per_token", 0.0) or 0.0) / 1e6,
+        "stream_token_s": float(pick("stream_token_us", 0.0) or 0.0) / 1e6,
+        "api_server_process": bool(pick("api_server_process", True)),
+        "api_request_s": float(pick("api_request_us", 0.0) or 0.0) / 1e6,
+        "stream_shares_intake": bool(pick("stream_shares_intake", True)),
+    }
+
+
 def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
                   pp: int = 1, backend: str = "") -> EnginePreset:
     """Resolve `engine`'s defaults for one GPU (its memory in bytes and its name), under one of
@@ -197,12 +209,7 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
         cuda_graph_padding=bool(pick("cuda_graph_padding")),
         step_overhead_s=float(pick("step_overhead_ms")) / 1e3,
         step_overhead_per_seq_s=float(pick("step_overhead_per_seq_us")) / 1e6,
-        frontend_s=float(pick("frontend_ms")) / 1e3,
-        tokenize_s_per_token=float(pick("tokenize_us_per_token", 0.0) or 0.0) / 1e6,
-        stream_token_s=float(pick("stream_token_us", 0.0) or 0.0) / 1e6,
-        api_server_process=bool(pick("api_server_process", True)),
-        api_request_s=float(pick("api_request_us", 0.0) or 0.0) / 1e6,
-        stream_shares_intake=bool(pick("stream_shares_intake", True)),
+        **_front_end(pick),
         fp8_activation_quant=ActQuant(pick("fp8_activation_quant")),
         host_overlap=bool(pick("host_overlap")),
         fused_add_norm=bool(pick("fused_add_norm", False)),
