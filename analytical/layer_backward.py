@@ -31,6 +31,17 @@ from analytical.parallel import Recompute, RecomputeModule
 RECOMPUTE_PREFIX = "recompute."  # names of the forward nodes re-run before backward
 REGATHER = "regather"  # suffix of the SP all-gather repeated in backward for the wgrad
 
+
+
+def own_backward_reduce_scatter(node: Node) -> bool:
+    """Whether a backward pass's node is a reduce-scatter of the backward itself, not of a
+    forward re-run before it (`recompute_nodes`): the ones an async TP that fuses only a
+    reduce-scatter fed by one matmul leaves unfused (torchtitan's, under Inductor)."""
+    return (isinstance(node.op, CollectiveSpec)
+            and node.op.kind == CollectiveKind.REDUCE_SCATTER
+            and not node.name.startswith(RECOMPUTE_PREFIX))
+
+
 _SWAP = {MoEOpKind.DISPATCH: MoEOpKind.COMBINE, MoEOpKind.COMBINE: MoEOpKind.DISPATCH}
 
 

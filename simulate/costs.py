@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from analytical.layer_backward import RECOMPUTE_PREFIX
+from analytical.layer_backward import own_backward_reduce_scatter
 from analytical.layer_spec import Stream
 from simulate.engines import Estimate
 from simulate.graph import Block, Node
@@ -96,8 +96,7 @@ def _paired_tp_s(nodes: Sequence[Node], est: Mapping[str, Estimate], slowdown: f
         before = [j for j in reversed(gemms) if j < i and j in free]
         gather = node.op.kind == "all_gather"  # type: ignore[union-attr]
         order = after + before if gather else before + after
-        unfused = (exposed_rs and node.op.kind == "reduce_scatter"  # type: ignore[union-attr]
-                   and not node.name.startswith(RECOMPUTE_PREFIX))
+        unfused = exposed_rs and own_backward_reduce_scatter(node)
         if not order or unfused:
             extra += comm
             continue

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from analytical.layer_backward import RECOMPUTE_PREFIX, REGATHER
+from analytical.layer_backward import REGATHER, own_backward_reduce_scatter
 from analytical.layer_spec import Node, Stream
 from analytical.memory import Framework
 from analytical.ops import CollectiveKind, CollectiveSpec, GemmSpec
@@ -59,9 +59,7 @@ def sp_layout_copies(framework: str, nodes: Sequence[Node], tokens: int, *, tp_o
         if (n.stream != Stream.TP or not isinstance(op, CollectiveSpec) or op.group_size <= 1
                 or op.kind not in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER)):
             continue
-        fused = not (backward and op.kind == CollectiveKind.REDUCE_SCATTER
-                     and not n.name.startswith(RECOMPUTE_PREFIX))
-        if tp_overlap and fused:
+        if tp_overlap and not (backward and own_backward_reduce_scatter(n)):
             continue
         cols = max(1, int(op.size_bytes // op.dtype.bytes) // max(1, tokens))
         out.append(copy_pass(f"{n.name}.sp_cat", tokens, cols, dtype=op.dtype))
