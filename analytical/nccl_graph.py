@@ -22,6 +22,7 @@ graph by the NICs instead), split-NVLink (two sockets) layouts, and the search's
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -72,8 +73,10 @@ def node_link_gbps(t: Topology, group_in_node: int) -> tuple[float, bool]:
     return t.pcie_gb_per_s, False
 
 
+@functools.cache
 def ring_graph(t: Topology, group_in_node: int) -> Graph:
-    """The ring (and tree: same channels) graph of ``group_in_node`` GPUs of one node."""
+    """The ring (and tree: same channels) graph of ``group_in_node`` GPUs of one node. Cached:
+    `analytical.nccl` asks for it once per protocol, cap and link check of every collective."""
     total, nvlink = node_link_gbps(t, group_in_node)
     speeds = _speeds(t.compute_capability)
     i = next((k for k, s in enumerate(speeds) if s <= total), len(speeds) - 1)
@@ -96,9 +99,10 @@ def ring_graph(t: Topology, group_in_node: int) -> Graph:
     return Graph(n_channels=n, bw_intra=bw, bw_inter=bw, nvlink=nvlink)
 
 
+@functools.cache
 def nvls_graph(t: Topology, group_in_node: int) -> Graph | None:
     """The NVLS graph of ``group_in_node`` GPUs on NVLink-SHARP switches, None where NCCL has
-    none (no NVLS switches, before Hopper, one GPU)."""
+    none (no NVLS switches, before Hopper, one GPU). Cached like `ring_graph`."""
     if not (t.nvls and t.nvswitch and t.compute_capability >= 90 and group_in_node >= 2):
         return None
     total, _ = node_link_gbps(t, group_in_node)
