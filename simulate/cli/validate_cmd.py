@@ -200,6 +200,10 @@ def published_cmd(kind: str, max_prompts: int, corpus: Path | None, sources: str
     from simulate.validate import published as pub
 
     if kind == "serving":
+        if readme is not None or corpus is not None:  # named, so refused rather than ignored
+            raise click.UsageError(f"{'--write-readme' if readme else '--corpus'} is for "
+                                   "--kind training; the serving corpus is "
+                                   "datasets/validation/serving/")
         with bar("validate published serving", unit="runs", enabled=progress and not as_json):
             _published_serving(max_prompts, sources, db_path, tracking_uri, no_store,
                                no_predictors, as_json, rows_file)

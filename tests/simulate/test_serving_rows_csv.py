@@ -27,3 +27,19 @@ def test_each_row_gets_its_measured_predicted_and_signed_error(tmp_path: Path) -
     assert first["ttft_ms_measured"] == "20.0" and first["ttft_ms_predicted"] == ""
     assert rows[1]["output_tok_s_measured"] == "100.0" and rows[1]["output_tok_s_error"] == ""
     assert rows[1]["mode"] == "offline" and rows[0]["concurrency"] == "4"
+
+
+def test_serving_refuses_the_training_only_flags(tmp_path: Path) -> None:
+    """--write-readme and --corpus were accepted and silently ignored with --kind serving."""
+    from click.testing import CliRunner
+
+    from simulate.cli.validate_cmd import group
+
+    for flag in ("--write-readme", "--corpus"):
+        target = tmp_path / "x.md"
+        target.write_text("")
+        out = CliRunner().invoke(group, ["published", "--kind", "serving", flag, str(target),
+                                         "--no-store", "--no-predictors"])
+        assert out.exit_code == 2, out.output
+        assert flag in out.output and "--kind training" in out.output
+        assert target.read_text() == ""
