@@ -48,7 +48,7 @@ def _install_stub(repo: str, tag: str) -> None:
         if m := re.match(r"    (\w+): [^=]+= (.+)$", line):
             fields.append((m.group(1), object, dataclasses.field(default=eval(m.group(2)))))
     module = types.ModuleType("utils.utils")
-    setattr(module, "WorkloadBaseConfig", dataclasses.make_dataclass("WorkloadBaseConfig", fields))
+    module.WorkloadBaseConfig = dataclasses.make_dataclass("WorkloadBaseConfig", fields)
     sys.modules["utils"] = types.ModuleType("utils")
     sys.modules["utils.utils"] = module
 
