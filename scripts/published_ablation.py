@@ -69,8 +69,8 @@ _inflight_factor = memory._inflight_factor
 _host_bound = moe_host.host_bound_costs
 
 
-def _no_graphs(costs, blocks, framework, est, hw, graphs=()):
-    return _host_bound(costs, blocks, framework, est, hw)
+def _no_graphs(costs, blocks, step, est, hw, graphs=()):
+    return _host_bound(costs, blocks, step, est, hw)
 
 
 def _uncapped_inflight(parallel, schedule, num_microbatches, stage=0):

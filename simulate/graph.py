@@ -72,6 +72,7 @@ class TrainStep:
     ce_fusion: bool | None = None  # Megatron-Core fused cross entropy; None: the framework's
     tp_overlap: bool = False  # TP collectives overlapped (TE userbuffers / async TP)
     compiled_loss: bool = False  # torchtitan's loss under torch.compile (no separate upcast)
+    router_fusion: bool = False  # Megatron-Core `--moe-router-fusion` (`simulate.moe_host`)
 
     @property
     def flash(self) -> bool:

@@ -24,8 +24,8 @@ from enum import StrEnum
 
 from analytical.layer_spec import Node
 
-__all__ = ["CudaGraphScope", "ROUTING_PARTS", "attention_bases", "eager_nodes",
-           "eager_routing"]
+__all__ = ["CudaGraphScope", "ROUTING_PARTS", "UNFUSED_ROUTER_FWD", "attention_bases",
+           "eager_nodes", "eager_routing"]
 
 
 class CudaGraphScope(StrEnum):
@@ -50,6 +50,11 @@ class CudaGraphScope(StrEnum):
 # sums and three device-to-host copies (~10, no backward); permute = `permute` /
 # `sort_chunks_by_idxs` / `unpermute` index work (~15, ~20 backward).
 ROUTING_PARTS = {"router": (30, 20), "preprocess": (10, 0), "permute": (15, 20)}
+# The router's forward without `--moe-router-fusion` (Megatron-Core's default,
+# `TransformerConfig.moe_router_fusion = False`): the note's 72 kernels less the router GEMM.
+# The note measured the forward only; the backward keeps its count (autograd's replay of the
+# unfused top-k and aux-loss functions, the ~20 above, is what the fused path also runs).
+UNFUSED_ROUTER_FWD = 71
 _GRAPHED_PARTS = {CudaGraphScope.MOE_ROUTER: "router", CudaGraphScope.MOE_PREPROCESS: "preprocess"}
 
 ATTN_END = "mlp_norm"  # the attention part is every forward node up to the pre-MLP norm
@@ -84,8 +89,13 @@ def eager_nodes(nodes: Sequence[Node], graphs: Collection[CudaGraphScope],
     return eager, sum(g != CudaGraphScope.FULL_ITERATION for g in set(graphs))
 
 
-def eager_routing(graphs: Collection[CudaGraphScope], *, backward: bool) -> int:
-    """Routing kernels (`ROUTING_PARTS`) the CPU issues outside the captured parts."""
+def eager_routing(graphs: Collection[CudaGraphScope], *, backward: bool,
+                  router_fusion: bool = True) -> int:
+    """Routing kernels (`ROUTING_PARTS`) the CPU issues outside the captured parts; an unfused
+    router issues `UNFUSED_ROUTER_FWD` forward kernels instead of the fused count."""
     side = 1 if backward else 0
-    return sum(k[side] for part, k in ROUTING_PARTS.items()
+    parts = dict(ROUTING_PARTS)
+    if not router_fusion:
+        parts["router"] = (UNFUSED_ROUTER_FWD, ROUTING_PARTS["router"][1])
+    return sum(k[side] for part, k in parts.items()
                if part not in {_GRAPHED_PARTS.get(g) for g in graphs})

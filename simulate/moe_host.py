@@ -41,7 +41,20 @@ at NVIDIA/TransformerEngine d0067d0d, with ``_split_quantization._split_quantize
   ``g * p`` and ``g * b`` with their two reductions backward, four; the ``torch.cat`` is the
   graph's ``experts.down_bias`` node: `simulate.moe_kernels`);
 plus the router, load-balancing loss and token-permutation bookkeeping that the operator graph
-does not list (`ROUTING_KERNELS`).
+does not list (`ROUTING_KERNELS`; the router's forward is the fused count under
+``training.moe_router_fusion``, Megatron-Bridge's recipes, and `moe_graphs.UNFUSED_ROUTER_FWD`
+without it, Megatron-Core's default).
+
+The flex dispatcher syncs too, at the same place: DeepEP's ``buffer.dispatch`` returns the
+received tokens per expert as a Python list ("the CPU will wait for GPU's signal to arrive, so
+this is not compatible with CUDA graph": ``fused_dispatch``, megatron/core/transformer/moe/
+fused_a2a.py at d98e8a64), and HybridEP sizes its output on the host ("num_permuted_tokens
+stays None; HybridEP sizes buffers dynamically (CPU sync in dispatch)":
+``_HybridEPManager.setup_metadata`` in token_dispatcher.py) unless a static budget is set
+(``moe_expert_rank_capacity_factor`` or drop-and-pad), which Megatron-Bridge sets only with
+full-iteration CUDA graphs (``set_full_iter_cg_configs``, scripts/performance/configs/
+{deepseek,gpt_oss}/*_llm_pretrain.py v0.5.0), where no host floor applies anyway. So the
+sync model holds for every dispatcher a corpus row runs; there is no dispatcher switch.
 
 The issue rate follows the host CPU (`host_kernel_s`): `HOST_S_PER_KERNEL` is an x86 host's,
 and a node whose hardware file states ``node.host_op_us`` scales it by that CPU's time per
@@ -69,7 +82,7 @@ from analytical.memory import Framework
 from analytical.ops import GemmSpec, MoESpec
 from simulate.costs import BlockCost, PassCost
 from simulate.engines import Estimate
-from simulate.graph import Block
+from simulate.graph import Block, TrainStep
 from simulate.moe_graphs import (
     ROUTING_PARTS,
     CudaGraphScope,
@@ -153,12 +166,14 @@ class HostIssue:
     kernel_s: float = HOST_S_PER_KERNEL
     graphs: frozenset[CudaGraphScope] = frozenset()
     attention: frozenset[str] = frozenset()
+    router_fusion: bool = True  # `--moe-router-fusion` (`moe_graphs.UNFUSED_ROUTER_FWD`)
 
     def cpu_s(self, nodes: Iterable[Node], local_experts: int, *, backward: bool,
               routing: bool = True) -> float:
         """CPU seconds to issue ``nodes`` (and the routing bookkeeping of the pass)."""
         eager, launches = eager_nodes(list(nodes), self.graphs, self.attention)
-        kernels = eager_routing(self.graphs, backward=backward) if routing else 0
+        kernels = eager_routing(self.graphs, backward=backward,
+                                router_fusion=self.router_fusion) if routing else 0
         return (pass_kernels(eager, local_experts, kernels) + launches) * self.kernel_s
 
 
@@ -206,14 +221,15 @@ def pass_with_sync(p: PassCost, nodes: Sequence[Node], est: Mapping[str, Estimat
 
 
 def host_bound_costs(costs: Mapping[Any, BlockCost], blocks: Mapping[Any, Block],
-                     framework: str, est: Mapping[str, Estimate], hw: HardwareSpec,
+                     step: TrainStep, est: Mapping[str, Estimate], hw: HardwareSpec,
                      graphs: Iterable[CudaGraphScope] = ()) -> dict[Any, BlockCost]:
     """``costs`` with each MoE layer pass raised to its CPU issue time (`host_kernel_s` of
-    ``hw``'s host per kernel, ``graphs`` captured) under a framework that synchronises in the
-    dispatcher (unchanged otherwise, and under a full-iteration CUDA graph)."""
+    ``hw``'s host per kernel, ``graphs`` captured, ``step``'s router fusion) under a framework
+    that synchronises in the dispatcher (unchanged otherwise, and under a full-iteration CUDA
+    graph)."""
     out = dict(costs)
     graphs = frozenset(graphs)
-    if Framework(framework) not in HOST_BOUND_FRAMEWORKS or \
+    if Framework(step.framework) not in HOST_BOUND_FRAMEWORKS or \
             CudaGraphScope.FULL_ITERATION in graphs:
         return out
     for key, block in blocks.items():
@@ -222,7 +238,8 @@ def host_bound_costs(costs: Mapping[Any, BlockCost], blocks: Mapping[Any, Block]
         local = _local_experts(block)
         c = costs[key]
         issue = HostIssue(kernel_s=host_kernel_s(hw), graphs=graphs,
-                          attention=attention_bases(block.fwd))
+                          attention=attention_bases(block.fwd),
+                          router_fusion=step.router_fusion)
         out[key] = BlockCost(
             fwd=pass_with_sync(c.fwd, block.fwd, est, local, backward=False, issue=issue),
             bwd=pass_with_sync(c.bwd, block.bwd, est, local, backward=True, issue=issue))

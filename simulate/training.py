@@ -118,14 +118,14 @@ def _train_step(t: TrainingSpec, gpn: int) -> TrainStep:
                   tp_rpn=_rpn(par.tp, 1, gpn), cp_rpn=_rpn(par.cp, par.tp, gpn),
                   ep_rpn=_rpn(par.ep, par.expert_tp, gpn), fsdp_group=fsdp_group,
                   fsdp_rpn=_rpn(fsdp_group, par.tp, gpn), cp_algorithm=CpAlgorithm(t.cp_algorithm))
-    precision = Precision(gemm=DType.FP8 if t.precision == DType.FP8 else t.precision,
-                          act=act_dtype(t))
+    precision = Precision(gemm=t.precision, act=act_dtype(t))
     lora = LoraSpec(rank=t.lora_rank, targets=t.lora_targets) if t.lora_rank else None
     return TrainStep(sharding=sh, micro_batch=t.micro_batch, seq_len=t.seq_len, lora=lora,
                      precision=precision, recompute=t.recompute, attention=t.attention,
                      recompute_modules=t.recompute_modules, framework=t.framework,
                      compiled=t.compile, fp8_recipe=t.fp8_recipe, ce_fusion=t.cross_entropy_fusion,
-                     tp_overlap=t.overlap.tp_comm, compiled_loss=t.compiled_loss)
+                     tp_overlap=t.overlap.tp_comm, compiled_loss=t.compiled_loss,
+                     router_fusion=t.moe_router_fusion)
 
 
 def act_dtype(t: TrainingSpec) -> DType:
@@ -190,7 +190,7 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
                                                  slowdown=slowdown, **tpo)
                                    for k, b in blocks.items()}
     costs = a2a_overlap_costs(costs, blocks, est, t, slowdown)
-    costs = host_bound_costs(costs, blocks, t.framework, est, hw, t.cuda_graph)
+    costs = host_bound_costs(costs, blocks, step, est, hw, t.cuda_graph)
     costs = offload_costs(costs, model, t, hw)
     p2p_s = est[p2p.key].latency_s if par.pp > 1 else 0.0
 

@@ -96,7 +96,7 @@ class LayoutEvaluator:
         tpo = tp_overlap_args(step.framework, par.tp)
         costs = host_bound_costs({k: block_cost(b, est, tp_overlap=tp_overlap,
                                                 slowdown=slowdown, **tpo)
-                                  for k, b in blocks.items()}, blocks, step.framework, est,
+                                  for k, b in blocks.items()}, blocks, step, est,
                                  self.hw)
         self._blocks[key] = costs
         self.stats["block_shapes"] += 1

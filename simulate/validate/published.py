@@ -142,6 +142,10 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
     elif "megatron-bridge" in _get(row, "framework_version").lower():
         # unstated: Megatron-Bridge's GPTModelProvider fuses it (cross_entropy_loss_fusion=True)
         training["cross_entropy_fusion"] = True
+    if "megatron-bridge" in _get(row, "framework_version").lower():
+        # every Megatron-Bridge performance recipe of the corpus's releases (v0.2.0-v0.6.0)
+        # sets `cfg.model.moe_router_fusion = True` (datasets/validation/training/README.md)
+        training["moe_router_fusion"] = True
     if _get(row, "compile_loss"):  # torchtitan's loss compiled with the model (since 2025-04)
         training["compile_loss"] = _bool(row, "compile_loss")
     if _get(row, "recompute_modules"):  # Megatron-Core's selective modules, "+"-separated

@@ -87,13 +87,39 @@ def test_job_inside_one_nvlink_domain_keeps_all_to_all_on_nvlink():
         0.5 * eight["breakdown"]["exposed_communication"]
 
 
-def _qwen_b200(seq_len: int, micro_batch: int, framework: str = "megatron") -> dict:
+def _qwen_b200(seq_len: int, micro_batch: int, framework: str = "megatron",
+               router_fusion: bool = True) -> dict:
     return {"name": "moe-host", "model": "qwen3-30b-a3b",
             "hardware": {"gpu": "b200", "num_gpus": 8},
             "training": {"parallel": {"tp": 1, "pp": 1, "dp": 8, "ep": 8},
                          "global_batch": 8 * micro_batch * 4, "micro_batch": micro_batch,
                          "seq_len": seq_len, "precision": "fp8", "recompute": "full",
-                         "framework": framework}}
+                         "framework": framework, "moe_router_fusion": router_fusion}}
+
+
+def test_an_unfused_router_issues_the_measured_extra_forward_kernels():
+    from simulate.moe_graphs import ROUTING_PARTS, UNFUSED_ROUTER_FWD, eager_routing
+    from simulate.moe_host import HOST_S_PER_KERNEL
+    from simulate.scenario import parse_scenario
+
+    # Megatron-Core's default (no --moe-router-fusion): 72 router kernels, not 31.
+    assert parse_scenario(_qwen_b200(512, 1)).training.moe_router_fusion
+    assert parse_scenario({**_qwen_b200(512, 1), "training": {
+        k: v for k, v in _qwen_b200(512, 1)["training"].items()
+        if k != "moe_router_fusion"}}).training.moe_router_fusion is False
+    extra = UNFUSED_ROUTER_FWD - ROUTING_PARTS["router"][0]
+    assert eager_routing((), backward=False, router_fusion=False) == \
+        eager_routing((), backward=False) + extra
+    assert eager_routing((), backward=True, router_fusion=False) == \
+        eager_routing((), backward=True)
+    # Host-bound small micro-batches (full recompute replays the forward's routing): each MoE
+    # layer's two forwards issue `extra` more kernels per micro-batch, so the step is slower by
+    # about layers x 2 x extra x micro-batches of CPU time.
+    fused, unfused = (_data(_qwen_b200(512, 1, router_fusion=f))["iteration_time_s"]
+                      for f in (True, False))
+    assert unfused > fused
+    bound = 48 * 2 * extra * 4 * HOST_S_PER_KERNEL
+    assert unfused - fused == pytest.approx(bound, rel=0.01)
 
 
 def test_small_micro_batches_of_moe_layers_are_host_bound(monkeypatch):

@@ -174,3 +174,10 @@ def test_unstated_loss_fusion_follows_megatron_bridge_and_a_stated_value_wins():
     assert pub.row_scenario(stated, "x")["training"]["cross_entropy_fusion"] is False
     plain = {**ROW, "framework": "megatron", "framework_version": "Megatron-Core r0.8.0"}
     assert "cross_entropy_fusion" not in pub.row_scenario(plain, "x")["training"]
+
+
+def test_megatron_bridge_rows_fuse_the_router_and_other_rows_keep_megatron_core_default():
+    bridge = {**ROW, "framework": "megatron", "framework_version": "Megatron-Bridge, NeMo 26.02"}
+    assert pub.row_scenario(bridge, "x")["training"]["moe_router_fusion"] is True
+    plain = {**ROW, "framework": "megatron", "framework_version": "Megatron-Core r0.8.0"}
+    assert "moe_router_fusion" not in pub.row_scenario(plain, "x")["training"]
