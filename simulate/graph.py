@@ -31,7 +31,7 @@ from analytical.ops import CollectiveKind
 from analytical.parallel import Recompute, RecomputeModule
 from simulate.dtensor_tp import dtensor_tp_backward, separate_projections, sp_layout_copies
 from simulate.efficiency import fp8_cast_nodes, grad_reduce_dtype
-from simulate.moe_kernels import expert_elementwise_nodes
+from simulate.moe_kernels import expert_elementwise_nodes, fused_expert_mlp
 from simulate.rope_kernels import unfused_rope_nodes
 from simulate.torch_kernels import (
     fsdp_copy_nodes,
@@ -73,6 +73,7 @@ class TrainStep:
     tp_overlap: bool = False  # TP collectives overlapped (TE userbuffers / async TP)
     compiled_loss: bool = False  # torchtitan's loss under torch.compile (no separate upcast)
     router_fusion: bool = False  # Megatron-Core `--moe-router-fusion` (`simulate.moe_host`)
+    fused_expert_mlp: bool = False  # the recipe's fused grouped MLP (`moe_kernels`)
 
     @property
     def flash(self) -> bool:
@@ -107,14 +108,15 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
     reduce-scatters its gradients after (prefetched: overlapped with compute).
     """
     sh = step.sharding
-    fwd = list(layer_ops(model, sh, step.batch, LayerPhase.TRAIN, moe=moe,
-                         precision=step.precision, lora=step.lora, flash=step.flash,
-                         attention=attention))
+    fwd = fused_expert_mlp(layer_ops(model, sh, step.batch, LayerPhase.TRAIN, moe=moe,
+                                     precision=step.precision, lora=step.lora, flash=step.flash,
+                                     attention=attention), step.fused_expert_mlp)
     bwd = dtensor_tp_backward(step.framework,
                               backward_nodes(fwd, frozen_base=step.lora is not None))
     cast_f, cast_b = fp8_cast_nodes(fwd, step.framework, step.fp8_recipe)
     pad_f, pad_b = unpad_nodes(fwd, step.framework, step.attention)
-    moe_f, moe_b = expert_elementwise_nodes(fwd, model, step.framework, step.precision.act)
+    moe_f, moe_b = expert_elementwise_nodes(fwd, model, step.framework, step.precision.act,
+                                            fused=step.fused_expert_mlp)
     sum_f = symm_mem_reduce_nodes(step.framework, step.tp_overlap, fwd, step.tokens)
     cp_f, cp_b = ring_merge_nodes(step.framework, fwd, sh.cp)
     rope_f, rope_b = unfused_rope_nodes(fwd, model, step.framework, sh.tp,

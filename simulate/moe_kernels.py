@@ -30,6 +30,20 @@ pass over the tensor named (`torch_kernels.copy_pass`):
 
 Switched by framework (`MEGATRON_MOE_FRAMEWORKS`) and by the model (biased / clamped experts);
 applies to training MoE layers. Both are in the corpus' Megatron-Bridge GPT-OSS-120B runs.
+
+None of it runs where the recipe fuses the expert MLP (scenario ``training.moe_fused_mlp``,
+Megatron-Bridge ``cutedsl_fused_grouped_mlp``: ``use_transformer_engine_op_fuser`` with
+``moe_mlp_glu_interleave_size = 32``, scripts/performance/utils/overrides.py v0.5.0; the
+GB200/GB300 MXFP8 GPT-OSS-120B recipes of v0.5.0 and v0.6.0, NeMo 26.06 / 26.08):
+Megatron-Core's ``TEGroupedMLP._fused_forward`` (experts.py, ``_make_fused_ops``: FC1
+``GroupedLinear``, ``ScaledClampedQGeGLU``, FC2 ``GroupedLinear`` with its bias scaled per token)
+and Transformer Engine's fused grouped MLP (transformer_engine/pytorch/ops/fused/grouped_mlp.py,
+cuDNN frontend's ``grouped_gemm_glu`` / ``grouped_gemm_dglu`` sm100 kernels) put the biases, the
+clamp, the GLU and the routing-probability scale in the grouped GEMMs' epilogues: neither the
+passes above nor the graph's separate activation node (`fused_expert_mlp`). cudnn-frontend
+issue 256 shows how much of the step that fused backward kernel is: 10x slower in frontend
+1.24, it is the "known issue" footnoted on the NeMo 26.06.01 GPT-OSS rows (33,166 -> 20,288
+tok/s/GPU on GB300, docs/performance-summary-archive.md), which the corpus leaves out.
 """
 
 from __future__ import annotations
@@ -43,12 +57,14 @@ from analytical.model_spec import ModelSpec
 from analytical.ops import GemmSpec
 from simulate.torch_kernels import copy_pass
 
-__all__ = ["BIAS_PASSES", "CLAMP_PASSES", "expert_elementwise_nodes"]
+__all__ = ["BIAS_PASSES", "CLAMP_PASSES", "FUSED_MLP_NODES", "expert_elementwise_nodes",
+           "fused_expert_mlp"]
 
 MEGATRON_MOE_FRAMEWORKS = frozenset({Framework.MEGATRON, Framework.NEMO})
 
 BIAS_PASSES = (3.0, 4.0)  # (forward, backward) passes over [routed tokens, hidden]
 CLAMP_PASSES = (2.0, 2.5)  # (forward, backward) passes over [routed tokens, 2 x ffn]
+FUSED_MLP_NODES = frozenset({"experts.act"})  # in the fused grouped GEMMs' epilogues
 
 
 def _expert_gemm(fwd: Sequence[Node], name: str) -> GemmSpec | None:
@@ -58,11 +74,18 @@ def _expert_gemm(fwd: Sequence[Node], name: str) -> GemmSpec | None:
     return None
 
 
-def expert_elementwise_nodes(fwd: Sequence[Node], model: ModelSpec, framework: str, dtype: DType
-                             ) -> tuple[list[Node], list[Node]]:
+def fused_expert_mlp(fwd: Sequence[Node], fused: bool) -> list[Node]:
+    """The layer's forward nodes without those the fused grouped MLP folds into its GEMMs
+    (module docstring); unchanged when the run's expert MLP is not fused."""
+    return [n for n in fwd if not (fused and n.name in FUSED_MLP_NODES)]
+
+
+def expert_elementwise_nodes(fwd: Sequence[Node], model: ModelSpec, framework: str, dtype: DType,
+                             *, fused: bool = False) -> tuple[list[Node], list[Node]]:
     """Forward and backward passes that a Megatron-Core MoE layer adds for biased / clamped
-    experts (module docstring), from the layer's forward expert GEMMs; none otherwise."""
-    if Framework(framework) not in MEGATRON_MOE_FRAMEWORKS:
+    experts (module docstring), from the layer's forward expert GEMMs; none otherwise, and none
+    under the fused grouped MLP."""
+    if Framework(framework) not in MEGATRON_MOE_FRAMEWORKS or fused:
         return [], []
     down = _expert_gemm(fwd, "experts.down")
     up = _expert_gemm(fwd, "experts.up_gate")

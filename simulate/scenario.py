@@ -47,7 +47,7 @@ TRAINING_KEYS = {"parallel", "global_batch", "micro_batch", "seq_len", "precisio
                  "recompute_modules", "grad_reduce_dtype", "cuda_graph",
                  "schedule", "overlap", "dp_bucket_mb", "optimizer", "attention", "lora",
                  "framework", "offload", "compile", "fp8_recipe", "cross_entropy_fusion",
-                 "compile_loss", "moe_router_fusion"}
+                 "compile_loss", "moe_router_fusion", "moe_fused_mlp"}
 PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "fsdp",
                  "cp_algorithm", "pipeline_split"}
 OVERLAP_KEYS = {"tp_comm", "dp_grad", "param_gather", "compute_slowdown", "comm_sms", "moe_a2a"}
@@ -127,8 +127,8 @@ class TrainingSpec:
     cross_entropy_fusion: bool | None = None
     # torchtitan's loss under torch.compile; None: with the model (torchtitan since 2025-04)
     compile_loss: bool | None = None
-    # Megatron-Core `--moe-router-fusion` (`simulate.moe_host`); off by default, as in Megatron-Core
-    moe_router_fusion: bool = False
+    moe_router_fusion: bool = False  # Megatron-Core `--moe-router-fusion`, off as there (`moe_host`)
+    moe_fused_mlp: bool = False  # the recipe's fused grouped expert MLP (`moe_kernels`)
 
     @property
     def compiled_loss(self) -> bool:
@@ -265,6 +265,7 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
         cross_entropy_fusion=_opt_bool(block, "cross_entropy_fusion", path, source),
         compile_loss=_opt_bool(block, "compile_loss", path, source),
         moe_router_fusion=_bool(block, "moe_router_fusion", path, source, False),
+        moe_fused_mlp=_bool(block, "moe_fused_mlp", path, source, False),
     )
     check_work(f"{path}.global_batch", spec.num_microbatches, MAX_MICROBATCHES,
                "micro-batches per iteration", "raise micro_batch or dp, or lower global_batch")

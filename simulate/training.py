@@ -125,7 +125,7 @@ def _train_step(t: TrainingSpec, gpn: int) -> TrainStep:
                      recompute_modules=t.recompute_modules, framework=t.framework,
                      compiled=t.compile, fp8_recipe=t.fp8_recipe, ce_fusion=t.cross_entropy_fusion,
                      tp_overlap=t.overlap.tp_comm, compiled_loss=t.compiled_loss,
-                     router_fusion=t.moe_router_fusion)
+                     router_fusion=t.moe_router_fusion, fused_expert_mlp=t.moe_fused_mlp)
 
 
 def act_dtype(t: TrainingSpec) -> DType:

@@ -152,6 +152,8 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
         training["recompute_modules"] = _get(row, "recompute_modules").split("+")
     if _get(row, "cuda_graph"):  # the recipe's CUDA graph scopes, "+"-separated
         training["cuda_graph"] = _get(row, "cuda_graph").split("+")
+    if _get(row, "moe_fused_mlp"):  # the recipe's fused grouped expert MLP (TE op fuser)
+        training["moe_fused_mlp"] = _bool(row, "moe_fused_mlp")
     return {"name": name, "model": _get(row, "model"), "hardware": hardware, "training": training}
 
 

@@ -64,3 +64,35 @@ def test_clamped_experts_keep_the_clamped_copy_for_backward():
     extra = stored(gpt_oss) - stored(replace(gpt_oss, glu_clamp=0.0))
     # top_k copies of a [tokens, 2 x moe_ffn] bf16 tensor
     assert extra == pytest.approx(4096 * gpt_oss.top_k * 2 * gpt_oss.moe_ffn_hidden * 2.0)
+
+
+def test_fused_grouped_mlp_folds_the_eager_passes_and_the_activation_into_the_gemms():
+    gpt_oss = load_model("gpt-oss-120b")
+    step = TrainStep(sharding=Sharding(ep=8, ep_rpn=8), micro_batch=1, seq_len=4096,
+                     framework=Framework.NEMO)
+    eager, fused = (layer_block(gpt_oss, replace(step, fused_expert_mlp=f), moe=True,
+                                layer_params_per_rank=1) for f in (False, True))
+    names = {n.name for n in (*fused.fwd, *fused.bwd)}
+    assert not names & {"experts.act", "experts.act.bwd", "experts.down_bias",
+                        "experts.act_clamp", "experts.down_bias.bwd", "experts.act_clamp.bwd"}
+    # the grouped GEMMs themselves are unchanged
+    gemms = {n.name: n.op for n in eager.fwd if n.name.startswith("experts.")}
+    assert {k: v for k, v in gemms.items() if k in ("experts.up_gate", "experts.down")} == {
+        n.name: n.op for n in fused.fwd if n.name in ("experts.up_gate", "experts.down")}
+    assert len(fused.fwd) < len(eager.fwd) and len(fused.bwd) < len(eager.bwd)
+
+
+def test_the_fused_mlp_column_reaches_the_scenario_and_names_its_recipe():
+    import simulate.validate.published as pub
+    from simulate.scenario import parse_scenario
+
+    rows = [r for r in pub.load_corpus() if r["moe_fused_mlp"]]
+    assert {r["model"] for r in rows} == {"gpt-oss-120b"} and len(rows) == 4
+    for r in rows:
+        assert r["precision"] == "fp8" and r["gpu"] in ("gb200", "gb300")
+        assert "moe_fused_mlp from Megatron-Bridge" in r["notes"]
+    scenario = pub.row_scenario(rows[0], "row")
+    assert scenario["training"]["moe_fused_mlp"] is True
+    assert parse_scenario(scenario).training.moe_fused_mlp
+    unfused = pub.row_scenario(next(r for r in pub.load_corpus() if not r["moe_fused_mlp"]), "r")
+    assert "moe_fused_mlp" not in unfused["training"]
