@@ -300,8 +300,7 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
     ``custom_all_reduce_bytes``, the engine's own all-reduce below that size); None: as measured.
     ``eager_launch_s``: host time per kernel of a step the engine runs eagerly
     (`StepCostTables.launch_s`). ``batched_prefill_attention``: a step's prefill chunks share
-    one attention launch per layer (`PrefillAttention.seconds`). ``fp8_vs_bf16``: an
-    engine's fp8 GEMMs as their bf16 twins times a ratio (`fp8_gemm.Fp8GemmRatios`).
+    one attention launch per layer (`PrefillAttention.seconds`). ``fp8_vs_bf16``: `Fp8GemmRatios`.
     """
     grid = token_grid(max_tokens)
     kernels = None if graph_max_tokens is None else EngineKernels(
