@@ -68,22 +68,27 @@ def file_fingerprint(path: Path) -> str:
 @functools.cache
 def load_ratio_table(path: Path, *, fingerprint: str, bf16: str, fp8: str,
                      min_m: int = 1) -> tuple[tuple[int, int, Curve], ...]:
-    """Per-(n, k) curves of ``fp8`` / ``bf16`` (two time columns of the CSV at ``path``, which
-    has columns m, n, k), for m >= ``min_m``. The file must match ``fingerprint`` (a changed
+    """Per-(n, k) curves of the ``fp8`` kernel's time over the ``bf16`` kernel's, for m >=
+    ``min_m``, from a CSV with columns m, n, k, kernel, seconds (``scripts/gpu_fp8_gemm.py``;
+    a shape measured twice: the mean ratio). The file must match ``fingerprint`` (a changed
     measurement is a changed preset: exit 2 naming the file otherwise)."""
     if not path.is_file():
         raise SpecError("fp8_gemm_vs_bf16.table", f"{path} not found")
     if (got := file_fingerprint(path)) != fingerprint:
         raise SpecError("fp8_gemm_vs_bf16.table",
                         f"{path.name} has fingerprint {got}, the preset pins {fingerprint}")
-    curves: dict[tuple[int, int], list[tuple[int, float]]] = defaultdict(list)
+    times: dict[tuple[int, int, int], dict[str, list[float]]] = defaultdict(
+        lambda: defaultdict(list))
     with path.open(newline="") as fh:
         for row in csv.DictReader(fh):
-            m = int(row["m"])
-            if m >= min_m and row.get(bf16) and row.get(fp8):
-                curves[(int(row["n"]), int(row["k"]))].append(
-                    (m, float(row[fp8]) / float(row[bf16])))
-    return tuple((n, k, tuple(sorted(c))) for (n, k), c in sorted(curves.items()))
+            if int(row["m"]) >= min_m and row["kernel"] in (bf16, fp8):
+                key = (int(row["n"]), int(row["k"]), int(row["m"]))
+                times[key][row["kernel"]].append(float(row["seconds"]))
+    curves: dict[tuple[int, int], list[tuple[int, float]]] = defaultdict(list)
+    for (n, k, m), by_kernel in sorted(times.items()):
+        if by_kernel[bf16] and by_kernel[fp8]:
+            curves[(n, k)].append((m, float(np.mean(by_kernel[fp8]) / np.mean(by_kernel[bf16]))))
+    return tuple((n, k, tuple(c)) for (n, k), c in sorted(curves.items()))
 
 
 def ratios_from(points: Sequence[Sequence[float]],

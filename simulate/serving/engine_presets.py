@@ -232,7 +232,8 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
 
 def _fp8_ratios(entry: Mapping[str, Any]) -> Fp8GemmRatios:
     """``fp8_gemm_vs_bf16``: its (m, ratio) points, and above them the ratio curves of its
-    ``table`` (a measurement CSV pinned by fingerprint, `fp8_gemm.load_ratio_table`)."""
+    ``table`` (a measurement CSV pinned by fingerprint, `fp8_gemm.load_ratio_table`), from the
+    points' last m on (so the curve joins them)."""
     points = entry.get("points", ())
     table = entry.get("table")
     if not table:
@@ -240,7 +241,7 @@ def _fp8_ratios(entry: Mapping[str, Any]) -> Fp8GemmRatios:
     shapes = load_ratio_table(
         ENGINES_DIR.parents[1] / table["file"], fingerprint=str(table["fingerprint"]),
         bf16=table["bf16"], fp8=table["fp8"],
-        min_m=int(points[-1][0]) + 1 if points else 1)
+        min_m=int(points[-1][0]) if points else 1)
     return ratios_from(points, shapes)
 
 

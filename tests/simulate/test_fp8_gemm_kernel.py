@@ -6,6 +6,7 @@ TensorRT-LLM fp8 rows."""
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -74,10 +75,12 @@ def test_fp8_gemms_up_to_the_tables_last_m_take_the_bf16_time_times_the_ratio() 
 
 
 def _table(tmp_path: Path) -> Path:
-    """Two weight shapes, bf16 and fp8 times at m = 64 / 256 / 4096."""
-    rows = ["m,n,k,bf16_us,fp8_us"]
+    """Two weight shapes, bf16 and fp8 times at m = 64 / 256 / 4096 (gpu_fp8_gemm.py's columns)."""
+    rows = ["shape,m,n,k,kernel,seconds,tflops"]
     for n, k, fp8 in ((4096, 4096, (9.0, 8.0, 5.0)), (24576, 4096, (6.0, 7.0, 6.0))):
-        rows += [f"{m},{n},{k},10.0,{t}" for m, t in zip((64, 256, 4096), fp8, strict=True)]
+        for m, t in zip((64, 256, 4096), fp8, strict=True):
+            rows += [f"s,{m},{n},{k},bf16,10.0,1", f"s,{m},{n},{k},fp8_tensorwise,{t},1",
+                     f"s,{m},{n},{k},fp8_rowwise,99,1"]
     path = tmp_path / "fp8.csv"
     path.write_text("\n".join(rows) + "\n")
     return path
@@ -85,8 +88,8 @@ def _table(tmp_path: Path) -> Path:
 
 def test_the_table_prices_large_m_by_the_nearest_shape_in_log_m(tmp_path: Path) -> None:
     path = _table(tmp_path)
-    shapes = load_ratio_table(path, fingerprint=file_fingerprint(path), bf16="bf16_us",
-                              fp8="fp8_us", min_m=129)
+    shapes = load_ratio_table(path, fingerprint=file_fingerprint(path), bf16="bf16",
+                              fp8="fp8_tensorwise", min_m=129)
     assert [(n, k, len(c)) for n, k, c in shapes] == [(4096, 4096, 2), (24576, 4096, 2)]
     ratios = Fp8GemmRatios(points=((1, 0.5), (128, 0.6)), shapes=shapes)
     assert ratios.ratio(GemmSpec(m=64, n=4096, k=4096, dtype=DType.FP8)) == pytest.approx(0.55, abs=1e-3)
@@ -100,4 +103,22 @@ def test_the_table_prices_large_m_by_the_nearest_shape_in_log_m(tmp_path: Path) 
 def test_a_changed_table_is_refused(tmp_path: Path) -> None:
     path = _table(tmp_path)
     with pytest.raises(SpecError, match="fingerprint"):
-        load_ratio_table(path, fingerprint="0" * 16, bf16="bf16_us", fp8="fp8_us")
+        load_ratio_table(path, fingerprint="0" * 16, bf16="bf16", fp8="fp8_tensorwise")
+
+
+def test_vllm_prices_prefill_sized_fp8_gemms_from_our_h100_measurement() -> None:
+    """Above m = 128 the vLLM preset's ratio is the measured cuBLASLt tensorwise fp8 time over
+    bf16's for the nearest shape (datasets/measurements/llmsim/h100-sxm/fp8-gemm/fp8_gemm.csv);
+    Llama-3.1-8B's qkv (N=6144, K=4096) is measured, so at m = 4,096 it is that row's ratio."""
+    path = Path(__file__).resolve().parents[2] / "datasets/measurements/llmsim/h100-sxm/fp8-gemm"
+    seconds = {}
+    with (path / "fp8_gemm.csv").open() as fh:
+        for row in csv.DictReader(fh):
+            if (row["m"], row["n"], row["k"]) == ("4096", "6144", "4096"):
+                seconds[row["kernel"]] = float(row["seconds"])
+    expected = seconds["fp8_tensorwise"] / seconds["bf16"]
+    ratios = _preset("vllm").fp8_vs_bf16("hopper")
+    assert 0.4 < expected < 0.8
+    assert ratios.ratio(GemmSpec(m=4096, n=6144, k=4096, dtype=DType.FP8)) == pytest.approx(expected)
+    assert ratios.ratio(GemmSpec(m=100, n=6144, k=4096, dtype=DType.FP8)) == pytest.approx(
+        0.573 + (0.606 - 0.573) * 36 / 64)  # still PR #49363's points up to 128
