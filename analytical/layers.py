@@ -180,6 +180,8 @@ def attention_core(model: ModelSpec, sh: Sharding, batch: TokenBatch, phase: Lay
     att: dict[str, Any] = dict(
         heads=heads, kv_heads=kv_heads, head_dim=qk_dim, dtype=dtype,
         phase=Phase.DECODE if phase == LayerPhase.DECODE else Phase.PREFILL)
+    if model.is_mla and phase == LayerPhase.DECODE:
+        att.update(kv_heads=1, head_dim=mla_decode_head_dim(model))
     span = model.attention_span(attention)
     if sh.cp == 1 and span and kv > span:
         return [Node(name="attention", op=AttentionSpec(batch=batch.seqs * n, q_len=bq,
@@ -200,6 +202,19 @@ def attention_core(model: ModelSpec, sh: Sharding, batch: TokenBatch, phase: Lay
         nodes.append(coll("cp_all_gather_kv", CollectiveKind.ALL_GATHER, kv_bytes * sh.cp, sh.cp,
                           sh.cp_rpn, Stream.CP, dtype))
     return nodes
+
+
+def mla_decode_head_dim(model: ModelSpec) -> int:
+    """Head size that prices MLA decode as the serving engines run it: attention in the latent
+    space (the up-projections absorbed into the query and the output), every query head against
+    one cached row of kv_lora_rank + qk_rope_head_dim elements per token, whose first
+    kv_lora_rank are also the values (vllm-project/vllm vllm/v1/attention/backends/mla/common.py:
+    decode "simulates a multi-head attention, while the compute is similar to multi-query
+    attention"; FlashMLA, deepseek-ai/FlashMLA, reads the 576-element row once per token). One KV
+    head of half the row makes the spec's K + V traffic the row's bytes exactly (decode is
+    bound by that traffic at a few heads per rank); the FLOPs it counts are 576 / 1,088 of the
+    real ones."""
+    return max(1, (model.kv_lora_rank + model.qk_rope_head_dim) // 2)
 
 
 def windowed_blocks(kind: AttentionKind, q: int, kv: int,

@@ -46,7 +46,7 @@ times.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,16 +92,6 @@ def gemm_kernel_seconds(latency_s: float, op: OpSpec, stack: str, hw: HardwareSp
         return latency_s
     quant = roofline_time(act_quant_pass(op, per_element), hw)
     return max(latency_s - quant, 0.5 * latency_s)
-
-
-def fp8_ratio(op: OpSpec, points: Sequence[tuple[int, float]]) -> float | None:
-    """An engine's fp8 GEMM time over its bf16 twin's (same shape), interpolated in m on the
-    engine's (m, ratio) points (``fp8_gemm_vs_bf16`` of its YAML), where it prices fp8 GEMMs so:
-    up to the last point's m, one GEMM (batch 1); None elsewhere (the chain's fp8 answer)."""
-    if (not points or not isinstance(op, GemmSpec) or op.dtype != DType.FP8 or op.batch != 1
-            or op.m > points[-1][0]):
-        return None
-    return float(np.interp(op.m, [m for m, _ in points], [r for _, r in points]))
 
 
 # Stacks whose memory-bound rows are eager PyTorch composites, not an engine's fused kernel.

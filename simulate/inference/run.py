@@ -22,6 +22,7 @@ from analytical.layer_spec import lora_params_per_layer
 from analytical.model import ModelSpec
 from simulate.costs import add_engine_time
 from simulate.engines import Estimator
+from simulate.inference.fp8_gemm import Fp8GemmRatios
 from simulate.inference.layer_ops import (
     LoraSpec,
     Sharding,
@@ -155,7 +156,8 @@ def plan_instance(model: ModelSpec, hw: HardwareSpec, *, tp: int, pp: int, ep: i
                           eager_launch_s=preset.eager_launch_s if preset else 0.0,
                           batched_prefill_attention=bool(
                               preset and preset.batched_prefill_attention),
-                          fp8_vs_bf16=preset.fp8_vs_bf16(hw.architecture) if preset else ())
+                          fp8_vs_bf16=preset.fp8_vs_bf16(hw.architecture) if preset
+                          else Fp8GemmRatios())
     return InstancePlan(model=model, shard=shard, tables=tables, weight_bytes=weights,
                         kv_bytes_per_token=kv_per_token, kv_blocks=blocks,
                         activation_reserve_bytes=reserve, memory_bytes=usable)

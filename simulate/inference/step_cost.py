@@ -33,7 +33,8 @@ from analytical.ops import OpSpec
 from analytical.roofline import roofline_time
 from simulate.costs import add_engine_time
 from simulate.engines import Estimate, Estimator
-from simulate.inference.graph_replay import EngineKernels, fp8_ratio
+from simulate.inference.fp8_gemm import Fp8GemmRatios
+from simulate.inference.graph_replay import EngineKernels
 from simulate.inference.layer_ops import (
     Fusions,
     LoraSpec,
@@ -67,12 +68,12 @@ class DenseCost:
     def __init__(self, model: ModelSpec, shard: Sharding, weight_dtype: DType,
                  estimator: Estimator, lora: LoraSpec | None, *, fusions: Fusions | None = None,
                  kernels: EngineKernels | None = None,
-                 fp8_vs_bf16: Sequence[tuple[int, float]] = ()) -> None:
+                 fp8_vs_bf16: Fp8GemmRatios = Fp8GemmRatios()) -> None:
         self._args = (model, shard, weight_dtype, lora)
         self._fusions = fusions
         self._estimator = estimator
         self._kernels = kernels
-        self._fp8_vs_bf16 = tuple(fp8_vs_bf16)
+        self._fp8_vs_bf16 = fp8_vs_bf16
         self._memo: dict[tuple[str, int], tuple[float, dict[str, float]]] = {}
 
     def _ops(self, part: str, tokens: int) -> list[tuple[OpSpec, float]]:
@@ -91,7 +92,7 @@ class DenseCost:
         """Evaluate many token counts in one batched engine call."""
         todo = [c for c in dict.fromkeys(counts) if c > 0 and (part, c) not in self._memo]
         ops = [(c, op, n) for c in todo for op, n in self._ops(part, c)]
-        asked = [(op, 1.0) if (ratio := fp8_ratio(op, self._fp8_vs_bf16)) is None
+        asked = [(op, 1.0) if (ratio := self._fp8_vs_bf16.ratio(op)) is None
                  else (replace(op, dtype=DType.BF16), ratio) for _, op, _ in ops]
         answers = self._estimator.estimate_many([op for op, _ in asked])
         acc: dict[int, dict[str, float]] = {c: {} for c in todo}
@@ -286,7 +287,7 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
                  lora: LoraSpec | None = None, fusions: Fusions | None = None,
                  graph_max_tokens: int | None = None, custom_all_reduce_bytes: float = 0.0,
                  eager_launch_s: float = 0.0, batched_prefill_attention: bool = False,
-                 fp8_vs_bf16: Sequence[tuple[int, float]] = ()) -> StepCostTables:
+                 fp8_vs_bf16: Fp8GemmRatios = Fp8GemmRatios()) -> StepCostTables:
     """Build the step-cost model, asking the engine chain in a few batched calls.
 
     `estimator.estimate_many(ops)` prices each op and names its engine (batched, as the chain);
@@ -299,7 +300,7 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
     ``custom_all_reduce_bytes``, the engine's own all-reduce below that size); None: as measured.
     ``eager_launch_s``: host time per kernel of a step the engine runs eagerly
     (`StepCostTables.launch_s`). ``batched_prefill_attention``: a step's prefill chunks share
-    one attention launch per layer (`PrefillAttention.seconds`). ``fp8_vs_bf16``: `fp8_ratio`.
+    one attention launch per layer (`PrefillAttention.seconds`). ``fp8_vs_bf16``: `Fp8GemmRatios`.
     """
     grid = token_grid(max_tokens)
     kernels = None if graph_max_tokens is None else EngineKernels(

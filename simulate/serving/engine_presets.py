@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from analytical.errors import SpecError
+from simulate.inference.fp8_gemm import Fp8GemmRatios, load_ratio_table, ratios_from
 from simulate.inference.layer_ops import Fusions
 from simulate.serving.choices import Scheduler, ServingEngine
 
@@ -91,14 +92,15 @@ class EnginePreset:
     eager_launch_s: float = 0.0
     # a step's prefill chunks share one attention launch per layer (`PrefillAttention.seconds`)
     batched_prefill_attention: bool = False
-    # the engine's fp8 GEMM time over the bf16 GEMM's of the same shape, (m, ratio) points, on
-    # the listed architectures (`step_cost.DenseCost`; empty: the chain's fp8 answer)
-    fp8_gemm_vs_bf16: tuple[tuple[int, float], ...] = ()
+    # the engine's fp8 GEMM time over the bf16 GEMM's of the same shape on the listed
+    # architectures (`fp8_gemm.Fp8GemmRatios`, `step_cost.DenseCost`; empty: the chain's fp8)
+    fp8_gemm_vs_bf16: Fp8GemmRatios = Fp8GemmRatios()
     fp8_gemm_vs_bf16_archs: tuple[str, ...] = ()
 
-    def fp8_vs_bf16(self, architecture: str) -> tuple[tuple[int, float], ...]:
-        """The (m, ratio) points that apply on a GPU of ``architecture`` (empty: none)."""
-        return self.fp8_gemm_vs_bf16 if architecture in self.fp8_gemm_vs_bf16_archs else ()
+    def fp8_vs_bf16(self, architecture: str) -> Fp8GemmRatios:
+        """The ratios that apply on a GPU of ``architecture`` (empty: none)."""
+        return (self.fp8_gemm_vs_bf16 if architecture in self.fp8_gemm_vs_bf16_archs
+                else Fp8GemmRatios())
 
     def fusions(self) -> Fusions:
         """The operator composition of a step under this engine (`layer_ops.Fusions`)."""
@@ -224,8 +226,23 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
             custom_ar.get("max_bytes_tp_le_2" if tp <= 2 else "max_bytes", 0.0)),
         eager_launch_s=float(pick("eager_launch_us", 0.0)) / 1e6,
         batched_prefill_attention=bool(pick("batched_prefill_attention", False)),
-        fp8_gemm_vs_bf16=tuple((int(m), float(r)) for m, r in fp8_ratio.get("points", ())),
+        fp8_gemm_vs_bf16=_fp8_ratios(fp8_ratio),
         fp8_gemm_vs_bf16_archs=tuple(fp8_ratio.get("architectures", ())))
+
+
+def _fp8_ratios(entry: Mapping[str, Any]) -> Fp8GemmRatios:
+    """``fp8_gemm_vs_bf16``: its (m, ratio) points, and above them the ratio curves of its
+    ``table`` (a measurement CSV pinned by fingerprint, `fp8_gemm.load_ratio_table`), from the
+    points' last m on (so the curve joins them)."""
+    points = entry.get("points", ())
+    table = entry.get("table")
+    if not table:
+        return ratios_from(points)
+    shapes = load_ratio_table(
+        ENGINES_DIR.parents[1] / table["file"], fingerprint=str(table["fingerprint"]),
+        bf16=table["bf16"], fp8=table["fp8"],
+        min_m=int(points[-1][0]) if points else 1)
+    return ratios_from(points, shapes)
 
 
 def cuda_graph_sizes(preset: EnginePreset) -> tuple[int, ...]:

@@ -41,6 +41,22 @@ def test_mla_rotary_is_only_the_rope_part_and_latent_norms_exist():
     assert nodes["attn_norm"].op.kind == "rmsnorm"
 
 
+def test_mla_decode_reads_the_latent_row_once_and_prefill_the_decompressed_heads():
+    """DeepSeek-V3 at tp=8, 16 local heads: decode attends in the latent space (absorbed MLA,
+    vLLM's mla/common.py, FlashMLA), so its K + V traffic per cached token is one
+    kv_lora_rank + rope row (576 bf16 elements), not 16 heads of 192 + 128; prefill keeps
+    the decompressed heads."""
+    m = load_model("deepseek-v3")
+    decode = _by_name(layer_ops(m, Sharding(tp=8), TokenBatch(seqs=4, q_len=1, kv_len=4096),
+                                LayerPhase.DECODE, moe=True))["attention"].op
+    assert (decode.heads, decode.kv_heads) == (16, 1)
+    q_and_out = 2 * 4 * 16 * decode.head_dim * 2
+    assert decode.bytes - q_and_out == pytest.approx(4 * 4096 * (512 + 64) * 2)
+    prefill = _by_name(layer_ops(m, Sharding(tp=8), TokenBatch(seqs=1, q_len=512), PREFILL,
+                                 moe=True))["attention"].op
+    assert (prefill.kv_heads, prefill.head_dim) == (16, 192)
+
+
 def test_gpt_layernorm_learned_positions_and_dropout_only_in_training():
     m = load_model("gpt2")
     batch = TokenBatch(seqs=2, q_len=512)
