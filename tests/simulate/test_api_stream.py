@@ -152,4 +152,36 @@ def test_intake_waits_for_the_stream_only_in_the_same_process() -> None:
     vllm = engine_preset("vllm", memory_bytes=80 * GIB, device="H100 SXM")
     sgl = engine_preset("sglang", memory_bytes=80 * GIB, device="H100 SXM")
     assert vllm.stream_shares_intake and not sgl.stream_shares_intake
-    assert vllm.api_request_s == sgl.api_request_s == 0.0  # nothing published
+    assert sgl.api_request_s == 0.0  # nothing published for SGLang's server
+
+
+def test_vllm_intake_is_the_published_request_rate_of_its_server() -> None:
+    """dphnAI/sonar PR #1359 (a vLLM fork's FastAPI/uvicorn OpenAI server): 1,000 /v1/tokenize
+    requests, 100 in flight, 420.87 requests/s on one server. The preset takes that per-request
+    time as the serial intake, and the one-client front-end time (tt-inference-server #340,
+    TTFT - TPOT = 8.65 ms) net of it, so a lone request's TTFT keeps the published 8.65 ms."""
+    vllm = engine_preset("vllm", memory_bytes=80 * GIB, device="H100 SXM")
+    assert vllm.api_request_s == pytest.approx(1 / 420.87, rel=1e-3)
+    assert vllm.api_request_s + vllm.frontend_s == pytest.approx(8.65e-3, rel=1e-3)
+    source = preset_sources("vllm")["api_request_us"]
+    assert "#1359" in source and "420.87" in source
+    a100 = engine_preset("vllm", memory_bytes=80 * GIB, device="A100 SXM")
+    assert a100.api_request_s == vllm.api_request_s  # a host cost, not a GPU one
+
+
+def test_a_first_wave_is_taken_in_one_request_at_a_time() -> None:
+    """C clients sending together at 2.376 ms of intake each: the last of the first wave reaches
+    the engine (C - 1) x 2.376 ms after the first, so the wave's TTFT spread grows linearly with
+    C (silybench's 128/128 TTFT p95 of 155 / 331 / 732 / 1,345 ms at 64 / 128 / 256 / 512
+    clients is 2.4-2.9 ms a client); with no intake cost they arrive together."""
+    cost = 2.376e-3
+    spread = {}
+    for clients in (16, 64):
+        tenant = _run(StreamCost(per_request_s=cost), clients=clients, output_len=4)
+        first = sorted(tenant.sequences, key=lambda s: s.req.arrival_s)[:clients]
+        ready = [s.ready_s or 0.0 for s in first]
+        spread[clients] = max(ready) - min(ready)
+    assert spread[16] == pytest.approx(15 * cost, rel=1e-6)
+    assert spread[64] == pytest.approx(63 * cost, rel=1e-6)
+    idle = _run(StreamCost(), clients=16, output_len=4)
+    assert len({s.ready_s for s in idle.sequences[:16]}) == 1
