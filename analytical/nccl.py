@@ -52,6 +52,17 @@ class NcclAlgorithm(StrEnum):
     NVLS = "nvls"
 
 
+class NcclTransport(StrEnum):
+    """How NCCL moves a group's data inside a node (src/transport/{p2p,shm}.cc): P2P over
+    NVLink, P2P over PCIe switches, or through host memory (SHM) where ``ncclTopoCheckP2p``
+    refuses P2P (src/graph/paths.cc v2.29.2-1: beyond ``PATH_PXB`` by default, i.e. through a
+    CPU host bridge; ``ncclTopoComputePaths`` then routes the GPU-to-GPU path via the CPU)."""
+
+    NVLINK = "nvlink"
+    PCIE_P2P = "pcie_p2p"
+    SHM = "shm"
+
+
 class NcclProtocol(StrEnum):
     LL = "LL"
     LL128 = "LL128"
@@ -120,6 +131,17 @@ def node_link(spec: CollectiveSpec, hw: HardwareSpec) -> tuple[Link, str]:
     link = hw.pair_bridge if bridged and hw.pair_bridge is not None else hw.intra_node
     fabric = "nvlink" if link.fabric in (LinkFabric.NVLINK, LinkFabric.XGMI) else "pcie"
     return link, fabric
+
+
+def intra_transport(spec: CollectiveSpec, hw: HardwareSpec) -> NcclTransport:
+    """The transport of the group's intra-node hops: NVLink where the group's path is NVLink,
+    else P2P over PCIe unless the hardware file's topology says GPUs reach each other only
+    through the CPU (``pcie_p2p: false``), where NCCL falls back to SHM."""
+    if _intra_nvlink(spec, hw):
+        return NcclTransport.NVLINK
+    if hw.topology is not None and not hw.topology.pcie_p2p:
+        return NcclTransport.SHM
+    return NcclTransport.PCIE_P2P
 
 
 def _cc_index(hw: HardwareSpec) -> int:

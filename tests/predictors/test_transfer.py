@@ -453,3 +453,20 @@ def test_the_chain_takes_transfer_answers_for_gemms_only(monkeypatch):
     for family, op in (("attention", attention), ("memory", norm)):
         answer = transfer_answers(family, [op], hw)
         assert not answer.loaded and not answer.seconds
+
+
+def test_collective_rows_carry_nccls_transport() -> None:
+    """The transport one-hot tells a P2P-less PCIe box (L40S: SHM) from one with PCIe
+    switches (A100 PCIe), which the links alone do not."""
+    from analytical.hardware import get_hardware
+    from analytical.ops import CollectiveKind, CollectiveSpec
+    from predictors.transfer_features import transfer_feature_names, transfer_matrix
+
+    names = transfer_feature_names("collective")
+    op = CollectiveSpec(kind=CollectiveKind.ALL_REDUCE, size_bytes=1 << 24, group_size=4,
+                        ranks_per_node=4)
+    cols = [names.index(f"transport_{t}") for t in ("nvlink", "pcie_p2p", "shm")]
+    rows = {gpu: transfer_matrix("collective", [op], get_hardware(gpu))[0][cols].tolist()
+            for gpu in ("l40s", "a100-pcie-80gb", "h100-sxm")}
+    assert rows == {"l40s": [0.0, 0.0, 1.0], "a100-pcie-80gb": [0.0, 1.0, 0.0],
+                    "h100-sxm": [1.0, 0.0, 0.0]}
