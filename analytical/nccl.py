@@ -133,10 +133,13 @@ def node_link(spec: CollectiveSpec, hw: HardwareSpec) -> tuple[Link, str]:
     return link, fabric
 
 
-def intra_transport(spec: CollectiveSpec, hw: HardwareSpec) -> NcclTransport:
+def intra_transport(spec: CollectiveSpec, hw: HardwareSpec) -> NcclTransport | None:
     """The transport of the group's intra-node hops: NVLink where the group's path is NVLink,
     else P2P over PCIe unless the hardware file's topology says GPUs reach each other only
-    through the CPU (``pcie_p2p: false``), where NCCL falls back to SHM."""
+    through the CPU (``pcie_p2p: false``), where NCCL falls back to SHM; None with one rank per
+    node (every hop crosses the network)."""
+    if spec.ranks_per_node == 1:
+        return None
     if _intra_nvlink(spec, hw):
         return NcclTransport.NVLINK
     if hw.topology is not None and not hw.topology.pcie_p2p:

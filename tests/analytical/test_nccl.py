@@ -140,3 +140,4 @@ def test_intra_transport_follows_the_topologys_p2p(gpu: str, n: int,
     says the GPUs reach each other only through the CPU (``pcie_p2p: false``), PCIe P2P
     otherwise, also without a topology (a10)."""
     assert intra_transport(_spec(CK.ALL_REDUCE, 1 << 20, n), get_hardware(gpu)) == transport
+    assert intra_transport(_spec(CK.SEND_RECV, 1 << 20, 2, 1), get_hardware(gpu)) is None
