@@ -25,8 +25,10 @@ network share (ranks per node x the NIC share).
 Not modelled (each named so that a gap is not mistaken for a fit): NVLS-tree and NVLS across
 nodes, CollNet (needs SHARP switches), PAT (one GPU per node only), the tree search's simpler
 pattern on Hopper (x 0.85 when it falls back to it), and what P2P-less PCIe does to bandwidth
-(NCCL's model prices a path through the CPU as a PCI path: the store's L40S bus bandwidth falls
-from 20 GB/s on 2 GPUs to 1.4 on 8, which no term here reproduces). all_to_all and send_recv
+(NCCL's model prices a path through the CPU as a PCI path, paths.cc ``addInterStep`` keeping the
+smaller of its two PCI links: the store's L40S bus bandwidth falls from 20 GB/s on 2 GPUs to 5.2
+on 4 and 1.4 on 8, which no term here reproduces; `intra_transport` names the transport, SHM
+there, for the transfer predictor to tell such a box from one with PCIe switches). all_to_all and send_recv
 are point-to-point sends outside the tuning model: priced as n-1 (one) ring steps of the same
 link, protocol and latency classes.
 """
