@@ -5,7 +5,9 @@ For each GPU with rows of the family: fit on every other GPU, predict the held-o
 from its hardware YAML alone, and score them beside the analytical roofline
 (`analytical.roofline.roofline_time`, the engine the chain falls back to) on the same rows.
 Rows of a stack no other GPU was measured with (e.g. our own ``profiled`` H100 rows) cannot be
-asked as that stack, so they are counted and left out of the score. The per-hardware
+asked as that stack, so they are counted and left out of the score. Rows of another GPU that
+are the held-out GPU's own measurements under another name (`copies_of`) are left out of its
+fold's training. The per-hardware
 champion's own held-out error (its ``heldout_shape`` split, other rows) is read from MLflow
 where one exists.
 """
@@ -70,11 +72,27 @@ def roofline_seconds(rows: Rows, hw: HardwareSpec) -> np.ndarray:
     return out
 
 
+def copies_of(rows: Rows, gpu: str) -> np.ndarray:
+    """Mask of the rows of other GPUs that are one of ``gpu``'s measurements under another
+    name: the same stack, op key and latency to the last bit. Vidur's repository ships one
+    send/recv table for two systems (microsoft/vidur data/profiling/network/
+    {a100,h100}_pairwise_nvlink/send_recv.csv are one git blob, a3bc5eb), so the store holds
+    A100 PCIe's and H100 NVL's 993 + 993 send/recv points twice, and holding out one GPU would
+    otherwise train on its own rows."""
+    mine = rows.gpu == gpu
+    seen = {(s, op.key, t) for s, op, t, m in zip(rows.stacks.tolist(), rows.ops,
+                                                   rows.latency_s.tolist(), mine, strict=True)
+            if m}
+    return np.array([not m and (s, op.key, t) in seen for s, op, t, m in zip(
+        rows.stacks.tolist(), rows.ops, rows.latency_s.tolist(), mine, strict=True)], dtype=bool)
+
+
 def evaluate_fold(data: TransferData, rows: Rows, heldout: str,
                   config: TransferConfig) -> FoldResult:
-    """Train without ``heldout`` and score its rows."""
+    """Train without ``heldout`` or copies of its rows (`copies_of`) and score its rows."""
     start = time.perf_counter()
-    model = fit_transfer(data, config, leave_out=(heldout,), rows=rows)
+    model = fit_transfer(data, config, leave_out=(heldout,),
+                         rows=rows.select(~copies_of(rows, heldout)))
     fit_s = time.perf_counter() - start
     test = rows.select(rows.gpu == heldout)
     seen = np.isin(test.stacks, model.stacks)

@@ -470,3 +470,25 @@ def test_collective_rows_carry_nccls_transport() -> None:
             for gpu in ("l40s", "a100-pcie-80gb", "h100-sxm")}
     assert rows == {"l40s": [0.0, 0.0, 1.0], "a100-pcie-80gb": [0.0, 1.0, 0.0],
                     "h100-sxm": [1.0, 0.0, 0.0]}
+
+
+def test_a_held_out_gpu_is_not_trained_on_copies_of_its_rows() -> None:
+    """A row of another GPU with the same stack, op and latency to the bit is the held-out
+    GPU's own measurement under another name (Vidur's one send/recv table for two systems):
+    `copies_of` marks it; a different latency or stack is another measurement."""
+    from analytical.ops import CollectiveKind, CollectiveSpec
+    from predictors.transfer import Rows
+    from predictors.transfer_eval import copies_of
+
+    a, b = (CollectiveSpec(kind=CollectiveKind.SEND_RECV, size_bytes=s, group_size=2,
+                           ranks_per_node=1) for s in (1 << 20, 1 << 21))
+    gpu = np.array(["a100-pcie-80gb", "a100-pcie-80gb", "h100-nvl", "h100-nvl", "h100-nvl",
+                    "a40"])
+    rows = Rows(gpu=gpu, ops=(a, b, a, b, a, a),
+                stacks=np.array(["vidur", "vidur", "vidur", "vidur", "nccl", "vidur"]),
+                versions=np.zeros(6), features=np.zeros((6, 1)),
+                latency_s=np.array([1e-3, 2e-3, 1e-3, 2.5e-3, 1e-3, 1e-3]),
+                ideal_s=np.ones(6), clock_hz=np.zeros(6))
+    assert copies_of(rows, "a100-pcie-80gb").tolist() == [False, False, True, False, False,
+                                                          True]
+    assert copies_of(rows, "a40").tolist() == [True, False, True, False, False, False]
