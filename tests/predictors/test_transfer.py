@@ -473,22 +473,25 @@ def test_collective_rows_carry_nccls_transport() -> None:
 
 
 def test_a_held_out_gpu_is_not_trained_on_copies_of_its_rows() -> None:
-    """A row of another GPU with the same stack, op and latency to the bit is the held-out
-    GPU's own measurement under another name (Vidur's one send/recv table for two systems):
-    `copies_of` marks it; a different latency or stack is another measurement."""
+    """Another GPU's table whose shared op keys carry the held-out GPU's latencies to the bit
+    is the same measurement under another name (Vidur's one send/recv table for two systems):
+    `copies_of` marks all of it. A table where single rows coincide (whole-microsecond
+    timings) or another stack's rows are measurements of their own."""
     from analytical.ops import CollectiveKind, CollectiveSpec
     from predictors.transfer import Rows
     from predictors.transfer_eval import copies_of
 
-    a, b = (CollectiveSpec(kind=CollectiveKind.SEND_RECV, size_bytes=s, group_size=2,
-                           ranks_per_node=1) for s in (1 << 20, 1 << 21))
-    gpu = np.array(["a100-pcie-80gb", "a100-pcie-80gb", "h100-nvl", "h100-nvl", "h100-nvl",
-                    "a40"])
-    rows = Rows(gpu=gpu, ops=(a, b, a, b, a, a),
-                stacks=np.array(["vidur", "vidur", "vidur", "vidur", "nccl", "vidur"]),
-                versions=np.zeros(6), features=np.zeros((6, 1)),
-                latency_s=np.array([1e-3, 2e-3, 1e-3, 2.5e-3, 1e-3, 1e-3]),
-                ideal_s=np.ones(6), clock_hz=np.zeros(6))
-    assert copies_of(rows, "a100-pcie-80gb").tolist() == [False, False, True, False, False,
-                                                          True]
-    assert copies_of(rows, "a40").tolist() == [True, False, True, False, False, False]
+    sizes = [1 << (10 + i) for i in range(10)]
+    ops = [CollectiveSpec(kind=CollectiveKind.SEND_RECV, size_bytes=b, group_size=2,
+                          ranks_per_node=1) for b in sizes]
+    t = [1e-5 * (i + 1) for i in range(10)]
+    other = [x if i == 0 else 2 * x for i, x in enumerate(t)]  # one coincidence in ten
+    gpu = ["a100-pcie-80gb"] * 10 + ["h100-nvl"] * 10 + ["a40"] * 10 + ["h100-sxm"] * 10
+    stacks = ["vidur"] * 30 + ["nccl"] * 10
+    rows = Rows(gpu=np.array(gpu), ops=tuple(ops * 4), stacks=np.array(stacks),
+                versions=np.zeros(40), features=np.zeros((40, 1)),
+                latency_s=np.array(t + t + other + t), ideal_s=np.ones(40),
+                clock_hz=np.zeros(40))
+    marked = copies_of(rows, "a100-pcie-80gb")
+    assert marked.tolist() == [False] * 10 + [True] * 10 + [False] * 20
+    assert not copies_of(rows, "a40").any()
