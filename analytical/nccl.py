@@ -25,8 +25,10 @@ network share (ranks per node x the NIC share).
 Not modelled (each named so that a gap is not mistaken for a fit): NVLS-tree and NVLS across
 nodes, CollNet (needs SHARP switches), PAT (one GPU per node only), the tree search's simpler
 pattern on Hopper (x 0.85 when it falls back to it), and what P2P-less PCIe does to bandwidth
-(NCCL's model prices a path through the CPU as a PCI path: the store's L40S bus bandwidth falls
-from 20 GB/s on 2 GPUs to 1.4 on 8, which no term here reproduces). all_to_all and send_recv
+(NCCL's model prices a path through the CPU as a PCI path, paths.cc ``addInterStep`` keeping the
+smaller of its two PCI links: the store's L40S bus bandwidth falls from 20 GB/s on 2 GPUs to 5.2
+on 4 and 1.4 on 8, which no term here reproduces; `intra_transport` names the transport, SHM
+there, for the transfer predictor to tell such a box from one with PCIe switches). all_to_all and send_recv
 are point-to-point sends outside the tuning model: priced as n-1 (one) ring steps of the same
 link, protocol and latency classes.
 """
@@ -50,6 +52,17 @@ class NcclAlgorithm(StrEnum):
     RING = "ring"
     TREE = "tree"
     NVLS = "nvls"
+
+
+class NcclTransport(StrEnum):
+    """How NCCL moves a group's data inside a node (src/transport/{p2p,shm}.cc): P2P over
+    NVLink, P2P over PCIe switches, or through host memory (SHM) where ``ncclTopoCheckP2p``
+    refuses P2P (src/graph/paths.cc v2.29.2-1: beyond ``PATH_PXB`` by default, i.e. through a
+    CPU host bridge; ``ncclTopoComputePaths`` then routes the GPU-to-GPU path via the CPU)."""
+
+    NVLINK = "nvlink"
+    PCIE_P2P = "pcie_p2p"
+    SHM = "shm"
 
 
 class NcclProtocol(StrEnum):
@@ -120,6 +133,20 @@ def node_link(spec: CollectiveSpec, hw: HardwareSpec) -> tuple[Link, str]:
     link = hw.pair_bridge if bridged and hw.pair_bridge is not None else hw.intra_node
     fabric = "nvlink" if link.fabric in (LinkFabric.NVLINK, LinkFabric.XGMI) else "pcie"
     return link, fabric
+
+
+def intra_transport(spec: CollectiveSpec, hw: HardwareSpec) -> NcclTransport | None:
+    """The transport of the group's intra-node hops: NVLink where the group's path is NVLink,
+    else P2P over PCIe unless the hardware file's topology says GPUs reach each other only
+    through the CPU (``pcie_p2p: false``), where NCCL falls back to SHM; None with one rank per
+    node (every hop crosses the network)."""
+    if spec.ranks_per_node == 1:
+        return None
+    if _intra_nvlink(spec, hw):
+        return NcclTransport.NVLINK
+    if hw.topology is not None and not hw.topology.pcie_p2p:
+        return NcclTransport.SHM
+    return NcclTransport.PCIE_P2P
 
 
 def _cc_index(hw: HardwareSpec) -> int:

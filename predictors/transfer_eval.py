@@ -5,7 +5,9 @@ For each GPU with rows of the family: fit on every other GPU, predict the held-o
 from its hardware YAML alone, and score them beside the analytical roofline
 (`analytical.roofline.roofline_time`, the engine the chain falls back to) on the same rows.
 Rows of a stack no other GPU was measured with (e.g. our own ``profiled`` H100 rows) cannot be
-asked as that stack, so they are counted and left out of the score. The per-hardware
+asked as that stack, so they are counted and left out of the score. Rows of another GPU that
+are the held-out GPU's own measurements under another name (`copies_of`) are left out of its
+fold's training. The per-hardware
 champion's own held-out error (its ``heldout_shape`` split, other rows) is read from MLflow
 where one exists.
 """
@@ -20,6 +22,7 @@ import numpy as np
 
 from analytical.errors import LlmsimError, SpecError
 from analytical.hardware import HardwareSpec
+from analytical.ops import OpSpec
 from analytical.roofline import roofline_time
 from predictors.evaluate import ErrorMetrics, error_metrics
 from predictors.transfer import Rows, TransferConfig, all_rows, fit_transfer
@@ -70,11 +73,47 @@ def roofline_seconds(rows: Rows, hw: HardwareSpec) -> np.ndarray:
     return out
 
 
+COPY_SHARE = 0.9  # of the op keys two GPUs share in a class, bit-identical: one table
+COPY_MIN_KEYS = 8  # shared keys below which a class is too small to call a copy
+
+
+def _class(stack: str, op: OpSpec) -> tuple[str, str]:
+    """(stack, op key without its last field): a collective's kind, dtype, group size and
+    ranks per node; a GEMM's dtype and batch."""
+    return stack, op.key.rsplit("/", 1)[0]
+
+
+def copies_of(rows: Rows, gpu: str) -> np.ndarray:
+    """Mask of the rows of other GPUs whose table (`_class`) is ``gpu``'s under another name:
+    at least ``COPY_SHARE`` of the op keys it shares with ``gpu`` (``COPY_MIN_KEYS`` or more)
+    have the same latency to the bit. Vidur's repository ships one send/recv table for two
+    systems (microsoft/vidur data/profiling/network/{a100,h100}_pairwise_nvlink/send_recv.csv
+    are one git blob, a3bc5eb), so the store holds A100 PCIe's and H100 NVL's 993 + 993
+    send/recv points twice, and holding out one GPU would otherwise train on its own rows.
+    Per class, not per row: Vidur's whole-microsecond timings make single rows of different
+    GPUs coincide (198 memory ops of A40 and H100 at 1-16 us, 149 collectives of H100 NVL and
+    H100 SXM at 7-147 us), which are measurements of their own."""
+    stacks, lat = rows.stacks.tolist(), rows.latency_s.tolist()
+    mine = {(stacks[i], op.key): lat[i] for i, op in enumerate(rows.ops) if rows.gpu[i] == gpu}
+    tally: dict[tuple[str, str, str], list[int]] = {}
+    for i, op in enumerate(rows.ops):
+        theirs = mine.get((stacks[i], op.key))
+        if rows.gpu[i] != gpu and theirs is not None:
+            count = tally.setdefault((str(rows.gpu[i]), *_class(stacks[i], op)), [0, 0])
+            count[0] += theirs == lat[i]
+            count[1] += 1
+    copied = {k for k, (same, shared) in tally.items()
+              if shared >= COPY_MIN_KEYS and same >= COPY_SHARE * shared}
+    return np.array([(str(rows.gpu[i]), *_class(stacks[i], op)) in copied
+                     for i, op in enumerate(rows.ops)], dtype=bool)
+
+
 def evaluate_fold(data: TransferData, rows: Rows, heldout: str,
                   config: TransferConfig) -> FoldResult:
-    """Train without ``heldout`` and score its rows."""
+    """Train without ``heldout`` or copies of its rows (`copies_of`) and score its rows."""
     start = time.perf_counter()
-    model = fit_transfer(data, config, leave_out=(heldout,), rows=rows)
+    model = fit_transfer(data, config, leave_out=(heldout,),
+                         rows=rows.select(~copies_of(rows, heldout)))
     fit_s = time.perf_counter() - start
     test = rows.select(rows.gpu == heldout)
     seen = np.isin(test.stacks, model.stacks)

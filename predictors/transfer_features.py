@@ -37,7 +37,9 @@ import numpy as np
 from analytical.errors import SpecError, UnknownNameError
 from analytical.hardware import HardwareSpec
 from analytical.nccl import (
+    NcclTransport,
     graph_bandwidth,
+    intra_transport,
     nccl_protocol_seconds,
     nccl_time,
     node_link,
@@ -62,11 +64,12 @@ from predictors.features import (
     row_alignment_log2,
 )
 
-TRANSFER_SCHEMA_VERSION = 8  # 2: vendor-peak roofline target; 3: dtype as bits, floor per class;
+TRANSFER_SCHEMA_VERSION = 9  # 2: vendor-peak roofline target; 3: dtype as bits, floor per class;
 # 4: collectives relative to NCCL's own ring model; 5: NCCL's ring + tree model on its topology's
 # link credit (`analytical.nccl`); 6: and the warm-L2 memory bound for GEMM and attention;
 # 7: the stack's release as a column (`predictors.transfer_data.version_of`); 8: the floor in
-# SM clock cycles at the GPU's boost clock (`predictors.transfer.launch_floor`)
+# SM clock cycles at the GPU's boost clock (`predictors.transfer.launch_floor`); 9: NCCL's
+# intra-node transport of a collective (`_nccl_transport`)
 TRANSFER_FAMILIES = ("gemm", "attention", "collective", "memory")
 # Families whose target denominator serves the L2-resident share of the operands from L2
 # (`warm_roofline_s`): the curated GEMM and attention rows are TensorRT-LLM's and Vidur's
@@ -241,8 +244,23 @@ def collective_row(op: CollectiveSpec, hw: HardwareSpec) -> list[float]:
     row += [_log2(best), float(steps), float(inter), float(int(np.argmin(protos))),
             _log2(op.bytes / bandwidth / best)]
     row += [1.0 if fabric == f else 0.0 for f in _NCCL_FABRICS[:2]] + [float(op.nodes > 1)]
+    row += _nccl_transport(op, hw)
     row += [1.0 if op.kind == k else 0.0 for k in CollectiveKind]
     return row + _dtype(op)
+
+
+def _nccl_transport(op: CollectiveSpec, hw: HardwareSpec) -> list[float]:
+    """How NCCL moves the group's data inside the node, one-hot: NVLink, PCIe P2P, or SHM
+    through host memory where its topology refuses P2P (`analytical.nccl.intra_transport`);
+    all zero with one rank per node. It separates GPUs whose PCIe links look alike on the
+    datasheet but not to NCCL: held out leave-one-GPU-out (3,000 rows per GPU, seeds 0 / 1),
+    A100 PCIe (P2P through PCIe switches) went 87.9 / 88.0% -> 52.8 / 62.5% once L40S's
+    P2P-less rows stopped teaching that 4 GPUs on PCIe collapse; the other six GPUs moved by at
+    most 2 points, except L40S at seed 1 (60.0 -> 65.6). The searched graph's channel count,
+    NCCL's chosen algorithm and the latency share of its time were tried beside it and
+    rejected: H100 NVL 28.1 -> 146.6%, L40S 60.4 -> 107.2% (the channel count names a GPU)."""
+    transport = intra_transport(op, hw)
+    return [1.0 if transport == t else 0.0 for t in NcclTransport]
 
 
 _COLLECTIVE = (["log2_size_bytes", "log2_chunk_bytes", "group_size", "ranks_per_node", "nodes",
@@ -250,6 +268,7 @@ _COLLECTIVE = (["log2_size_bytes", "log2_chunk_bytes", "group_size", "ranks_per_
                 "log2_size_over_l2", "log2_nccl_s", "ring_steps", "ring_inter_steps",
                 "nccl_protocol", "nccl_bandwidth_share"]
                + [f"fabric_{f}" for f in _NCCL_FABRICS]
+               + [f"transport_{t.value}" for t in NcclTransport]
                + [f"kind_{k.value}" for k in CollectiveKind] + _DTYPE)
 
 

@@ -11,7 +11,9 @@ from analytical.hardware import get_hardware
 from analytical.nccl import (
     NcclAlgorithm,
     NcclProtocol,
+    NcclTransport,
     graph_bandwidth,
+    intra_transport,
     nccl_candidates,
     nccl_choice,
     ring_channels,
@@ -126,3 +128,16 @@ def test_bridged_pair_runs_on_its_bridge_and_pcie_has_no_ll128() -> None:
     tiny = _spec(CK.ALL_REDUCE, 8, 8)
     # PCIe: LL 6.6 us + 14 x hwLatencies[PCI][Ring][LL] 1.0 us
     assert nccl_choice(tiny, get_hardware("l40s")).latency_s == pytest.approx(20.6e-6)
+
+
+@pytest.mark.parametrize(("gpu", "n", "transport"), [
+    ("h100-sxm", 8, NcclTransport.NVLINK), ("a100-pcie-80gb", 2, NcclTransport.NVLINK),
+    ("a100-pcie-80gb", 4, NcclTransport.PCIE_P2P), ("l40s", 4, NcclTransport.SHM),
+    ("a40", 4, NcclTransport.SHM), ("a10", 4, NcclTransport.PCIE_P2P)])
+def test_intra_transport_follows_the_topologys_p2p(gpu: str, n: int,
+                                                    transport: NcclTransport) -> None:
+    """NVLink where the group's path is NVLink (a bridged pair too), SHM where the topology
+    says the GPUs reach each other only through the CPU (``pcie_p2p: false``), PCIe P2P
+    otherwise, also without a topology (a10)."""
+    assert intra_transport(_spec(CK.ALL_REDUCE, 1 << 20, n), get_hardware(gpu)) == transport
+    assert intra_transport(_spec(CK.SEND_RECV, 1 << 20, 2, 1), get_hardware(gpu)) is None

@@ -453,3 +453,45 @@ def test_the_chain_takes_transfer_answers_for_gemms_only(monkeypatch):
     for family, op in (("attention", attention), ("memory", norm)):
         answer = transfer_answers(family, [op], hw)
         assert not answer.loaded and not answer.seconds
+
+
+def test_collective_rows_carry_nccls_transport() -> None:
+    """The transport one-hot tells a P2P-less PCIe box (L40S: SHM) from one with PCIe
+    switches (A100 PCIe), which the links alone do not."""
+    from analytical.hardware import get_hardware
+    from analytical.ops import CollectiveKind, CollectiveSpec
+    from predictors.transfer_features import transfer_feature_names, transfer_matrix
+
+    names = transfer_feature_names("collective")
+    op = CollectiveSpec(kind=CollectiveKind.ALL_REDUCE, size_bytes=1 << 24, group_size=4,
+                        ranks_per_node=4)
+    cols = [names.index(f"transport_{t}") for t in ("nvlink", "pcie_p2p", "shm")]
+    rows = {gpu: transfer_matrix("collective", [op], get_hardware(gpu))[0][cols].tolist()
+            for gpu in ("l40s", "a100-pcie-80gb", "h100-sxm")}
+    assert rows == {"l40s": [0.0, 0.0, 1.0], "a100-pcie-80gb": [0.0, 1.0, 0.0],
+                    "h100-sxm": [1.0, 0.0, 0.0]}
+
+
+def test_a_held_out_gpu_is_not_trained_on_copies_of_its_rows() -> None:
+    """Another GPU's table whose shared op keys carry the held-out GPU's latencies to the bit
+    is the same measurement under another name (Vidur's one send/recv table for two systems):
+    `copies_of` marks all of it. A table where single rows coincide (whole-microsecond
+    timings) or another stack's rows are measurements of their own."""
+    from analytical.ops import CollectiveKind, CollectiveSpec
+    from predictors.transfer import Rows
+    from predictors.transfer_eval import copies_of
+
+    sizes = [1 << (10 + i) for i in range(10)]
+    ops = [CollectiveSpec(kind=CollectiveKind.SEND_RECV, size_bytes=b, group_size=2,
+                          ranks_per_node=1) for b in sizes]
+    t = [1e-5 * (i + 1) for i in range(10)]
+    other = [x if i == 0 else 2 * x for i, x in enumerate(t)]  # one coincidence in ten
+    gpu = ["a100-pcie-80gb"] * 10 + ["h100-nvl"] * 10 + ["a40"] * 10 + ["h100-sxm"] * 10
+    stacks = ["vidur"] * 30 + ["nccl"] * 10
+    rows = Rows(gpu=np.array(gpu), ops=tuple(ops * 4), stacks=np.array(stacks),
+                versions=np.zeros(40), features=np.zeros((40, 1)),
+                latency_s=np.array(t + t + other + t), ideal_s=np.ones(40),
+                clock_hz=np.zeros(40))
+    marked = copies_of(rows, "a100-pcie-80gb")
+    assert marked.tolist() == [False] * 10 + [True] * 10 + [False] * 20
+    assert not copies_of(rows, "a40").any()
