@@ -52,10 +52,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from enum import StrEnum
+from typing import Any
 
 from analytical.dtypes import DType
 from analytical.layer_edges import unfused_loss_passes
-from analytical.layer_spec import Node, Param, Stream
+from analytical.layer_spec import CpAlgorithm, Node, Param, Stream
 from analytical.memory import Framework
 from analytical.ops import (
     AttentionSpec,
@@ -66,7 +67,7 @@ from analytical.ops import (
     MemoryOpKind,
 )
 
-__all__ = ["SYMM_MEM_TP", "Fp8Recipe", "copy_pass", "eager_traffic", "fsdp_copy_nodes",
+__all__ = ["SYMM_MEM_TP", "Fp8Recipe", "copy_pass", "cp_sharding", "eager_traffic", "fsdp_copy_nodes",
            "loss_upcast_nodes", "optimizer_traffic", "rowwise_backward", "rowwise_nodes",
            "ring_merge_nodes", "symm_mem_reduce_nodes", "unfused_loss_nodes", "unpad_nodes"]
 
@@ -272,12 +273,25 @@ def symm_mem_reduce_nodes(framework: str, tp_overlap: bool, fwd: Sequence[Node],
 # and their fp32 concatenation for the next rank (read 4, write 4 each), the fp32 dQ
 # accumulation (10 bytes), and at the end dQ, dK, dV cast back to bf16 (6 bytes each). In bf16
 # copy passes (4 bytes per element) over the local queries [tokens, heads x head dim] and one
-# of K or V [tokens, kv heads x head dim]; half the remote steps are partial (their merges over
+# of K or V [tokens, heads x head dim: torchtitan repeats K/V to the query heads before SDPA];
+# half the remote steps are partial (their merges over
 # half the queries plus the 8-byte re-concatenation): (forward, backward) per remote step, and
 # once per layer. Megatron-Core / NeMo run TE's fused CP attention instead.
 RING_MERGE_PER_STEP = {"q": ((0.75 * 38 + 0.5 * 8) / 4, 10 / 4), "kv": (2 * 4 / 4, 2 * 22 / 4)}
 RING_MERGE_ONCE = {"q": ((6 + 6) / 4, 6 / 4), "kv": (0.0, 2 * 6 / 4)}
 TORCH_CP = frozenset({Framework.TORCHTITAN})
+
+
+def cp_sharding(framework: str, stated: str | None) -> dict[str, Any]:
+    """`Sharding`'s CP fields: the exchange (the scenario's ``cp_algorithm`` where stated, else
+    torchtitan's default rotate method "allgather", `--experimental.context_parallel_rotate_
+    method` in torchtitan/config_manager.py at 9dec370, torch's `_cp_options.rotate_method`
+    default `_RotateMethod.ALL_GATHER`; Megatron-Core's p2p ring for the others) and whether it
+    is PyTorch's context parallel (``cp_torch``)."""
+    torch_cp = Framework(framework) in TORCH_CP
+    default = CpAlgorithm.ALL_GATHER if torch_cp else CpAlgorithm.RING
+    return {"cp_algorithm": CpAlgorithm(stated) if stated is not None else default,
+            "cp_torch": torch_cp}
 
 
 def ring_merge_nodes(framework: str, fwd: Sequence[Node], cp: int
@@ -292,7 +306,7 @@ def ring_merge_nodes(framework: str, fwd: Sequence[Node], cp: int
     out_b: list[Node] = []
     for op in local:
         rows = op.batch * op.q_len
-        cols = {"q": op.heads * op.head_dim, "kv": op.kv_heads * op.head_dim}
+        cols = {"q": op.heads * op.head_dim, "kv": op.heads * op.head_dim}  # repeated K/V
         for part, width in cols.items():
             for phase, out in ((0, out_f), (1, out_b)):
                 count = ((cp - 1) * RING_MERGE_PER_STEP[part][phase]

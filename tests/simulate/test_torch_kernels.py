@@ -281,9 +281,46 @@ def test_torch_context_parallel_merges_each_remote_block_in_fp32():
     assert set(merges) == {"cp_merge_q", "cp_merge_kv", "cp_merge_q.bwd", "cp_merge_kv.bwd"}
     q = merges["cp_merge_q"]
     assert (q.op.rows, q.op.cols) == (32768 // 4, 4096)  # local queries x heads * head dim
-    assert merges["cp_merge_kv"].op.cols == 1024  # 8 KV heads x 128
+    assert merges["cp_merge_kv"].op.cols == 4096  # K/V repeated to the 32 query heads x 128
     assert q.count == pytest.approx(3 * RING_MERGE_PER_STEP["q"][0] + RING_MERGE_ONCE["q"][0])
     assert all(n.core for n in merges.values())  # inside the SDPA op selective AC saves
     assert ring_merge_nodes("torchtitan", b.fwd, 1) == ([], [])
     assert not any(n.name.startswith("cp_merge") for n in (*block("megatron", 4).fwd,
                                                            *block("torchtitan", 1).fwd))
+
+
+def test_torch_context_parallel_gathers_repeated_kv_behind_the_local_block():
+    """torchtitan's CP: the all-gather rotation (its default) of K/V repeated to the query heads,
+    hidden behind the local causal block only; Megatron's ring of the GQA K/V is unchanged."""
+    from analytical.layer_spec import CP_ROTATE_GATHER, CpAlgorithm, Stream
+    from simulate.costs import _cp_exposed_s
+    from simulate.engines import Estimate
+    from simulate.graph import TrainStep, layer_block
+    from simulate.torch_kernels import cp_sharding
+
+    assert cp_sharding("torchtitan", None) == {"cp_algorithm": CpAlgorithm.ALL_GATHER,
+                                               "cp_torch": True}
+    assert cp_sharding("torchtitan", "ring")["cp_algorithm"] == CpAlgorithm.RING
+    assert cp_sharding("megatron", None) == {"cp_algorithm": CpAlgorithm.RING, "cp_torch": False}
+    model = load_model("llama-3-8b")
+
+    def cp_nodes(sh: Sharding, framework: str):
+        step = TrainStep(sharding=sh, micro_batch=1, seq_len=32768, framework=framework)
+        b = layer_block(model, step, moe=False)
+        return b, [n for n in b.fwd if n.stream == Stream.CP]
+
+    b, (gather,) = cp_nodes(Sharding(cp=4, cp_algorithm=CpAlgorithm.ALL_GATHER, cp_torch=True),
+                            "torchtitan")
+    assert gather.name == CP_ROTATE_GATHER
+    # 4 ranks x 8192 local tokens x 32 heads x (128 + 128) x 2 bytes
+    assert gather.op.size_bytes == 4 * 8192 * 32 * 256 * 2
+    _, (ring,) = cp_nodes(Sharding(cp=4), "megatron")
+    assert ring.op.size_bytes == 8192 * 8 * 256 * 2  # one GQA block per ring step
+
+    def exposed(comm_s: float) -> float:
+        est = {n.op.key: Estimate(latency_s=(comm_s if n.stream == Stream.CP else 1e-3),
+                                  engine="roofline") for n in b.fwd}
+        return _cp_exposed_s(b.fwd, est, 1.0)
+
+    assert exposed(1e-4) == pytest.approx(0.0)  # shorter than the local block: hidden
+    assert exposed(5e-3) == pytest.approx(5e-3 - 1e-3)  # only the local block (1 ms) hides it
