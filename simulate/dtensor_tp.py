@@ -10,14 +10,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from analytical.dtypes import DType
 from analytical.layer_backward import REGATHER, own_backward_reduce_scatter
 from analytical.layer_spec import Node, Stream
 from analytical.memory import Framework
 from analytical.ops import CollectiveKind, CollectiveSpec, GemmSpec
-from simulate.torch_kernels import copy_pass
+from simulate.torch_kernels import Fp8Recipe, copy_pass
 
-__all__ = ["DTENSOR_SP_COPY", "DTENSOR_TP", "SEPARATE_PROJECTIONS", "dtensor_tp_backward",
-           "separate_projections", "sp_layout_copies"]
+__all__ = ["DTENSOR_SP_COPY", "DTENSOR_TP", "FLOAT8_TP", "SEPARATE_PROJECTIONS",
+           "dtensor_tp_backward", "float8_tp", "float8_tp_gathers", "separate_projections",
+           "sp_layout_copies"]
 
 
 # torchtitan's tensor parallelism is DTensor's (torch/distributed/tensor/parallel/style.py,
@@ -100,4 +102,37 @@ def separate_projections(framework: str, fwd: Sequence[Node], q: int, kv: int) -
                     for w in ("w1", "w3")]
         else:
             out.append(n)
+    return out
+
+
+# torchtitan's float8 tensor parallelism (torchtitan/models/llama3/parallelize_llama.py at
+# 820504e, `parallelize_llama.py` at 9dec370; torchao/float8/float8_tensor_parallel.py): with
+# tensorwise scaling the block plan takes `PrepareFloat8ModuleInput` / `Float8ColwiseParallel`
+# / `Float8RowwiseParallel`, which cast the sequence-sharded input to float8 *before* the
+# all-gather (one cast of the shard, shared by wq/wk/wv and w1/w3) and gather it in float8, and
+# whose `NoopFwToFloat8BwDynamic` casts the output gradient before the backward all-gather of
+# the row-parallel output, so every TP all-gather carries 1 byte per element; the
+# reduce-scatters stay bf16. "For rowwise recipes, we use regular TP and all-gather happens in
+# high precision" (820504e), as with bf16.
+FLOAT8_TP = frozenset({Framework.TORCHTITAN})
+
+
+def float8_tp(framework: str, recipe: str) -> bool:
+    """Whether the framework's fp8 TP gathers in float8 (comment above); for fp8 runs."""
+    return Framework(framework) in FLOAT8_TP and Fp8Recipe(recipe) == Fp8Recipe.TENSORWISE
+
+
+def float8_tp_gathers(framework: str, recipe: str, fp8: bool, nodes: Sequence[Node]
+                      ) -> list[Node]:
+    """``nodes`` with their TP all-gathers in float8 under `float8_tp`; unchanged otherwise."""
+    if not (fp8 and float8_tp(framework, recipe)):
+        return list(nodes)
+    out = []
+    for n in nodes:
+        op = n.op
+        if (n.stream == Stream.TP and isinstance(op, CollectiveSpec)
+                and op.kind == CollectiveKind.ALL_GATHER and op.dtype.bytes > 1):
+            n = replace(n, op=replace(op, dtype=DType.FP8,
+                                      size_bytes=max(1, int(op.size_bytes // op.dtype.bytes))))
+        out.append(n)
     return out

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from analytical.activations import local_kv_heads
 from analytical.attention_span import AttentionKind
+from analytical.dtypes import DType
 from analytical.layer_backward import backward_nodes, recompute_nodes
 from analytical.layer_edges import embedding_ops, final_norm_op, lm_head_ops
 from analytical.layer_spec import (
@@ -29,7 +30,12 @@ from analytical.memory import Framework
 from analytical.model_spec import ModelSpec
 from analytical.ops import CollectiveKind
 from analytical.parallel import Recompute, RecomputeModule
-from simulate.dtensor_tp import dtensor_tp_backward, separate_projections, sp_layout_copies
+from simulate.dtensor_tp import (
+    dtensor_tp_backward,
+    float8_tp_gathers,
+    separate_projections,
+    sp_layout_copies,
+)
 from simulate.efficiency import fp8_cast_nodes, grad_reduce_dtype
 from simulate.moe_kernels import expert_elementwise_nodes
 from simulate.rope_kernels import unfused_rope_nodes
@@ -137,6 +143,8 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
     if sh.fsdp_group > 1 and layer_params_per_rank > 0:  # after recompute: not repeated
         copy_f, copy_b = fsdp_copy_nodes(step.framework, layer_params_per_rank, model.hidden)
         fwd, bwd = [*fwd, *copy_f], [*bwd, *copy_b]
+    fp8 = step.precision.gemm == DType.FP8  # torchtitan's float8 TP gathers in fp8
+    fwd, bwd = (float8_tp_gathers(step.framework, step.fp8_recipe, fp8, n) for n in (fwd, bwd))
     fwd, bwd = _with_sp_copies(step, fwd, bwd)
     name = ("moe_layer" if moe else "dense_layer") + (
         "" if attention is AttentionKind.FULL else f".{attention.value}")

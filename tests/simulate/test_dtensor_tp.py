@@ -130,3 +130,29 @@ def test_per_op_sac_recomputes_wk_wo_and_w3_as_torchtitan_issues_them():
     assert recomputed("megatron", Recompute.SELECTIVE) == []  # Megatron's core-attention policy
     fwd = _layer("megatron").fwd
     assert separate_projections("megatron", fwd, 512, 128) == list(fwd)
+
+
+def test_float8_tensorwise_tp_gathers_in_fp8_and_casts_the_shard():
+    """torchtitan's float8 TP (tensorwise): every TP all-gather carries 1 byte per element and
+    the column-parallel inputs are cast on the sequence shard before it; rowwise gathers bf16."""
+    from analytical.dtypes import DType
+    from analytical.layer_spec import Precision
+
+    def layer(recipe: str):
+        step = TrainStep(sharding=Sharding(tp=8, sp=True, tp_rpn=8), micro_batch=2,
+                         seq_len=4096, framework="torchtitan", recompute=Recompute.FULL,
+                         precision=Precision(gemm=DType.FP8, act=DType.BF16), fp8_recipe=recipe)
+        return layer_block(load_model("llama-3-8b"), step, moe=False)
+
+    tensorwise, rowwise = layer("tensorwise"), layer("rowwise")
+    for b, dtype in ((tensorwise, DType.FP8), (rowwise, DType.BF16)):
+        gathers = _tp((*b.fwd, *b.bwd), CollectiveKind.ALL_GATHER)
+        assert gathers and all(n.op.dtype == dtype for n in gathers)
+        assert all(n.op.dtype == DType.BF16
+                   for n in _tp((*b.fwd, *b.bwd), CollectiveKind.REDUCE_SCATTER))
+    tokens = 2 * 4096
+    gather = {n.name: n.op.size_bytes for n in _tp(tensorwise.fwd)}["attn.sp_all_gather"]
+    assert gather == tokens * 4096  # [tokens, hidden] in fp8
+    t_cast = [n.op.rows for n in tensorwise.fwd if n.name == "qkv_proj.fp8_cast_input"]
+    r_cast = [n.op.rows for n in rowwise.fwd if n.name == "qkv_proj.fp8_cast_input"]
+    assert (t_cast, r_cast) == ([tokens // 8], [tokens])
