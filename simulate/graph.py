@@ -43,6 +43,7 @@ from simulate.torch_kernels import (
     fsdp_copy_nodes,
     loss_upcast_nodes,
     ring_merge_nodes,
+    rowwise_forward,
     symm_mem_reduce_nodes,
     unfused_loss_nodes,
     unpad_nodes,
@@ -118,6 +119,7 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
     bwd = dtensor_tp_backward(step.framework,
                               backward_nodes(fwd, frozen_base=step.lora is not None))
     cast_f, cast_b = fp8_cast_nodes(fwd, step.framework, step.fp8_recipe)
+    fwd = rowwise_forward(step.framework, step.fp8_recipe, fwd)
     pad_f, pad_b = unpad_nodes(fwd, step.framework, step.attention)
     moe_f, moe_b = expert_elementwise_nodes(fwd, model, step.framework, step.precision.act)
     sum_f = symm_mem_reduce_nodes(step.framework, step.tp_overlap, fwd, step.tokens)

@@ -67,9 +67,10 @@ from analytical.ops import (
     MemoryOpKind,
 )
 
-__all__ = ["SYMM_MEM_TP", "Fp8Recipe", "copy_pass", "cp_sharding", "eager_traffic", "fsdp_copy_nodes",
-           "loss_upcast_nodes", "optimizer_traffic", "rowwise_backward", "rowwise_nodes",
-           "ring_merge_nodes", "symm_mem_reduce_nodes", "unfused_loss_nodes", "unpad_nodes"]
+__all__ = ["SYMM_MEM_TP", "Fp8Recipe", "copy_pass", "cp_sharding", "eager_traffic",
+           "fsdp_copy_nodes", "loss_upcast_nodes", "optimizer_traffic", "ring_merge_nodes",
+           "rowwise_backward", "rowwise_forward", "rowwise_nodes", "symm_mem_reduce_nodes",
+           "unfused_loss_nodes", "unpad_nodes"]
 
 PYTORCH_NATIVE = frozenset({Framework.TORCHTITAN, Framework.COMPOSER, Framework.DEEPSPEED})
 
@@ -280,6 +281,7 @@ def symm_mem_reduce_nodes(framework: str, tp_overlap: bool, fwd: Sequence[Node],
 RING_MERGE_PER_STEP = {"q": ((0.75 * 38 + 0.5 * 8) / 4, 10 / 4), "kv": (2 * 4 / 4, 2 * 22 / 4)}
 RING_MERGE_ONCE = {"q": ((6 + 6) / 4, 6 / 4), "kv": (0.0, 2 * 6 / 4)}
 TORCH_CP = frozenset({Framework.TORCHTITAN})
+TORCHAO_FP8 = frozenset({Framework.TORCHTITAN})  # float8 linears from torchao's Float8Linear
 
 
 def cp_sharding(framework: str, stated: str | None) -> dict[str, Any]:
@@ -333,3 +335,32 @@ def rowwise_backward(fwd: Sequence[Node]) -> list[Node]:
     """`rowwise_nodes` of every fp8 weight GEMM in a layer's forward nodes."""
     return [p for n in fwd if isinstance(n.op, GemmSpec) and n.op.dtype == DType.FP8
             and n.param != Param.NONE for p in rowwise_nodes(n.name, n.op)]
+
+
+# The forward GEMM of torchao's rowwise recipe (fast accumulation) is PyTorch's CUTLASS
+# row-scaled `_scaled_mm` on sm90, the tensorwise one cuBLASLt. Their time ratio, median over the
+# 29 linear shapes of this project's H100 measurement at each token count m
+# (datasets/measurements/llmsim/h100-sxm/fp8-gemm/fp8_gemm.csv, `scripts/gpu_fp8_gemm.py`,
+# torch 2.11; the H200 run gives 1.03-1.05 from m = 1,024): a token count between two measured
+# ones takes the nearest below, one past the largest the largest's. The backward GEMMs run
+# cuBLAS tensorwise with unit scales (module docstring), so only the forward (and its recompute)
+# pays it.
+ROWWISE_FWD_RATIO: dict[int, float] = {
+    1: 1.487, 16: 1.417, 64: 1.197, 128: 1.079, 256: 1.163, 512: 1.097, 1024: 1.047,
+    2048: 1.043, 4096: 1.043, 8192: 1.044, 16384: 1.083}
+
+
+def rowwise_forward(framework: str, recipe: str, fwd: Sequence[Node]) -> list[Node]:
+    """``fwd`` with each fp8 weight GEMM's time scaled by `ROWWISE_FWD_RATIO` (as its node
+    count) under torchao's rowwise recipe; unchanged otherwise."""
+    if Fp8Recipe(recipe) != Fp8Recipe.ROWWISE or Framework(framework) not in TORCHAO_FP8:
+        return list(fwd)
+    out = []
+    for n in fwd:
+        op = n.op
+        if isinstance(op, GemmSpec) and op.dtype == DType.FP8 and n.param != Param.NONE:
+            m = op.m * op.batch
+            ratio = ROWWISE_FWD_RATIO[max((k for k in ROWWISE_FWD_RATIO if k <= m), default=1)]
+            n = replace(n, count=n.count * ratio)
+        out.append(n)
+    return out

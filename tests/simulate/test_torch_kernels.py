@@ -324,3 +324,41 @@ def test_torch_context_parallel_gathers_repeated_kv_behind_the_local_block():
 
     assert exposed(1e-4) == pytest.approx(0.0)  # shorter than the local block: hidden
     assert exposed(5e-3) == pytest.approx(5e-3 - 1e-3)  # only the local block (1 ms) hides it
+
+
+def test_rowwise_forward_gemm_takes_the_measured_cutlass_ratio():
+    """torchao rowwise: the forward fp8 GEMMs run at the H100 CUTLASS / cuBLASLt time ratio
+    measured at their token count (the table is the CSV's median per m); tensorwise,
+    other frameworks and the GEMMs' backward are untouched."""
+    import csv
+    import statistics
+    from collections import defaultdict
+    from pathlib import Path
+
+    from analytical.dtypes import DType
+    from analytical.layer_spec import Precision
+    from simulate.graph import TrainStep, layer_block
+    from simulate.torch_kernels import ROWWISE_FWD_RATIO
+
+    path = (Path(__file__).resolve().parents[2]
+            / "datasets/measurements/llmsim/h100-sxm/fp8-gemm/fp8_gemm.csv")
+    times: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
+    with path.open() as f:
+        for r in csv.DictReader(f):
+            times[(r["shape"], int(r["m"]))][r["kernel"]] = float(r["seconds"])
+    per_m: dict[int, list[float]] = defaultdict(list)
+    for (_, m), t in times.items():
+        per_m[m].append(t["fp8_rowwise"] / t["fp8_tensorwise"])
+    assert {m: round(statistics.median(v), 3) for m, v in per_m.items()} == ROWWISE_FWD_RATIO
+
+    def gemms(framework: str, recipe: str):
+        step = TrainStep(sharding=Sharding(), micro_batch=1, seq_len=3000, framework=framework,
+                         precision=Precision(gemm=DType.FP8, act=DType.BF16), fp8_recipe=recipe)
+        b = layer_block(load_model("llama-3-8b"), step, moe=False)
+        return {n.name: n.count for part in (b.fwd, b.bwd) for n in part
+                if n.op.family == "gemm"}
+
+    rowwise, tensorwise = gemms("torchtitan", "rowwise"), gemms("torchtitan", "tensorwise")
+    assert rowwise["qkv_proj"] == pytest.approx(ROWWISE_FWD_RATIO[2048])  # 3000 tokens
+    assert rowwise["qkv_proj.dgrad"] == tensorwise["qkv_proj"] == 1.0
+    assert gemms("megatron", "rowwise")["qkv_proj"] == 1.0
