@@ -44,6 +44,7 @@ from analytical.roofline import roofline_estimate
 from simulate.dtensor_tp import float8_tp
 from simulate.engines import EngineChain, Estimate
 from simulate.torch_kernels import (
+    SHARED_INPUT,
     SYMM_MEM_TP,
     Fp8Recipe,
     eager_traffic,
@@ -281,7 +282,7 @@ def fp8_cast_nodes(fwd: Sequence[Node], framework: str, recipe: str = "tensorwis
             rows = op.m * op.batch
             fused = (fw in NORM_FUSED_CAST and prev is not None
                      and isinstance(prev.op, MemoryBoundSpec) and prev.op.kind in _NORMS)
-            if not fused:
+            if not fused and not n.name.endswith(SHARED_INPUT):
                 shard = gathered if float8_tp(framework, recipe) else 1
                 out_f.append(_cast(f"{n.name}.fp8_cast_input", rows // shard, op.k))
             if fw in WEIGHT_CAST_PER_CALL:

@@ -33,6 +33,7 @@ from analytical.parallel import Recompute, RecomputeModule
 from simulate.dtensor_tp import (
     dtensor_tp_backward,
     float8_tp_gathers,
+    projection_grad_sums,
     separate_projections,
     sp_layout_copies,
 )
@@ -116,8 +117,10 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
     fwd = list(layer_ops(model, sh, step.batch, LayerPhase.TRAIN, moe=moe,
                          precision=step.precision, lora=step.lora, flash=step.flash,
                          attention=attention))
-    bwd = dtensor_tp_backward(step.framework,
-                              backward_nodes(fwd, frozen_base=step.lora is not None))
+    fwd = separate_projections(step.framework, fwd, *_projection_widths(model, sh.tp))
+    bwd = [*dtensor_tp_backward(step.framework,
+                                backward_nodes(fwd, frozen_base=step.lora is not None)),
+           *projection_grad_sums(fwd)]
     cast_f, cast_b = fp8_cast_nodes(fwd, step.framework, step.fp8_recipe)
     fwd = rowwise_forward(step.framework, step.fp8_recipe, fwd)
     pad_f, pad_b = unpad_nodes(fwd, step.framework, step.attention)
@@ -138,9 +141,7 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
         fwd = [ag, *fwd]
         bwd = [ag, *bwd, rs]
     per_op = step.framework == Framework.TORCHTITAN
-    counted = (separate_projections(step.framework, fwd, *_projection_widths(model, sh.tp))
-               if step.recompute == Recompute.SELECTIVE else fwd)  # what its per-op SAC counts
-    bwd = [*recompute_nodes(counted, step.recompute, per_op=per_op,
+    bwd = [*recompute_nodes(fwd, step.recompute, per_op=per_op,
                             modules=step.recompute_modules), *bwd]
     if sh.fsdp_group > 1 and layer_params_per_rank > 0:  # after recompute: not repeated
         copy_f, copy_b = fsdp_copy_nodes(step.framework, layer_params_per_rank, model.hidden)

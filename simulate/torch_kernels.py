@@ -67,7 +67,7 @@ from analytical.ops import (
     MemoryOpKind,
 )
 
-__all__ = ["SYMM_MEM_TP", "Fp8Recipe", "copy_pass", "cp_sharding", "eager_traffic",
+__all__ = ["SHARED_INPUT", "SYMM_MEM_TP", "Fp8Recipe", "copy_pass", "cp_sharding", "eager_traffic",
            "fsdp_copy_nodes", "loss_upcast_nodes", "optimizer_traffic", "ring_merge_nodes",
            "rowwise_backward", "rowwise_forward", "rowwise_nodes", "symm_mem_reduce_nodes",
            "unfused_loss_nodes", "unpad_nodes"]
@@ -319,12 +319,19 @@ def ring_merge_nodes(framework: str, fwd: Sequence[Node], cp: int
     return out_f, out_b
 
 
+# torchtitan's split projections that read the input of the one before them (wk and wv after
+# wq, w3 after w1; `dtensor_tp.separate_projections`): the same cast ops on the same tensor,
+# which AOTAutograd's CSE (torch._functorch.config.cse) merges, so their input is cast once.
+SHARED_INPUT = (".wk", ".wv", ".w3")
+
+
 def rowwise_nodes(gemm_name: str, op: GemmSpec) -> list[Node]:
     """The backward passes rowwise scaling adds to one fp8 linear layer ([rows, k] @ [k, n]):
     the input, weight and output gradient cast along their second axis, and the rescale of the
     input-gradient and weight-gradient outputs (module docstring)."""
     rows = op.m * op.batch
-    return [copy_pass(f"{gemm_name}.fp8_rowwise_cast_input_t", rows, op.k),
+    shared = gemm_name.endswith(SHARED_INPUT)  # its input's cast is its sibling's
+    return [*([] if shared else [copy_pass(f"{gemm_name}.fp8_rowwise_cast_input_t", rows, op.k)]),
             copy_pass(f"{gemm_name}.fp8_rowwise_cast_weight_t", op.k, op.n),
             copy_pass(f"{gemm_name}.fp8_rowwise_cast_grad_t", rows, op.n),
             copy_pass(f"{gemm_name}.fp8_rowwise_rescale_dgrad", rows, op.k),

@@ -359,6 +359,6 @@ def test_rowwise_forward_gemm_takes_the_measured_cutlass_ratio():
                 if n.op.family == "gemm"}
 
     rowwise, tensorwise = gemms("torchtitan", "rowwise"), gemms("torchtitan", "tensorwise")
-    assert rowwise["qkv_proj"] == pytest.approx(ROWWISE_FWD_RATIO[2048])  # 3000 tokens
-    assert rowwise["qkv_proj.dgrad"] == tensorwise["qkv_proj"] == 1.0
+    assert rowwise["qkv_proj.wk"] == pytest.approx(ROWWISE_FWD_RATIO[2048])  # 3000 tokens
+    assert rowwise["qkv_proj.wk.dgrad"] == tensorwise["qkv_proj.wk"] == 1.0
     assert gemms("megatron", "rowwise")["qkv_proj"] == 1.0
