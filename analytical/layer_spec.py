@@ -32,6 +32,11 @@ class CpAlgorithm(StrEnum):
     ALL_GATHER = "all_gather"  # gather all KV before attention, reduce-scatter dKV after
 
 
+# The node of PyTorch context parallel's all-gather rotation (`Sharding.cp_torch`): the pass
+# costs hide it behind the local attention block only, its dK/dV behind the remote blocks.
+CP_ROTATE_GATHER = "cp_rotate_all_gather_kv"
+
+
 class Stream(StrEnum):
     """Where a node or an executed task runs: the compute stream or a communication stream (one
     per parallel group, as Megatron-Core issues each group's collectives on its own stream)."""
@@ -76,6 +81,12 @@ class Sharding:
     cp_rpn: int = 1
     ep_rpn: int = 1
     cp_algorithm: CpAlgorithm = CpAlgorithm.RING
+    # PyTorch's experimental context_parallel (torchtitan): it rotates the K/V handed to SDPA,
+    # which torchtitan has repeated to the query heads (`repeat_kv`, torchtitan/models/llama/
+    # model.py at 9dec370), and its all-gather rotation (`_RotateMethod.ALL_GATHER`) is issued
+    # before the local causal block and waited on after it (torch/distributed/tensor/
+    # experimental/_attention.py `_templated_ring_attention`), dK/dV passed on around the ring.
+    cp_torch: bool = False
     fsdp_group: int = 1  # > 1: ZeRO-3/FSDP gathers each layer's parameters over this group
     fsdp_rpn: int = 1
 

@@ -21,6 +21,7 @@ from analytical.attention_span import AttentionKind
 from analytical.dtypes import DType
 from analytical.errors import SpecError
 from analytical.layer_spec import (
+    CP_ROTATE_GATHER,
     LORA_TARGETS,
     CpAlgorithm,
     LayerPhase,
@@ -194,12 +195,14 @@ def attention_core(model: ModelSpec, sh: Sharding, batch: TokenBatch, phase: Lay
         return nodes
     remote = AttentionSpec(q_len=max(1, q // 2), kv_len=kv, causal=False, **att)
     nodes.append(Node(name="attention.cp_block", op=remote, count=sh.cp - 1, core=True))
-    kv_bytes = batch.seqs * kv * kv_heads * (qk_dim + v_dim) * dtype.bytes
+    sent_heads = heads if sh.cp_torch else kv_heads  # torchtitan rotates the repeated K/V
+    kv_bytes = batch.seqs * kv * sent_heads * (qk_dim + v_dim) * dtype.bytes
     if sh.cp_algorithm == CpAlgorithm.RING:  # one KV block per ring step
         nodes.append(coll("cp_ring_kv", CollectiveKind.SEND_RECV, kv_bytes, 2,
                           2 if sh.cp_rpn > 1 else 1, Stream.CP, dtype, sh.cp - 1))
     else:
-        nodes.append(coll("cp_all_gather_kv", CollectiveKind.ALL_GATHER, kv_bytes * sh.cp, sh.cp,
+        name = CP_ROTATE_GATHER if sh.cp_torch else "cp_all_gather_kv"
+        nodes.append(coll(name, CollectiveKind.ALL_GATHER, kv_bytes * sh.cp, sh.cp,
                           sh.cp_rpn, Stream.CP, dtype))
     return nodes
 

@@ -11,11 +11,11 @@ ratio slowdown of `simulate.overlap`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from analytical.layer_backward import own_backward_reduce_scatter
-from analytical.layer_spec import Stream
+from analytical.layer_spec import CP_ROTATE_GATHER, Stream
 from simulate.engines import Estimate
 from simulate.graph import Block, Node
 from simulate.overlap import overlap_window
@@ -42,7 +42,7 @@ class BlockCost:
 
 def _pass(nodes: Sequence[Node], est: Mapping[str, Estimate], *, tp_overlap: bool,
           slowdown: float, rs_splits: int = 0, exposed_rs: bool = False) -> PassCost:
-    compute = attention = 0.0
+    compute = 0.0
     comm: dict[str, float] = {}
     engine_s: dict[str, float] = {}
     for node in nodes:
@@ -51,18 +51,11 @@ def _pass(nodes: Sequence[Node], est: Mapping[str, Estimate], *, tp_overlap: boo
         add_engine_time(engine_s, {e.engine: e.latency_s}, node.count)
         if node.stream == Stream.COMPUTE:
             compute += t
-            if node.op.family == "attention":
-                attention += t
         else:
             comm[node.stream] = comm.get(node.stream, 0.0) + t
     elapsed = compute
-    cp_s = comm.get("cp", 0.0)
-    if cp_s:
-        ring = any(n.stream == Stream.CP and n.op.kind == "send_recv" for n in nodes)  # type: ignore[union-attr]
-        if ring:  # each ring step's transfer overlaps the attention block it precedes
-            elapsed += overlap_window(attention, cp_s, slowdown)[0] - attention
-        else:
-            elapsed += cp_s
+    if comm.get("cp", 0.0):
+        elapsed += _cp_exposed_s(nodes, est, slowdown)
     tp_s = comm.get("tp", 0.0)
     if tp_s:
         elapsed += (_paired_tp_s(nodes, est, slowdown, rs_splits, exposed_rs) if tp_overlap
@@ -72,6 +65,26 @@ def _pass(nodes: Sequence[Node], est: Mapping[str, Estimate], *, tp_overlap: boo
     if fsdp_s:
         elapsed += overlap_window(compute, fsdp_s, slowdown)[0] - compute
     return PassCost(elapsed_s=elapsed, compute_s=compute, engine_s=engine_s)
+
+
+def _cp_exposed_s(nodes: Sequence[Node], est: Mapping[str, Estimate], slowdown: float) -> float:
+    """Time the CP exchange adds to a pass: a ring step's transfer overlaps the attention block
+    it precedes; PyTorch's all-gather rotation (`CP_ROTATE_GATHER`) overlaps the local causal
+    block only and its dK/dV the remote blocks; any other all-gather runs before attention."""
+    def total(pick: Callable[[Node], bool]) -> float:
+        return sum(est[n.op.key].latency_s * n.count for n in nodes if pick(n))
+
+    attention = total(lambda n: n.stream == Stream.COMPUTE and n.op.family == "attention")
+    cp_s = total(lambda n: n.stream == Stream.CP)
+    if any(n.stream == Stream.CP and n.op.kind == "send_recv" for n in nodes):  # type: ignore[union-attr]
+        return overlap_window(attention, cp_s, slowdown)[0] - attention
+    if not any(n.stream == Stream.CP and CP_ROTATE_GATHER in n.name for n in nodes):
+        return cp_s
+    local = total(lambda n: n.stream == Stream.COMPUTE and n.op.family == "attention"
+                  and "cp_block" not in n.name)
+    dkv = total(lambda n: n.stream == Stream.CP and n.name.endswith(".dkv"))
+    return (overlap_window(local, cp_s - dkv, slowdown)[0] - local
+            + overlap_window(attention - local, dkv, slowdown)[0] - (attention - local))
 
 
 def _paired_tp_s(nodes: Sequence[Node], est: Mapping[str, Estimate], slowdown: float,
@@ -158,7 +171,8 @@ def pass_timeline(nodes: Sequence[Node], est: Mapping[str, Estimate], *,
         start = max(cursor, free.get(node.stream, 0.0))
         free[node.stream] = start + t
         events.append(OpEvent(name=node.name, stream=node.stream, start_s=start, end_s=start + t))
-        ring = node.stream == Stream.CP and getattr(node.op, "kind", "") == "send_recv"
+        ring = node.stream == Stream.CP and (getattr(node.op, "kind", "") == "send_recv"
+                                             or CP_ROTATE_GATHER in node.name)
         hidden = node.stream in _HIDDEN or ring or (node.stream == Stream.TP and tp_overlap)
         if not hidden:
             cursor = start + t

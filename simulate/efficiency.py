@@ -31,10 +31,20 @@ from analytical.dtypes import DType
 from analytical.hardware import Architecture, HardwareSpec, get_hardware
 from analytical.layer_spec import Node, Param, Stream
 from analytical.memory import Framework
-from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind, OpSpec
+from analytical.ops import (
+    AttentionSpec,
+    CollectiveKind,
+    CollectiveSpec,
+    GemmSpec,
+    MemoryBoundSpec,
+    MemoryOpKind,
+    OpSpec,
+)
 from analytical.roofline import roofline_estimate
+from simulate.dtensor_tp import float8_tp
 from simulate.engines import EngineChain, Estimate
 from simulate.torch_kernels import (
+    SHARED_INPUT,
     SYMM_MEM_TP,
     Fp8Recipe,
     eager_traffic,
@@ -265,17 +275,21 @@ def fp8_cast_nodes(fwd: Sequence[Node], framework: str, recipe: str = "tensorwis
     out_f: list[Node] = []
     out_b: list[Node] = []
     prev: Node | None = None
+    gathered = 1  # the TP all-gather just before this GEMM: its input, cast before it
     for n in fwd:
         op = n.op
         if isinstance(op, GemmSpec) and op.dtype == DType.FP8 and n.param != Param.NONE:
             rows = op.m * op.batch
             fused = (fw in NORM_FUSED_CAST and prev is not None
                      and isinstance(prev.op, MemoryBoundSpec) and prev.op.kind in _NORMS)
-            if not fused:
-                out_f.append(_cast(f"{n.name}.fp8_cast_input", rows, op.k))
+            if not fused and not n.name.endswith(SHARED_INPUT):
+                shard = gathered if float8_tp(framework, recipe) else 1
+                out_f.append(_cast(f"{n.name}.fp8_cast_input", rows // shard, op.k))
             if fw in WEIGHT_CAST_PER_CALL:
                 out_f.append(_cast(f"{n.name}.fp8_cast_weight", op.k, op.n))
             out_b.append(_cast(f"{n.name}.fp8_cast_grad", rows, op.n))
+        gathered = (op.group_size if isinstance(op, CollectiveSpec) and n.stream == Stream.TP
+                    and op.kind == CollectiveKind.ALL_GATHER else 1)
         if n.stream == Stream.COMPUTE:
             prev = n
     if Fp8Recipe(recipe) == Fp8Recipe.ROWWISE and fw in WEIGHT_CAST_PER_CALL:  # torchao

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from analytical.activations import local_kv_heads
 from analytical.attention_span import AttentionKind
+from analytical.dtypes import DType
 from analytical.layer_backward import backward_nodes, recompute_nodes
 from analytical.layer_edges import embedding_ops, final_norm_op, lm_head_ops
 from analytical.layer_spec import (
@@ -29,7 +30,13 @@ from analytical.memory import Framework
 from analytical.model_spec import ModelSpec
 from analytical.ops import CollectiveKind
 from analytical.parallel import Recompute, RecomputeModule
-from simulate.dtensor_tp import dtensor_tp_backward, separate_projections, sp_layout_copies
+from simulate.dtensor_tp import (
+    dtensor_tp_backward,
+    float8_tp_gathers,
+    projection_grad_sums,
+    separate_projections,
+    sp_layout_copies,
+)
 from simulate.efficiency import fp8_cast_nodes, grad_reduce_dtype
 from simulate.moe_kernels import expert_elementwise_nodes, fused_expert_mlp
 from simulate.rope_kernels import unfused_rope_nodes
@@ -37,6 +44,7 @@ from simulate.torch_kernels import (
     fsdp_copy_nodes,
     loss_upcast_nodes,
     ring_merge_nodes,
+    rowwise_forward,
     symm_mem_reduce_nodes,
     unfused_loss_nodes,
     unpad_nodes,
@@ -111,9 +119,12 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
     fwd = fused_expert_mlp(layer_ops(model, sh, step.batch, LayerPhase.TRAIN, moe=moe,
                                      precision=step.precision, lora=step.lora, flash=step.flash,
                                      attention=attention), step.fused_expert_mlp)
-    bwd = dtensor_tp_backward(step.framework,
-                              backward_nodes(fwd, frozen_base=step.lora is not None))
+    fwd = separate_projections(step.framework, fwd, *_projection_widths(model, sh.tp))
+    bwd = [*dtensor_tp_backward(step.framework,
+                                backward_nodes(fwd, frozen_base=step.lora is not None)),
+           *projection_grad_sums(fwd)]
     cast_f, cast_b = fp8_cast_nodes(fwd, step.framework, step.fp8_recipe)
+    fwd = rowwise_forward(step.framework, step.fp8_recipe, fwd)
     pad_f, pad_b = unpad_nodes(fwd, step.framework, step.attention)
     moe_f, moe_b = expert_elementwise_nodes(fwd, model, step.framework, step.precision.act,
                                             fused=step.fused_expert_mlp)
@@ -133,13 +144,13 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
         fwd = [ag, *fwd]
         bwd = [ag, *bwd, rs]
     per_op = step.framework == Framework.TORCHTITAN
-    counted = (separate_projections(step.framework, fwd, *_projection_widths(model, sh.tp))
-               if step.recompute == Recompute.SELECTIVE else fwd)  # what its per-op SAC counts
-    bwd = [*recompute_nodes(counted, step.recompute, per_op=per_op,
+    bwd = [*recompute_nodes(fwd, step.recompute, per_op=per_op,
                             modules=step.recompute_modules), *bwd]
     if sh.fsdp_group > 1 and layer_params_per_rank > 0:  # after recompute: not repeated
         copy_f, copy_b = fsdp_copy_nodes(step.framework, layer_params_per_rank, model.hidden)
         fwd, bwd = [*fwd, *copy_f], [*bwd, *copy_b]
+    fp8 = step.precision.gemm == DType.FP8  # torchtitan's float8 TP gathers in fp8
+    fwd, bwd = (float8_tp_gathers(step.framework, step.fp8_recipe, fp8, n) for n in (fwd, bwd))
     fwd, bwd = _with_sp_copies(step, fwd, bwd)
     name = ("moe_layer" if moe else "dense_layer") + (
         "" if attention is AttentionKind.FULL else f".{attention.value}")

@@ -110,7 +110,7 @@ class TrainingSpec:
     schedule: Schedule = Schedule.ONE_F_ONE_B
     overlap: OverlapSpec = OverlapSpec()
     dp_bucket_mb: float = 40.0  # gradient bucket, MB (PyTorch DDP: 25 MB; Megatron: 40M elements)
-    cp_algorithm: str = "ring"
+    cp_algorithm: str | None = None  # None: the framework's (`torch_kernels.cp_algorithm`)
     attention: str = "flash"  # "unfused": QK^T and PV GEMMs with a materialised softmax
     lora_rank: int = 0  # > 0: LoRA fine-tuning, base weights frozen (survey T4.2)
     lora_targets: tuple[str, ...] = ()
@@ -189,12 +189,12 @@ def _choice(block: Mapping[str, Any], key: str, path: str, source: str | None, e
 
 
 def parse_parallel(block: Any, source: str | None, path: str = "training.parallel"
-                   ) -> tuple[ParallelConfig, str]:
+                   ) -> tuple[ParallelConfig, str | None]:
     block = _check_keys(block or {}, path, PARALLEL_KEYS, source)
     kwargs = {k: _int(block, k, path, source, 1) for k in ("tp", "pp", "dp", "cp", "ep", "vpp")}
     zero = _int(block, "zero", path, source, 0, minimum=0)
-    cp_algorithm = str(block.get("cp_algorithm", "ring"))
-    if cp_algorithm not in CP_ALGORITHMS:
+    cp_algorithm = block.get("cp_algorithm")
+    if cp_algorithm is not None and cp_algorithm not in CP_ALGORITHMS:
         raise SpecError(f"{path}.cp_algorithm", f"unknown {cp_algorithm!r}; known: "
                         f"{', '.join(CP_ALGORITHMS)}", source=source)
     sp, fsdp = _bool(block, "sp", path, source, False), _bool(block, "fsdp", path, source, False)

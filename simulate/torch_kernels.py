@@ -52,10 +52,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from enum import StrEnum
+from typing import Any
 
 from analytical.dtypes import DType
 from analytical.layer_edges import unfused_loss_passes
-from analytical.layer_spec import Node, Param, Stream
+from analytical.layer_spec import CpAlgorithm, Node, Param, Stream
 from analytical.memory import Framework
 from analytical.ops import (
     AttentionSpec,
@@ -66,9 +67,10 @@ from analytical.ops import (
     MemoryOpKind,
 )
 
-__all__ = ["SYMM_MEM_TP", "Fp8Recipe", "copy_pass", "eager_traffic", "fsdp_copy_nodes",
-           "loss_upcast_nodes", "optimizer_traffic", "rowwise_backward", "rowwise_nodes",
-           "ring_merge_nodes", "symm_mem_reduce_nodes", "unfused_loss_nodes", "unpad_nodes"]
+__all__ = ["SHARED_INPUT", "SYMM_MEM_TP", "Fp8Recipe", "copy_pass", "cp_sharding", "eager_traffic",
+           "fsdp_copy_nodes", "loss_upcast_nodes", "optimizer_traffic", "ring_merge_nodes",
+           "rowwise_backward", "rowwise_forward", "rowwise_nodes", "symm_mem_reduce_nodes",
+           "unfused_loss_nodes", "unpad_nodes"]
 
 PYTORCH_NATIVE = frozenset({Framework.TORCHTITAN, Framework.COMPOSER, Framework.DEEPSPEED})
 
@@ -272,12 +274,26 @@ def symm_mem_reduce_nodes(framework: str, tp_overlap: bool, fwd: Sequence[Node],
 # and their fp32 concatenation for the next rank (read 4, write 4 each), the fp32 dQ
 # accumulation (10 bytes), and at the end dQ, dK, dV cast back to bf16 (6 bytes each). In bf16
 # copy passes (4 bytes per element) over the local queries [tokens, heads x head dim] and one
-# of K or V [tokens, kv heads x head dim]; half the remote steps are partial (their merges over
+# of K or V [tokens, heads x head dim: torchtitan repeats K/V to the query heads before SDPA];
+# half the remote steps are partial (their merges over
 # half the queries plus the 8-byte re-concatenation): (forward, backward) per remote step, and
 # once per layer. Megatron-Core / NeMo run TE's fused CP attention instead.
 RING_MERGE_PER_STEP = {"q": ((0.75 * 38 + 0.5 * 8) / 4, 10 / 4), "kv": (2 * 4 / 4, 2 * 22 / 4)}
 RING_MERGE_ONCE = {"q": ((6 + 6) / 4, 6 / 4), "kv": (0.0, 2 * 6 / 4)}
 TORCH_CP = frozenset({Framework.TORCHTITAN})
+TORCHAO_FP8 = frozenset({Framework.TORCHTITAN})  # float8 linears from torchao's Float8Linear
+
+
+def cp_sharding(framework: str, stated: str | None) -> dict[str, Any]:
+    """`Sharding`'s CP fields: the exchange (the scenario's ``cp_algorithm`` where stated, else
+    torchtitan's default rotate method "allgather", `--experimental.context_parallel_rotate_
+    method` in torchtitan/config_manager.py at 9dec370, torch's `_cp_options.rotate_method`
+    default `_RotateMethod.ALL_GATHER`; Megatron-Core's p2p ring for the others) and whether it
+    is PyTorch's context parallel (``cp_torch``)."""
+    torch_cp = Framework(framework) in TORCH_CP
+    default = CpAlgorithm.ALL_GATHER if torch_cp else CpAlgorithm.RING
+    return {"cp_algorithm": CpAlgorithm(stated) if stated is not None else default,
+            "cp_torch": torch_cp}
 
 
 def ring_merge_nodes(framework: str, fwd: Sequence[Node], cp: int
@@ -292,7 +308,7 @@ def ring_merge_nodes(framework: str, fwd: Sequence[Node], cp: int
     out_b: list[Node] = []
     for op in local:
         rows = op.batch * op.q_len
-        cols = {"q": op.heads * op.head_dim, "kv": op.kv_heads * op.head_dim}
+        cols = {"q": op.heads * op.head_dim, "kv": op.heads * op.head_dim}  # repeated K/V
         for part, width in cols.items():
             for phase, out in ((0, out_f), (1, out_b)):
                 count = ((cp - 1) * RING_MERGE_PER_STEP[part][phase]
@@ -303,12 +319,19 @@ def ring_merge_nodes(framework: str, fwd: Sequence[Node], cp: int
     return out_f, out_b
 
 
+# torchtitan's split projections that read the input of the one before them (wk and wv after
+# wq, w3 after w1; `dtensor_tp.separate_projections`): the same cast ops on the same tensor,
+# which AOTAutograd's CSE (torch._functorch.config.cse) merges, so their input is cast once.
+SHARED_INPUT = (".wk", ".wv", ".w3")
+
+
 def rowwise_nodes(gemm_name: str, op: GemmSpec) -> list[Node]:
     """The backward passes rowwise scaling adds to one fp8 linear layer ([rows, k] @ [k, n]):
     the input, weight and output gradient cast along their second axis, and the rescale of the
     input-gradient and weight-gradient outputs (module docstring)."""
     rows = op.m * op.batch
-    return [copy_pass(f"{gemm_name}.fp8_rowwise_cast_input_t", rows, op.k),
+    shared = gemm_name.endswith(SHARED_INPUT)  # its input's cast is its sibling's
+    return [*([] if shared else [copy_pass(f"{gemm_name}.fp8_rowwise_cast_input_t", rows, op.k)]),
             copy_pass(f"{gemm_name}.fp8_rowwise_cast_weight_t", op.k, op.n),
             copy_pass(f"{gemm_name}.fp8_rowwise_cast_grad_t", rows, op.n),
             copy_pass(f"{gemm_name}.fp8_rowwise_rescale_dgrad", rows, op.k),
@@ -319,3 +342,32 @@ def rowwise_backward(fwd: Sequence[Node]) -> list[Node]:
     """`rowwise_nodes` of every fp8 weight GEMM in a layer's forward nodes."""
     return [p for n in fwd if isinstance(n.op, GemmSpec) and n.op.dtype == DType.FP8
             and n.param != Param.NONE for p in rowwise_nodes(n.name, n.op)]
+
+
+# The forward GEMM of torchao's rowwise recipe (fast accumulation) is PyTorch's CUTLASS
+# row-scaled `_scaled_mm` on sm90, the tensorwise one cuBLASLt. Their time ratio, median over the
+# 29 linear shapes of this project's H100 measurement at each token count m
+# (datasets/measurements/llmsim/h100-sxm/fp8-gemm/fp8_gemm.csv, `scripts/gpu_fp8_gemm.py`,
+# torch 2.11; the H200 run gives 1.03-1.05 from m = 1,024): a token count between two measured
+# ones takes the nearest below, one past the largest the largest's. The backward GEMMs run
+# cuBLAS tensorwise with unit scales (module docstring), so only the forward (and its recompute)
+# pays it.
+ROWWISE_FWD_RATIO: dict[int, float] = {
+    1: 1.487, 16: 1.417, 64: 1.197, 128: 1.079, 256: 1.163, 512: 1.097, 1024: 1.047,
+    2048: 1.043, 4096: 1.043, 8192: 1.044, 16384: 1.083}
+
+
+def rowwise_forward(framework: str, recipe: str, fwd: Sequence[Node]) -> list[Node]:
+    """``fwd`` with each fp8 weight GEMM's time scaled by `ROWWISE_FWD_RATIO` (as its node
+    count) under torchao's rowwise recipe; unchanged otherwise."""
+    if Fp8Recipe(recipe) != Fp8Recipe.ROWWISE or Framework(framework) not in TORCHAO_FP8:
+        return list(fwd)
+    out = []
+    for n in fwd:
+        op = n.op
+        if isinstance(op, GemmSpec) and op.dtype == DType.FP8 and n.param != Param.NONE:
+            m = op.m * op.batch
+            ratio = ROWWISE_FWD_RATIO[max((k for k in ROWWISE_FWD_RATIO if k <= m), default=1)]
+            n = replace(n, count=n.count * ratio)
+        out.append(n)
+    return out

@@ -15,7 +15,7 @@ from typing import Any
 from analytical.attention_span import AttentionKind
 from analytical.dtypes import DType
 from analytical.hardware import GIB, HardwareSpec, get_hardware
-from analytical.layer_spec import CpAlgorithm, LoraSpec, Precision, Sharding, Stream, ranks_per_node
+from analytical.layer_spec import LoraSpec, Precision, Sharding, Stream, ranks_per_node
 from analytical.memory import TrainingMemory, training_memory
 from analytical.model import load_model
 from analytical.ops import CollectiveKind, CollectiveSpec
@@ -39,6 +39,7 @@ from simulate.offload import offload_costs, offload_memory
 from simulate.overlap import default_compute_slowdown, share_link
 from simulate.scenario import Scenario, TrainingSpec
 from simulate.schedule import PipelineResult, TaskRecord, simulate_pipeline
+from simulate.torch_kernels import cp_sharding
 from simulate.trace import expand_ops
 
 __all__ = ["GIB", "TrainingResult", "run_training"]
@@ -112,12 +113,11 @@ def _lora_stage(model, t: TrainingSpec, sp: StageParams) -> StageParams:
 def _train_step(t: TrainingSpec, gpn: int) -> TrainStep:
     """Sharding and precision of one rank, ranks placed in Megatron-Core's order (tp fastest,
     then cp, then dp; experts: etp fastest, then ep)."""
-    par = t.parallel
-    fsdp_group = par.dp * par.cp if par.zero_stage >= 3 else 1
+    par, fsdp_group = t.parallel, t.parallel.dp * t.parallel.cp if t.parallel.zero_stage >= 3 else 1
     sh = Sharding(tp=par.tp, cp=par.cp, ep=par.ep, etp=par.etp, sp=par.sp,
                   tp_rpn=_rpn(par.tp, 1, gpn), cp_rpn=_rpn(par.cp, par.tp, gpn),
                   ep_rpn=_rpn(par.ep, par.expert_tp, gpn), fsdp_group=fsdp_group,
-                  fsdp_rpn=_rpn(fsdp_group, par.tp, gpn), cp_algorithm=CpAlgorithm(t.cp_algorithm))
+                  fsdp_rpn=_rpn(fsdp_group, par.tp, gpn), **cp_sharding(t.framework, t.cp_algorithm))
     precision = Precision(gemm=t.precision, act=act_dtype(t))
     lora = LoraSpec(rank=t.lora_rank, targets=t.lora_targets) if t.lora_rank else None
     return TrainStep(sharding=sh, micro_batch=t.micro_batch, seq_len=t.seq_len, lora=lora,

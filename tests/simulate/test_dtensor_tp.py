@@ -110,7 +110,7 @@ def test_search_prices_torchtitan_tp_as_simulate_does(tp_comm, tmp_path, monkeyp
 
 def test_per_op_sac_recomputes_wk_wo_and_w3_as_torchtitan_issues_them():
     """torchtitan's seven matmuls per block (wq wk wv wo w1 w3 w2): every second one, wk, wo
-    and w3, is recomputed, at its own width; full recompute re-runs the fused forward."""
+    and w3, is recomputed, at its own width; full recompute re-runs all seven."""
     from analytical.layer_spec import Sharding as Sh
     from simulate.dtensor_tp import separate_projections
 
@@ -126,7 +126,51 @@ def test_per_op_sac_recomputes_wk_wo_and_w3_as_torchtitan_issues_them():
         ("recompute.mlp.up_gate.w3", 14336)]
     assert recomputed("torchtitan", Recompute.SELECTIVE, tp=8)[0] == ("recompute.qkv_proj.wk", 128)
     assert [n for n, _ in recomputed("torchtitan", Recompute.FULL)] == [
-        "recompute.qkv_proj", "recompute.out_proj", "recompute.mlp.up_gate", "recompute.mlp.down"]
+        "recompute.qkv_proj.wq", "recompute.qkv_proj.wk", "recompute.qkv_proj.wv",
+        "recompute.out_proj", "recompute.mlp.up_gate.w1", "recompute.mlp.up_gate.w3",
+        "recompute.mlp.down"]
     assert recomputed("megatron", Recompute.SELECTIVE) == []  # Megatron's core-attention policy
     fwd = _layer("megatron").fwd
     assert separate_projections("megatron", fwd, 512, 128) == list(fwd)
+
+
+def test_float8_tensorwise_tp_gathers_in_fp8_and_casts_the_shard():
+    """torchtitan's float8 TP (tensorwise): every TP all-gather carries 1 byte per element and
+    the column-parallel inputs are cast on the sequence shard before it; rowwise gathers bf16."""
+    from analytical.dtypes import DType
+    from analytical.layer_spec import Precision
+
+    def layer(recipe: str):
+        step = TrainStep(sharding=Sharding(tp=8, sp=True, tp_rpn=8), micro_batch=2,
+                         seq_len=4096, framework="torchtitan", recompute=Recompute.FULL,
+                         precision=Precision(gemm=DType.FP8, act=DType.BF16), fp8_recipe=recipe)
+        return layer_block(load_model("llama-3-8b"), step, moe=False)
+
+    tensorwise, rowwise = layer("tensorwise"), layer("rowwise")
+    for b, dtype in ((tensorwise, DType.FP8), (rowwise, DType.BF16)):
+        gathers = _tp((*b.fwd, *b.bwd), CollectiveKind.ALL_GATHER)
+        assert gathers and all(n.op.dtype == dtype for n in gathers)
+        assert all(n.op.dtype == DType.BF16
+                   for n in _tp((*b.fwd, *b.bwd), CollectiveKind.REDUCE_SCATTER))
+    tokens = 2 * 4096
+    gather = {n.name: n.op.size_bytes for n in _tp(tensorwise.fwd)}["attn.sp_all_gather"]
+    assert gather == tokens * 4096  # [tokens, hidden] in fp8
+    def casts(b):  # one input cast for wq, wk and wv (the siblings share it)
+        return [n.op.rows for n in b.fwd if n.name.startswith("qkv_proj.")
+                and n.name.endswith(".fp8_cast_input")]
+
+    assert (casts(tensorwise), casts(rowwise)) == ([tokens // 8], [tokens])
+
+
+def test_torchtitan_prices_its_separate_projections():
+    """torchtitan issues wq, wk, wv and w1, w3 as separate GEMMs (each reading the input), sums
+    their input gradients, and casts the shared input to fp8 once; Megatron keeps them fused."""
+    def gemms(framework: str):
+        b = _layer(framework, recompute=Recompute.NONE)
+        return {n.name: n for n in (*b.fwd, *b.bwd)}
+
+    titan, megatron = gemms("torchtitan"), gemms("megatron")
+    assert [titan[f"qkv_proj.{w}"].op.n for w in ("wq", "wk", "wv")] == [512, 128, 128]
+    assert titan["qkv_proj.wk.dgrad"].op.k == 128 and "qkv_proj" not in titan
+    assert {"qkv_proj.wk.dx_sum", "qkv_proj.wv.dx_sum", "mlp.up_gate.w3.dx_sum"} <= set(titan)
+    assert "qkv_proj" in megatron and not any(k.endswith(".dx_sum") for k in megatron)

@@ -281,9 +281,84 @@ def test_torch_context_parallel_merges_each_remote_block_in_fp32():
     assert set(merges) == {"cp_merge_q", "cp_merge_kv", "cp_merge_q.bwd", "cp_merge_kv.bwd"}
     q = merges["cp_merge_q"]
     assert (q.op.rows, q.op.cols) == (32768 // 4, 4096)  # local queries x heads * head dim
-    assert merges["cp_merge_kv"].op.cols == 1024  # 8 KV heads x 128
+    assert merges["cp_merge_kv"].op.cols == 4096  # K/V repeated to the 32 query heads x 128
     assert q.count == pytest.approx(3 * RING_MERGE_PER_STEP["q"][0] + RING_MERGE_ONCE["q"][0])
     assert all(n.core for n in merges.values())  # inside the SDPA op selective AC saves
     assert ring_merge_nodes("torchtitan", b.fwd, 1) == ([], [])
     assert not any(n.name.startswith("cp_merge") for n in (*block("megatron", 4).fwd,
                                                            *block("torchtitan", 1).fwd))
+
+
+def test_torch_context_parallel_gathers_repeated_kv_behind_the_local_block():
+    """torchtitan's CP: the all-gather rotation (its default) of K/V repeated to the query heads,
+    hidden behind the local causal block only; Megatron's ring of the GQA K/V is unchanged."""
+    from analytical.layer_spec import CP_ROTATE_GATHER, CpAlgorithm, Stream
+    from simulate.costs import _cp_exposed_s
+    from simulate.engines import Estimate
+    from simulate.graph import TrainStep, layer_block
+    from simulate.torch_kernels import cp_sharding
+
+    assert cp_sharding("torchtitan", None) == {"cp_algorithm": CpAlgorithm.ALL_GATHER,
+                                               "cp_torch": True}
+    assert cp_sharding("torchtitan", "ring")["cp_algorithm"] == CpAlgorithm.RING
+    assert cp_sharding("megatron", None) == {"cp_algorithm": CpAlgorithm.RING, "cp_torch": False}
+    model = load_model("llama-3-8b")
+
+    def cp_nodes(sh: Sharding, framework: str):
+        step = TrainStep(sharding=sh, micro_batch=1, seq_len=32768, framework=framework)
+        b = layer_block(model, step, moe=False)
+        return b, [n for n in b.fwd if n.stream == Stream.CP]
+
+    b, (gather,) = cp_nodes(Sharding(cp=4, cp_algorithm=CpAlgorithm.ALL_GATHER, cp_torch=True),
+                            "torchtitan")
+    assert gather.name == CP_ROTATE_GATHER
+    # 4 ranks x 8192 local tokens x 32 heads x (128 + 128) x 2 bytes
+    assert gather.op.size_bytes == 4 * 8192 * 32 * 256 * 2
+    _, (ring,) = cp_nodes(Sharding(cp=4), "megatron")
+    assert ring.op.size_bytes == 8192 * 8 * 256 * 2  # one GQA block per ring step
+
+    def exposed(comm_s: float) -> float:
+        est = {n.op.key: Estimate(latency_s=(comm_s if n.stream == Stream.CP else 1e-3),
+                                  engine="roofline") for n in b.fwd}
+        return _cp_exposed_s(b.fwd, est, 1.0)
+
+    assert exposed(1e-4) == pytest.approx(0.0)  # shorter than the local block: hidden
+    assert exposed(5e-3) == pytest.approx(5e-3 - 1e-3)  # only the local block (1 ms) hides it
+
+
+def test_rowwise_forward_gemm_takes_the_measured_cutlass_ratio():
+    """torchao rowwise: the forward fp8 GEMMs run at the H100 CUTLASS / cuBLASLt time ratio
+    measured at their token count (the table is the CSV's median per m); tensorwise,
+    other frameworks and the GEMMs' backward are untouched."""
+    import csv
+    import statistics
+    from collections import defaultdict
+    from pathlib import Path
+
+    from analytical.dtypes import DType
+    from analytical.layer_spec import Precision
+    from simulate.graph import TrainStep, layer_block
+    from simulate.torch_kernels import ROWWISE_FWD_RATIO
+
+    path = (Path(__file__).resolve().parents[2]
+            / "datasets/measurements/llmsim/h100-sxm/fp8-gemm/fp8_gemm.csv")
+    times: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
+    with path.open() as f:
+        for r in csv.DictReader(f):
+            times[(r["shape"], int(r["m"]))][r["kernel"]] = float(r["seconds"])
+    per_m: dict[int, list[float]] = defaultdict(list)
+    for (_, m), t in times.items():
+        per_m[m].append(t["fp8_rowwise"] / t["fp8_tensorwise"])
+    assert {m: round(statistics.median(v), 3) for m, v in per_m.items()} == ROWWISE_FWD_RATIO
+
+    def gemms(framework: str, recipe: str):
+        step = TrainStep(sharding=Sharding(), micro_batch=1, seq_len=3000, framework=framework,
+                         precision=Precision(gemm=DType.FP8, act=DType.BF16), fp8_recipe=recipe)
+        b = layer_block(load_model("llama-3-8b"), step, moe=False)
+        return {n.name: n.count for part in (b.fwd, b.bwd) for n in part
+                if n.op.family == "gemm"}
+
+    rowwise, tensorwise = gemms("torchtitan", "rowwise"), gemms("torchtitan", "tensorwise")
+    assert rowwise["qkv_proj.wk"] == pytest.approx(ROWWISE_FWD_RATIO[2048])  # 3000 tokens
+    assert rowwise["qkv_proj.wk.dgrad"] == tensorwise["qkv_proj.wk"] == 1.0
+    assert gemms("megatron", "rowwise")["qkv_proj"] == 1.0
