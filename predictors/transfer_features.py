@@ -253,10 +253,11 @@ def _nccl_transport(op: CollectiveSpec, hw: HardwareSpec) -> list[float]:
     """How NCCL moves the group's data inside the node, one-hot: NVLink, PCIe P2P, or SHM
     through host memory where its topology refuses P2P (`analytical.nccl.intra_transport`);
     all zero with one rank per node. It separates GPUs whose PCIe links look alike on the
-    datasheet but not to NCCL: held out leave-one-GPU-out (3,000 rows per GPU, seeds 0 / 1),
-    A100 PCIe (P2P through PCIe switches) went 87.9 / 88.0% -> 52.8 / 62.5% once L40S's
-    P2P-less rows stopped teaching that 4 GPUs on PCIe collapse; the other six GPUs moved by at
-    most 2 points, except L40S at seed 1 (60.0 -> 65.6). The searched graph's channel count,
+    datasheet but not to NCCL: held out leave-one-GPU-out (3,000 rows per GPU, seeds 0 / 1,
+    without copies of the held-out rows, `predictors.transfer_eval.copies_of`), A100 PCIe (P2P
+    through PCIe switches) went 92.2 / 120.1% -> 66.9 / 90.0% once L40S's P2P-less rows
+    stopped teaching that 4 GPUs on PCIe collapse; the other six GPUs moved by at most 2
+    points, except L40S at seed 1 (60.0 -> 65.6). The searched graph's channel count,
     NCCL's chosen algorithm and the latency share of its time were tried beside it and
     rejected: H100 NVL 28.1 -> 146.6%, L40S 60.4 -> 107.2% (the channel count names a GPU)."""
     transport = intra_transport(op, hw)
