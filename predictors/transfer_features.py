@@ -61,12 +61,14 @@ from predictors.features import (
     ideal_time_s,
     row_alignment_log2,
 )
+from predictors.transfer_clock import capped_roofline
 
-TRANSFER_SCHEMA_VERSION = 8  # 2: vendor-peak roofline target; 3: dtype as bits, floor per class;
+TRANSFER_SCHEMA_VERSION = 9  # 2: vendor-peak roofline target; 3: dtype as bits, floor per class;
 # 4: collectives relative to NCCL's own ring model; 5: NCCL's ring + tree model on its topology's
 # link credit (`analytical.nccl`); 6: and the warm-L2 memory bound for GEMM and attention;
 # 7: the stack's release as a column (`predictors.transfer_data.version_of`); 8: the floor in
-# SM clock cycles at the GPU's boost clock (`predictors.transfer.launch_floor`)
+# SM clock cycles at the GPU's boost clock (`predictors.transfer.launch_floor`); 9: the compute
+# bound at min(boost, a sustained-clock cap fitted on the training GPUs) (`transfer_clock`)
 TRANSFER_FAMILIES = ("gemm", "attention", "collective", "memory")
 # Families whose target denominator serves the L2-resident share of the operands from L2
 # (`warm_roofline_s`): the curated GEMM and attention rows are TensorRT-LLM's and Vidur's
@@ -286,7 +288,15 @@ def transfer_matrix(family: str, ops: Sequence[OpSpec], hw: HardwareSpec) -> np.
     return fill_rows(family, cls, fn, ops, hw, len(transfer_feature_names(family)))
 
 
-def ideal_seconds(ops: Sequence[OpSpec], hw: HardwareSpec) -> np.ndarray:
+def tensor_compute_seconds(ops: Sequence[OpSpec], hw: HardwareSpec) -> np.ndarray:
+    """FLOPs over the datasheet tensor peak for GEMM and attention (the bound the
+    sustained-clock cap stretches, `predictors.transfer_clock`); 0 for the other families."""
+    return np.array([op.flops / _peak_flops(op, hw) if op.family in WARM_L2_FAMILIES else 0.0
+                     for op in ops], dtype=np.float64)
+
+
+def ideal_seconds(ops: Sequence[OpSpec], hw: HardwareSpec, clock_cap_hz: float = 0.0
+                  ) -> np.ndarray:
     """The target's normaliser before the floor: the vendor-peak roofline
     (`predictors.features.ideal_time_s`: max(FLOPs / datasheet peak for the dtype, bytes /
     datasheet memory bandwidth), for GEMM and attention with the L2-resident share of the bytes
@@ -299,12 +309,15 @@ def ideal_seconds(ops: Sequence[OpSpec], hw: HardwareSpec) -> np.ndarray:
     `analytical.roofline.roofline_time`: its efficiency factors are per-GPU guesses (marked
     "uncertain" in most YAMLs), and an unseen GPU has only its datasheet; with them in the
     target a mis-set factor moved the whole GPU (A40 held out: 29.9% with them, 9.3% without;
-    see predictors/README.md). Raises `SpecError` for a dtype the GPU does not support, as the
-    roofline does."""
+    see predictors/README.md). With ``clock_cap_hz`` the compute bound of GEMM and attention
+    is at min(boost clock, cap) (`predictors.transfer_clock`). Raises `SpecError` for a dtype
+    the GPU does not support, as the roofline does."""
     for op in ops:
         if op.family in ("gemm", "attention") and not hw.supports(op.dtype):
             raise SpecError(f"{op.family}.dtype", f"{op.dtype} is not supported on {hw.name}")
-    return np.array([nccl_time(op, hw) if isinstance(op, CollectiveSpec)
-                     else warm_roofline_s(op, hw) if op.family in WARM_L2_FAMILIES
-                     else ideal_time_s(op, hw) for op in ops], dtype=np.float64)
+    ideal = np.array([nccl_time(op, hw) if isinstance(op, CollectiveSpec)
+                      else warm_roofline_s(op, hw) if op.family in WARM_L2_FAMILIES
+                      else ideal_time_s(op, hw) for op in ops], dtype=np.float64)
+    return capped_roofline(ideal, tensor_compute_seconds(ops, hw), hw.boost_clock_hz,
+                           clock_cap_hz)
 

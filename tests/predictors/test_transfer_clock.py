@@ -1,0 +1,60 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The sustained-clock cap of the transfer target (`predictors.transfer_clock`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analytical.dtypes import DType
+from analytical.hardware import get_hardware
+from analytical.ops import GemmSpec
+from predictors.transfer_clock import capped_roofline, clock_derate, fit_clock_cap
+from predictors.transfer_features import ideal_seconds, tensor_compute_seconds
+
+
+def test_derate_stretches_only_a_boost_above_the_cap():
+    boost = np.array([1.41e9, 1.98e9, 2.52e9, 0.0])
+    assert clock_derate(boost, 1.8e9) == pytest.approx([1.0, 1.1, 1.4, 1.0])
+    assert clock_derate(boost, 0.0) == pytest.approx([1.0] * 4)
+    # the memory bound is untouched: a capped compute bound under it leaves the roofline
+    assert capped_roofline(np.array([5.0, 5.0]), np.array([1.0, 5.0]), 2.52e9, 1.8e9
+                           ) == pytest.approx([5.0, 7.0])
+
+
+def test_ideal_seconds_caps_the_tensor_bound_of_a_compute_bound_gemm():
+    l40s = get_hardware("l40s")  # boost 2,520 MHz
+    big = GemmSpec(m=8192, n=8192, k=8192, dtype=DType.BF16)
+    base = ideal_seconds([big], l40s)[0]
+    assert base == pytest.approx(tensor_compute_seconds([big], l40s)[0])
+    assert ideal_seconds([big], l40s, 1.8e9)[0] == pytest.approx(base * 2.52 / 1.8)
+    assert ideal_seconds([big], l40s, 3.0e9)[0] == pytest.approx(base)
+    a100 = get_hardware("a100-sxm-80gb")  # boost 1,410 MHz: under the cap, its datasheet peak
+    assert ideal_seconds([big], a100, 1.8e9)[0] == pytest.approx(ideal_seconds([big], a100)[0])
+
+
+def _gpu_rows(name, boost, share, n=5):
+    """Compute-bound rows of one GPU that reach ``share`` of its boost-clock peak."""
+    compute = np.full(n, 1e-3)
+    return ([name] * n, ["trtllm"] * n, compute / share, compute, compute, [boost] * n)
+
+
+def _fit(*gpus):
+    cols = [np.concatenate([np.asarray(g[i]) for g in gpus]) for i in range(6)]
+    gpu, stacks, latency, ideal, compute, boost = cols
+    return fit_clock_cap(gpu, stacks, latency.astype(float), ideal.astype(float),
+                         compute.astype(float), boost.astype(float))
+
+
+def test_cap_is_where_the_gpus_sustain_the_same_clock():
+    # A 1.4 GHz GPU at 0.9 of its peak (1.26 GHz) and a 2.1 GHz one at 0.6 (1.26 GHz): both
+    # sustain 1.26 GHz, so a cap of 1.4 GHz makes them alike (0.9 and 0.9 of the capped peak).
+    cap = _fit(_gpu_rows("slow", 1.4e9, 0.9), _gpu_rows("fast", 2.1e9, 0.6))
+    assert cap == pytest.approx(1.4e9, abs=1e7)
+    # the same share of the boost peak on both: no cap
+    assert _fit(_gpu_rows("slow", 1.4e9, 0.7), _gpu_rows("fast", 2.1e9, 0.7)) == 0.0
+    # one GPU per stack tells nothing, and launch-bound rows (under 100 us) do not count
+    assert _fit(_gpu_rows("slow", 1.4e9, 0.9)) == 0.0
+    short = _gpu_rows("fast", 2.1e9, 0.6)
+    short = (short[0], short[1], short[2] / 100, short[3] / 100, short[4] / 100, short[5])
+    assert _fit(_gpu_rows("slow", 1.4e9, 0.9), short) == 0.0
