@@ -11,18 +11,18 @@ its hardware columns and carried it to the GPU nearest them (L40S GEMMs held out
 22.2%, the same 22.0-22.2% over seeds 0-2 against 26.4-26.8% with the column set to 0).
 Target: ln(latency / (roofline of that GPU + floor)), so the trees learn an efficiency, which
 moves between GPUs far less than a latency does. The roofline is the vendor-peak one
-(`predictors.transfer_features.ideal_seconds`: datasheet peak for the dtype and memory
-bandwidth, link bandwidth and latency for collectives), not the chain's `roofline_time`, whose
-per-GPU efficiency factors are guesses an unseen GPU's YAML would carry into every answer. The
-floor is the
-alpha term of an alpha-beta model for kernels (collectives carry their link latency already and
-get none), per (stack, dtype, and phase for attention; `launch_floor`): the smallest over
-the training GPUs of each GPU's 1st-percentile latency, about 2-3 us for TensorRT-LLM bf16 GEMMs,
-12 us for its fp8 ones, 10-17 us for Vidur's PyTorch GEMMs, 6-15 us for attention kernels in the
-curated set, counted in SM cycles at each GPU's boost clock (`launch_floor`). Without a floor TensorRT-LLM decode attention is a median 14x its vendor-peak
-roofline on H100 and B200 and 2.3x on L40S: the ratio then encodes the GPU's bandwidth, not how
-well the kernel uses it (leave-one-out attention MAPE on L40S in an exploratory run, 2,000 rows
-per GPU and 300 trees: 120% without the floor, 60% with it).
+(`predictors.transfer_features.ideal_seconds`: datasheet peak for the dtype, its compute bound
+at a sustained-clock cap fitted on the training GPUs, `predictors.transfer_clock`, and memory
+bandwidth; NCCL's model for collectives), not the chain's `roofline_time`, whose per-GPU
+efficiency factors are guesses an unseen GPU's YAML would carry into every answer. The floor is
+the alpha term of an alpha-beta model for kernels (collectives carry their link latency already
+and get none), per (stack, dtype, and phase for attention; `launch_floor`): the smallest over the
+training GPUs of each GPU's 1st-percentile latency, about 2-3 us for TensorRT-LLM bf16 GEMMs, 12
+us for its fp8 ones, 10-17 us for Vidur's PyTorch GEMMs, 6-15 us for attention kernels in the
+curated set, counted in SM cycles at each GPU's boost clock. Without a floor TensorRT-LLM decode
+attention is a median 14x its vendor-peak roofline on H100 and B200 and 2.3x on L40S: the ratio
+then encodes the GPU's bandwidth, not how well the kernel uses it (leave-one-out attention MAPE
+on L40S, 2,000 rows per GPU and 300 trees: 120% without the floor, 60% with it).
 
 At inference the stack is the one measured on the most training GPUs (``default_stack``).
 Saved as ``model.ubj`` (XGBoost's own format, never pickle) + ``schema.json`` (schema version,
@@ -49,7 +49,7 @@ from analytical.hardware import HardwareSpec
 from analytical.ops import AttentionSpec, OpSpec
 from predictors.domain import Domain, outside_domain, training_domain
 from predictors.model import HyperParams, fit_booster
-from predictors.transfer_clock import capped_roofline, fit_clock_cap
+from predictors.transfer_clock import capped_roofline, fit_clock_cap, sm_clock_hz, tensor_clock_hz
 from predictors.transfer_data import TransferData
 from predictors.transfer_features import (
     TRANSFER_SCHEMA_VERSION,
@@ -268,7 +268,8 @@ class Rows:
     features: np.ndarray  # transfer_matrix columns, without the stack one-hot
     latency_s: np.ndarray
     ideal_s: np.ndarray  # `ideal_seconds` without a cap; compute_s: `tensor_compute_seconds`
-    compute_s: np.ndarray
+    compute_s: np.ndarray  # peak_clock_hz below: `tensor_clock_hz`, what the cap compares
+    peak_clock_hz: np.ndarray
     clock_hz: np.ndarray  # the row's GPU's stated boost clock, 0 where its YAML has none
 
     def select(self, mask: np.ndarray) -> Rows:
@@ -277,10 +278,11 @@ class Rows:
                     stacks=self.stacks[mask], versions=self.versions[mask],
                     features=self.features[mask],
                     latency_s=self.latency_s[mask], ideal_s=self.ideal_s[mask],
-                    compute_s=self.compute_s[mask], clock_hz=self.clock_hz[mask])
+                    compute_s=self.compute_s[mask], peak_clock_hz=self.peak_clock_hz[mask],
+                    clock_hz=self.clock_hz[mask])
 
     def roofline(self, cap_hz: float) -> np.ndarray:  # compute bound at min(boost, cap)
-        return capped_roofline(self.ideal_s, self.compute_s, self.clock_hz, cap_hz)
+        return capped_roofline(self.ideal_s, self.compute_s, self.peak_clock_hz, cap_hz)
 
 
 def all_rows(data: TransferData) -> Rows:
@@ -299,6 +301,8 @@ def all_rows(data: TransferData) -> Rows:
                                         for g in data.gpus.values()]),
                 compute_s=np.concatenate([tensor_compute_seconds(g.ops, g.hardware)
                                           for g in data.gpus.values()]),
+                peak_clock_hz=np.concatenate([np.full(len(g), tensor_clock_hz(g.hardware))
+                                              for g in data.gpus.values()]),
                 clock_hz=np.concatenate([np.full(len(g), g.hardware.boost_clock_hz)
                                          for g in data.gpus.values()]))
 
@@ -325,7 +329,7 @@ def fit_transfer(data: TransferData, config: TransferConfig = TransferConfig(), 
                    train.versions.reshape(-1, 1)])
     releases = {s: sorted(set(train.versions[train.stacks == s].tolist())) for s in vocabulary}
     cap = fit_clock_cap(train.gpu, train.stacks, train.latency_s, train.ideal_s,
-                        train.compute_s, train.clock_hz)
+                        train.compute_s, train.peak_clock_hz)
     target = np.log(train.latency_s / (train.roofline(cap) + floors(
         floor, train.ops, train.stacks.tolist()) / clock))
     booster = fit_booster(x, target, config.params,
@@ -343,12 +347,6 @@ def _floor_key(stack: str, op: OpSpec) -> str:
     XQA / masked MHA against the context FMHA in TensorRT-LLM)."""
     phase = getattr(op, "phase", None) if isinstance(op, AttentionSpec) else None
     return f"{stack}/{op.dtype}" + (f"/{phase}" if phase is not None else "")
-
-
-def sm_clock_hz(hw: HardwareSpec, reference_hz: float) -> float:
-    """``hw``'s boost clock (``clocks.boost_mhz``), or ``reference_hz`` (the median over the
-    model's training GPUs) where its YAML states none."""
-    return hw.boost_clock_hz or reference_hz
 
 
 def launch_floor(family: str, rows: Rows, clock_hz: np.ndarray) -> dict[str, float]:

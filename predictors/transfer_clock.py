@@ -12,10 +12,12 @@ Bandwidth", 2023). The store's large TensorRT-LLM bf16 GEMMs reach 0.83 / 0.75 /
 of the boost-clock peak on A100 / H100 / B200 / L40S, i.e. an SM clock of 1.18 / 1.38 / 1.22 /
 1.35 GHz at the whitepaper FLOP per clock: the highest boost clock (L40S's 2.52 GHz) gives the
 lowest share, and trees cannot extrapolate a share below every training GPU's. So the
-compute bound of the target's denominator is taken at min(boost, cap): one cap, fitted on the
-training GPUs only (`fit_clock_cap`), as the clock above which a higher boost clock bought the
-training GPUs no more sustained tensor throughput. A GPU whose boost is under the cap keeps its
-datasheet peak. Not a per-GPU figure (none is published for most of them, and a column per GPU
+compute bound of the target's denominator is taken at min(peak clock, cap), the peak clock being
+the one the datasheet peak is stated at (``clocks.peak_mhz``, else the boost: H100's 989 TF is at
+1.83 GHz, not its 1.98 GHz boost; `tensor_clock_hz`): one cap, fitted on the training GPUs only
+(`fit_clock_cap`), as the clock above which a faster-clocked peak bought the training GPUs no
+more sustained tensor throughput. A GPU whose peak clock is under the cap keeps its datasheet
+peak. Not a per-GPU figure (none is published for most of them, and a column per GPU
 names the GPU, predictors/README.md); not the base clock (L40S's 1,110 MHz is below the 1.35 GHz
 it sustains; the base-clock derating was tried and not kept, predictors/README.md).
 """
@@ -26,7 +28,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-# candidate caps: 1.00 GHz up to the fastest training GPU's boost clock, 10 MHz apart
+from analytical.hardware import HardwareSpec
+
+# candidate caps: 1.00 GHz up to the fastest training GPU's peak clock, 10 MHz apart
 _CAP_FROM_HZ = 1.0e9
 _CAP_STEP_HZ = 10e6
 # rows that judge the cap: bound by the tensor peak (compute bound above the memory bound) and
@@ -34,9 +38,23 @@ _CAP_STEP_HZ = 10e6
 _COMPUTE_BOUND_MIN_S = 100e-6
 
 
+def sm_clock_hz(hw: HardwareSpec, reference_hz: float) -> float:
+    """``hw``'s boost clock (``clocks.boost_mhz``), or ``reference_hz`` (the median over the
+    model's training GPUs) where its YAML states none: the launch floor's clock
+    (`predictors.transfer.launch_floor`)."""
+    return hw.boost_clock_hz or reference_hz
+
+
+def tensor_clock_hz(hw: HardwareSpec) -> float:
+    """The SM clock ``hw``'s datasheet tensor peak is stated at (``clocks.peak_mhz``), else
+    its boost clock (0 where neither is stated)."""
+    return hw.peak_clock_hz or hw.boost_clock_hz
+
+
 def clock_derate(boost_hz: np.ndarray | float, cap_hz: float) -> np.ndarray:
-    """boost / min(boost, cap): how much longer the compute bound takes at the capped clock
-    (1 where the boost or the cap is not stated, or the boost is under the cap)."""
+    """clock / min(clock, cap), the clock being the peak's (`tensor_clock_hz`): how much
+    longer the compute bound takes at the capped clock (1 where the clock or the cap is not
+    stated, or the clock is under the cap)."""
     boost = np.asarray(boost_hz, dtype=np.float64)
     if cap_hz <= 0:
         return np.ones_like(boost)
@@ -53,7 +71,8 @@ def capped_roofline(ideal_s: np.ndarray, compute_s: np.ndarray, boost_hz: np.nda
 
 def fit_clock_cap(gpu: np.ndarray, stacks: np.ndarray, latency_s: np.ndarray,
                   ideal_s: np.ndarray, compute_s: np.ndarray, boost_hz: np.ndarray) -> float:
-    """The cap (Hz) that makes the training GPUs' compute-bound rows the most alike: for each
+    """The cap (Hz) that makes the training GPUs' compute-bound rows the most alike (``boost_hz``:
+    each row's `tensor_clock_hz`): for each
     candidate, the variance across GPUs of each GPU's median ln(latency / capped compute
     bound), summed over the stacks measured on two or more GPUs; the highest cap on a tie (no
     cap where no stack tells). 0.0 (no cap) for a family without tensor compute."""

@@ -61,7 +61,7 @@ from predictors.features import (
     ideal_time_s,
     row_alignment_log2,
 )
-from predictors.transfer_clock import capped_roofline
+from predictors.transfer_clock import capped_roofline, tensor_clock_hz
 
 TRANSFER_SCHEMA_VERSION = 9  # 2: vendor-peak roofline target; 3: dtype as bits, floor per class;
 # 4: collectives relative to NCCL's own ring model; 5: NCCL's ring + tree model on its topology's
@@ -318,6 +318,6 @@ def ideal_seconds(ops: Sequence[OpSpec], hw: HardwareSpec, clock_cap_hz: float =
     ideal = np.array([nccl_time(op, hw) if isinstance(op, CollectiveSpec)
                       else warm_roofline_s(op, hw) if op.family in WARM_L2_FAMILIES
                       else ideal_time_s(op, hw) for op in ops], dtype=np.float64)
-    return capped_roofline(ideal, tensor_compute_seconds(ops, hw), hw.boost_clock_hz,
+    return capped_roofline(ideal, tensor_compute_seconds(ops, hw), tensor_clock_hz(hw),
                            clock_cap_hz)
 

@@ -23,13 +23,13 @@ def test_derate_stretches_only_a_boost_above_the_cap():
 
 
 def test_ideal_seconds_caps_the_tensor_bound_of_a_compute_bound_gemm():
-    l40s = get_hardware("l40s")  # boost 2,520 MHz
+    l40s = get_hardware("l40s")  # datasheet peak at 2,490 MHz (boost 2,520)
     big = GemmSpec(m=8192, n=8192, k=8192, dtype=DType.BF16)
     base = ideal_seconds([big], l40s)[0]
     assert base == pytest.approx(tensor_compute_seconds([big], l40s)[0])
-    assert ideal_seconds([big], l40s, 1.8e9)[0] == pytest.approx(base * 2.52 / 1.8)
+    assert ideal_seconds([big], l40s, 1.8e9)[0] == pytest.approx(base * 2.49 / 1.8)
     assert ideal_seconds([big], l40s, 3.0e9)[0] == pytest.approx(base)
-    a100 = get_hardware("a100-sxm-80gb")  # boost 1,410 MHz: under the cap, its datasheet peak
+    a100 = get_hardware("a100-sxm-80gb")  # peak at 1,410 MHz: under the cap, its datasheet peak
     assert ideal_seconds([big], a100, 1.8e9)[0] == pytest.approx(ideal_seconds([big], a100)[0])
 
 
@@ -58,3 +58,19 @@ def test_cap_is_where_the_gpus_sustain_the_same_clock():
     short = _gpu_rows("fast", 2.1e9, 0.6)
     short = (short[0], short[1], short[2] / 100, short[3] / 100, short[4] / 100, short[5])
     assert _fit(_gpu_rows("slow", 1.4e9, 0.9), short) == 0.0
+
+
+def test_the_cap_compares_the_clock_the_datasheet_peak_is_stated_at():
+    # H100 SXM's 989.4 TF is 132 SMs x 4,096 FLOP/clock x 1.83 GHz, below its 1.98 GHz boost:
+    # a 1.9 GHz cap leaves its peak alone, a 1.5 GHz cap stretches it by 1.83 / 1.5
+    from dataclasses import replace
+
+    from predictors.transfer_clock import tensor_clock_hz
+
+    h100 = get_hardware("h100-sxm")
+    assert tensor_clock_hz(h100) == pytest.approx(1.83e9)
+    assert tensor_clock_hz(replace(h100, peak_clock_hz=0.0)) == pytest.approx(1.98e9)
+    big = GemmSpec(m=8192, n=8192, k=8192, dtype=DType.BF16)
+    base = ideal_seconds([big], h100)[0]
+    assert ideal_seconds([big], h100, 1.9e9)[0] == pytest.approx(base)
+    assert ideal_seconds([big], h100, 1.5e9)[0] == pytest.approx(base * 1.83 / 1.5)
