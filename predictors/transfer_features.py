@@ -20,7 +20,8 @@ work from the device's specifications, not the latency of a shape on one device.
 (`predictors.transfer`) is the latency relative to the vendor-peak roofline of that GPU
 (`ideal_seconds`).
 
-The hardware YAML (`analytical.hardware`) exposes no clock, so none is used; its measured L2
+The hardware YAML's clocks enter through the floor and the compute bound's cap
+(`predictors.transfer`, `predictors.transfer_clock`) and attention's `_mma`; its measured L2
 bandwidth (``memory.l2_bandwidth_gb_per_s``) prices the L2-resident share of a GEMM's or an
 attention kernel's operands (`warm_memory_s`). ``TRANSFER_SCHEMA_VERSION`` changes whenever a formula here does. The provenance stack
 (`predictors.transfer_data.stack_of`) is appended by the model as one-hot columns; its
@@ -63,12 +64,13 @@ from predictors.features import (
 )
 from predictors.transfer_clock import capped_roofline, tensor_clock_hz
 
-TRANSFER_SCHEMA_VERSION = 9  # 2: vendor-peak roofline target; 3: dtype as bits, floor per class;
+TRANSFER_SCHEMA_VERSION = 10  # 2: vendor-peak roofline target; 3: dtype as bits, floor per class;
 # 4: collectives relative to NCCL's own ring model; 5: NCCL's ring + tree model on its topology's
 # link credit (`analytical.nccl`); 6: and the warm-L2 memory bound for GEMM and attention;
 # 7: the stack's release as a column (`predictors.transfer_data.version_of`); 8: the floor in
 # SM clock cycles at the GPU's boost clock (`predictors.transfer.launch_floor`); 9: the compute
-# bound at min(boost, a sustained-clock cap fitted on the training GPUs) (`transfer_clock`)
+# bound at min(peak clock, a sustained-clock cap fitted on the training GPUs) (`transfer_clock`);
+# 10: attention's tensor FLOP per SM per clock (`_mma`)
 TRANSFER_FAMILIES = ("gemm", "attention", "collective", "memory")
 # Families whose target denominator serves the L2-resident share of the operands from L2
 # (`warm_roofline_s`): the curated GEMM and attention rows are TensorRT-LLM's and Vidur's
@@ -155,6 +157,22 @@ def _dtype(op: OpSpec) -> list[float]:
 _DTYPE = ["dtype_bits", "dtype_quantised"]
 
 
+def _mma(op: OpSpec, hw: HardwareSpec) -> list[float]:
+    """log2 tensor FLOP per SM per clock for the dtype: the datasheet peak over SMs x the clock
+    it is stated at (`predictors.transfer_clock.tensor_clock_hz`). It orders the architectures
+    by their MMA instruction (bf16: Ada 1,024 and Ampere 2,048 with warp-level mma.sync, Hopper
+    4,096 with warpgroup wgmma, Blackwell 8,192 with tcgen05; NVIDIA's architecture whitepapers),
+    so an unseen GPU sits beside the training GPUs whose kernels are built like its own.
+    Attention only: held out leave-one-GPU-out (seeds 0 / 1) it took B200 attention from 26.3 /
+    27.4% to 22.8 / 23.1% and H100's from 20.3 / 19.9% to 22.1 / 22.8%; as a GEMM column too,
+    GEMM L40S went 17.8% -> 19.9% (predictors/README.md)."""
+    clock = tensor_clock_hz(hw)
+    return [_log2(_peak_flops(op, hw) / (hw.compute_units * clock)) if clock else 0.0]
+
+
+_MMA = ["log2_tensor_flop_per_sm_clock"]
+
+
 def gemm_row(op: GemmSpec, hw: HardwareSpec) -> list[float]:
     e = op.dtype.bytes
     row = [_log2(d) for d in (op.m, op.n, op.k, op.batch)]
@@ -195,7 +213,7 @@ def attention_row(op: AttentionSpec, hw: HardwareSpec) -> list[float]:
     # bytes of K and V one CTA streams per query block: the kernel's inner loop
     row += [_log2(2.0 * op.kv_len * op.head_dim * e)]
     row += _flash_traffic(op, hw)
-    return row + _dtype(op)
+    return row + _dtype(op) + _mma(op, hw)
 
 
 def _flash_traffic(op: AttentionSpec, hw: HardwareSpec) -> list[float]:
@@ -222,7 +240,7 @@ _ATTENTION = (["log2_batch", "log2_q_len", "log2_kv_len", "log2_heads", "log2_kv
                "log2_score_pairs"] + _WORK + _wave_names("qblock")
               + _wave_names("kvsplit") + _wave_names("kvhead") + ["log2_kv_bytes_per_cta"]
               + ["log2_flash_kv_traffic_s", "log2_unsplit_decode_s", "log2_flash_roofline_s"]
-              + _DTYPE)
+              + _DTYPE + _MMA)
 
 
 # Collectives are priced relative to NCCL's own cost model (`analytical.nccl`: ring and tree x

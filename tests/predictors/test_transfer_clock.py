@@ -74,3 +74,28 @@ def test_the_cap_compares_the_clock_the_datasheet_peak_is_stated_at():
     base = ideal_seconds([big], h100)[0]
     assert ideal_seconds([big], h100, 1.9e9)[0] == pytest.approx(base)
     assert ideal_seconds([big], h100, 1.5e9)[0] == pytest.approx(base * 1.83 / 1.5)
+
+
+def test_attention_sees_the_mma_width_per_sm_and_clock():
+    """bf16 tensor FLOP per SM per clock from the datasheet peak: Ada 1,024, Ampere 2,048,
+    Hopper 4,096, Blackwell 8,192 (log2 10 / 11 / 12 / 13); fp8 doubles it."""
+    from analytical.ops import AttentionSpec, Phase
+    from predictors.transfer_features import transfer_feature_names, transfer_matrix
+
+    column = transfer_feature_names("attention").index("log2_tensor_flop_per_sm_clock")
+    op = AttentionSpec(batch=1, q_len=1, kv_len=1024, heads=32, kv_heads=8, head_dim=128,
+                       dtype=DType.BF16, phase=Phase.DECODE)
+    got = {name: transfer_matrix("attention", [op], get_hardware(name))[0, column]
+           for name in ("l40s", "a100-sxm-80gb", "h100-sxm", "b200")}
+    assert got == pytest.approx({"l40s": 10.0, "a100-sxm-80gb": 11.0, "h100-sxm": 12.0,
+                                 "b200": 13.0}, abs=0.01)
+    fp8 = transfer_matrix("attention", [_replace_dtype(op, DType.FP8)],
+                          get_hardware("h100-sxm"))[0, column]
+    assert fp8 == pytest.approx(13.0, abs=0.01)
+    assert "log2_tensor_flop_per_sm_clock" not in transfer_feature_names("gemm")
+
+
+def _replace_dtype(op, dtype):
+    from dataclasses import replace
+
+    return replace(op, dtype=dtype)
