@@ -343,7 +343,8 @@ def _rows(gpus, stacks, ops, latency):
     n = len(ops)
     return Rows(gpu=np.array(gpus), ops=tuple(ops), stacks=np.array(stacks),
                 versions=np.zeros(n), features=np.zeros((n, 1)), latency_s=np.array(latency),
-                ideal_s=np.zeros(n), clock_hz=np.zeros(n))
+                ideal_s=np.zeros(n), compute_s=np.zeros(n), peak_clock_hz=np.zeros(n),
+                clock_hz=np.zeros(n))
 
 
 def test_floor_is_per_stack_and_dtype_and_an_unseen_dtype_borrows_the_nearest():
