@@ -46,6 +46,7 @@ from simulate.engines import EngineChain, Estimate
 from simulate.torch_kernels import (
     SHARED_INPUT,
     SYMM_MEM_TP,
+    TORCHAO_FP8,
     Fp8Recipe,
     eager_traffic,
     optimizer_traffic,
@@ -253,8 +254,12 @@ def framework_estimates(ops: Sequence[OpSpec], estimates: Sequence[Estimate],
 # NeMo cost no extra pass; the attention output and the activation still go through a cast.
 NORM_FUSED_CAST = frozenset({Framework.MEGATRON, Framework.NEMO})
 # torchao's Float8Linear with dynamic scaling (torchtitan's float8 converter) casts the weight
-# on every forward call; TE keeps the fp8 weight across micro-batches (is_first_microbatch).
-WEIGHT_CAST_PER_CALL = frozenset({Framework.TORCHTITAN})
+# on every forward call. TE keeps the fp8 weight across micro-batches only when the caller
+# passes is_first_microbatch (Megatron-Core / NeMo do); with it None TE casts (and transposes)
+# the weight on every call (`update_fp8_weights = is_first_microbatch is None or
+# is_first_microbatch`, transformer_engine/pytorch/module/linear.py), as MPT's `te.Linear`
+# layers under Composer (llm-foundry `fc_type: te`, its H100 fp8 table: TE v0.10) are called.
+WEIGHT_CAST_PER_CALL = frozenset({Framework.TORCHTITAN, Framework.COMPOSER})
 _NORMS = frozenset({MemoryOpKind.LAYERNORM, MemoryOpKind.RMSNORM})
 
 
@@ -292,7 +297,7 @@ def fp8_cast_nodes(fwd: Sequence[Node], framework: str, recipe: str = "tensorwis
                     and op.kind == CollectiveKind.ALL_GATHER else 1)
         if n.stream == Stream.COMPUTE:
             prev = n
-    if Fp8Recipe(recipe) == Fp8Recipe.ROWWISE and fw in WEIGHT_CAST_PER_CALL:  # torchao
+    if Fp8Recipe(recipe) == Fp8Recipe.ROWWISE and fw in TORCHAO_FP8:
         out_b += rowwise_backward(fwd)
     return out_f, out_b
 

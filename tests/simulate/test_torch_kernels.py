@@ -362,3 +362,21 @@ def test_rowwise_forward_gemm_takes_the_measured_cutlass_ratio():
     assert rowwise["qkv_proj.wk"] == pytest.approx(ROWWISE_FWD_RATIO[2048])  # 3000 tokens
     assert rowwise["qkv_proj.wk.dgrad"] == tensorwise["qkv_proj.wk"] == 1.0
     assert gemms("megatron", "rowwise")["qkv_proj"] == 1.0
+
+
+def test_fp8_weights_are_cast_per_call_where_te_or_torchao_is_called_so():
+    """TE re-casts the weight on every call unless the caller passes is_first_microbatch
+    (Megatron-Core does; Composer's MPT te.Linear does not); torchao always re-casts."""
+    from analytical.dtypes import DType
+    from analytical.layer_spec import Precision
+    from simulate.graph import TrainStep, layer_block
+
+    def weight_casts(framework: str) -> int:
+        step = TrainStep(sharding=Sharding(), micro_batch=1, seq_len=2048, framework=framework,
+                         precision=Precision(gemm=DType.FP8, act=DType.BF16))
+        b = layer_block(load_model("llama-3-8b"), step, moe=False)
+        return sum(n.name.endswith(".fp8_cast_weight") for n in b.fwd)
+
+    assert weight_casts("composer") == 4  # qkv, out, up, down
+    assert weight_casts("torchtitan") == 7  # its seven separate linears
+    assert weight_casts("megatron") == weight_casts("nemo") == 0
