@@ -77,13 +77,17 @@ class RowOutcome:
         return self.predicted_mem_gib / self.measured_mem_gib - 1.0
 
 
+ROW_KEY = "_corpus_row"  # not a CSV column: the row's index in its corpus file
+
+
 def load_corpus(path: str | Path = TRAINING_CORPUS) -> list[dict[str, str]]:
-    """The corpus rows as string dicts (empty string = not published)."""
+    """The corpus rows as string dicts (empty string = not published), each with its index in
+    the file under `ROW_KEY`, so a row keeps its name (``<source>-<index>``) in any subset."""
     path = Path(path)
     if not path.is_file():
         raise SpecError("corpus", f"no corpus file at {path}")
     with path.open(newline="") as handle:
-        return [dict(r) for r in csv.DictReader(handle)]
+        return [{**r, ROW_KEY: str(i)} for i, r in enumerate(csv.DictReader(handle))]
 
 
 def _get(row: Mapping[str, str], key: str) -> str:
@@ -280,7 +284,7 @@ def score_training(rows: Sequence[Mapping[str, str]], runner: Runner) -> list[Ro
     expect(len(rows), unit="runs")
     outcomes = []
     for i, row in enumerate(rows):
-        outcomes.append(score_row(row, i, runner))
+        outcomes.append(score_row(row, int(row.get(ROW_KEY) or i), runner))
         advance(1, unit="runs", label=outcomes[-1].name)
     return outcomes
 

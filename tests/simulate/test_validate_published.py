@@ -97,6 +97,16 @@ def test_registry_and_scores(tmp_path):
     assert summary["mean of sources"]["tps_mape_pct"] == pytest.approx(sum(per_source) / 2)
 
 
+def test_a_row_keeps_its_corpus_name_in_a_subset(tmp_path):
+    """`--sources` scores a subset: each row is still named by its index in the file, so a
+    per-row CSV of a subset joins the corpus the same way as one of the whole corpus."""
+    rows = pub.load_corpus(_corpus(tmp_path))
+    subset = [r for r in rows if r["source"] == "src-b"]
+    names = [o.name for o in pub.score_training(subset, _runner())]
+    assert names == ["src-b-1", "src-b-2"]
+    assert [o.name for o in pub.score_training(rows[:1], _runner())] == ["src-a-0"]
+
+
 def test_mfu_not_compared_when_the_peak_differs(tmp_path):
     row = {**ROW, "mfu": "0.4", "mfu_peak_tflops": "1979"}  # an fp8 peak on a bf16 run
     outcome = pub.score_row(row, 0, _runner())
