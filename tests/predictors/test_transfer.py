@@ -492,7 +492,7 @@ def test_a_held_out_gpu_is_not_trained_on_copies_of_its_rows() -> None:
     rows = Rows(gpu=np.array(gpu), ops=tuple(ops * 4), stacks=np.array(stacks),
                 versions=np.zeros(40), features=np.zeros((40, 1)),
                 latency_s=np.array(t + t + other + t), ideal_s=np.ones(40),
-                clock_hz=np.zeros(40))
+                compute_s=np.zeros(40), peak_clock_hz=np.zeros(40), clock_hz=np.zeros(40))
     marked = copies_of(rows, "a100-pcie-80gb")
     assert marked.tolist() == [False] * 10 + [True] * 10 + [False] * 20
     assert not copies_of(rows, "a40").any()
