@@ -117,10 +117,8 @@ class HardwareSpec:
     # ``node.host_op_us``; 0 = not measured): what a host-bound framework's kernel issue rate
     # scales with (`simulate.moe_host`).
     host_op_s: float = 0.0
-    # SM clocks, board power limit (``clocks.{base_mhz,boost_mhz,peak_mhz,power_limit_w}``;
-    # 0: not stated); peak: the clock the datasheet tensor peak is computed at
+    # SM clocks, board power limit (``clocks.{base_mhz,boost_mhz,power_limit_w}``; 0: not stated)
     boost_clock_hz: float = 0.0
-    peak_clock_hz: float = 0.0
     base_clock_hz: float = 0.0
     power_limit_w: float = 0.0
     notes: str = ""

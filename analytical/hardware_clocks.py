@@ -1,4 +1,4 @@
-"""A hardware file's optional ``clocks`` block: SM base/boost/peak clock (MHz), board power (W).
+"""A hardware file's optional ``clocks`` block: SM base/boost clock (MHz) and board power (W).
 
 Its own module because the catalog reader (`analytical.hardware`) is at its size limit; the
 cross-GPU transfer model reads the boost clock to turn its launch floor into SM cycles.
@@ -14,9 +14,6 @@ CLOCK_KEYS: dict[str, tuple[str, float]] = {
     "base_mhz": ("base_clock_hz", 1e6),
     "boost_mhz": ("boost_clock_hz", 1e6),
     "power_limit_w": ("power_limit_w", 1.0),
-    # the SM clock the datasheet tensor peak is stated at (peak / (SMs x FLOP per SM per
-    # clock)): H100's 989 TF is at 1.83 GHz, not its 1.98 GHz boost
-    "peak_mhz": ("peak_clock_hz", 1e6),
 }
 
 

@@ -11,18 +11,18 @@ its hardware columns and carried it to the GPU nearest them (L40S GEMMs held out
 22.2%, the same 22.0-22.2% over seeds 0-2 against 26.4-26.8% with the column set to 0).
 Target: ln(latency / (roofline of that GPU + floor)), so the trees learn an efficiency, which
 moves between GPUs far less than a latency does. The roofline is the vendor-peak one
-(`predictors.transfer_features.ideal_seconds`: datasheet peak for the dtype, its compute bound
-at a sustained-clock cap fitted on the training GPUs, `predictors.transfer_clock`, and memory
-bandwidth; NCCL's model for collectives), not the chain's `roofline_time`, whose per-GPU
-efficiency factors are guesses an unseen GPU's YAML would carry into every answer. The floor is
-the alpha term of an alpha-beta model for kernels (collectives carry their link latency already
-and get none), per (stack, dtype, and phase for attention; `launch_floor`): the smallest over the
-training GPUs of each GPU's 1st-percentile latency, about 2-3 us for TensorRT-LLM bf16 GEMMs, 12
-us for its fp8 ones, 10-17 us for Vidur's PyTorch GEMMs, 6-15 us for attention kernels in the
-curated set, counted in SM cycles at each GPU's boost clock. Without a floor TensorRT-LLM decode
-attention is a median 14x its vendor-peak roofline on H100 and B200 and 2.3x on L40S: the ratio
-then encodes the GPU's bandwidth, not how well the kernel uses it (leave-one-out attention MAPE
-on L40S, 2,000 rows per GPU and 300 trees: 120% without the floor, 60% with it).
+(`predictors.transfer_features.ideal_seconds`: datasheet peak for the dtype and memory
+bandwidth, link bandwidth and latency for collectives), not the chain's `roofline_time`, whose
+per-GPU efficiency factors are guesses an unseen GPU's YAML would carry into every answer. The
+floor is the
+alpha term of an alpha-beta model for kernels (collectives carry their link latency already and
+get none), per (stack, dtype, and phase for attention; `launch_floor`): the smallest over
+the training GPUs of each GPU's 1st-percentile latency, about 2-3 us for TensorRT-LLM bf16 GEMMs,
+12 us for its fp8 ones, 10-17 us for Vidur's PyTorch GEMMs, 6-15 us for attention kernels in the
+curated set, counted in SM cycles at each GPU's boost clock (`launch_floor`). Without a floor TensorRT-LLM decode attention is a median 14x its vendor-peak
+roofline on H100 and B200 and 2.3x on L40S: the ratio then encodes the GPU's bandwidth, not how
+well the kernel uses it (leave-one-out attention MAPE on L40S in an exploratory run, 2,000 rows
+per GPU and 300 trees: 120% without the floor, 60% with it).
 
 At inference the stack is the one measured on the most training GPUs (``default_stack``).
 Saved as ``model.ubj`` (XGBoost's own format, never pickle) + ``schema.json`` (schema version,
@@ -49,12 +49,10 @@ from analytical.hardware import HardwareSpec
 from analytical.ops import AttentionSpec, OpSpec
 from predictors.domain import Domain, outside_domain, training_domain
 from predictors.model import HyperParams, fit_booster
-from predictors.transfer_clock import capped_roofline, fit_clock_cap, sm_clock_hz, tensor_clock_hz
 from predictors.transfer_data import TransferData
 from predictors.transfer_features import (
     TRANSFER_SCHEMA_VERSION,
     ideal_seconds,
-    tensor_compute_seconds,
     transfer_feature_names,
     transfer_matrix,
 )
@@ -97,7 +95,7 @@ class TransferModel:
     def __init__(self, *, booster: xgb.Booster, family: str, gpus: Sequence[str], stacks: Sequence[str],
                  default_stack: str, params: HyperParams, domain: Domain,
                  vendors: Sequence[str], floor_cycles: Mapping[str, float],
-                 reference_clock_hz: float, clock_cap_hz: float,
+                 reference_clock_hz: float,
                  stack_versions: Mapping[str, Sequence[float]], rows: int = 0,
                  schema_version: int = TRANSFER_SCHEMA_VERSION) -> None:
         self.booster = booster
@@ -110,7 +108,6 @@ class TransferModel:
         self.vendors = tuple(vendors)
         self.floor_cycles = {str(k): float(v) for k, v in sorted(floor_cycles.items())}
         self.reference_clock_hz = float(reference_clock_hz)
-        self.clock_cap_hz = float(clock_cap_hz)  # `predictors.transfer_clock`; 0: none
         # releases per stack in training, ascending: a row is asked as the nearest of them
         # (the newest without one), never as a release the trees did not see, which they
         # would put on the side of a split another stack's release 0 happens to fall on
@@ -157,8 +154,8 @@ class TransferModel:
         stacks = [self.default_stack] * len(ops) if stacks is None else stacks
         matrix = xgb.DMatrix(self.features(ops, hw, stacks, versions), nthread=1)
         raw = self.booster.predict(matrix).astype(np.float64)
-        seconds: np.ndarray = np.exp(raw) * (ideal_seconds(ops, hw, self.clock_cap_hz)
-                                             + self.floor_seconds(ops, stacks, hw))
+        seconds: np.ndarray = np.exp(raw) * (ideal_seconds(ops, hw) + self.floor_seconds(
+            ops, stacks, hw))
         return seconds
 
     def floor_seconds(self, ops: Sequence[OpSpec], stacks: Sequence[str],
@@ -188,7 +185,6 @@ class TransferModel:
                "target": "log_roofline_ratio",
                "floor_cycles": {k: v.hex() for k, v in self.floor_cycles.items()},
                "reference_clock_hz": self.reference_clock_hz,
-               "clock_cap_hz": self.clock_cap_hz,
                "stack_versions": dict(self.stack_versions),
                "params": asdict(self.params),
                "n_trees": self.n_trees}
@@ -212,7 +208,6 @@ class TransferModel:
                    vendors=doc["vendors"],
                    floor_cycles={k: float.fromhex(v) for k, v in doc["floor_cycles"].items()},
                    reference_clock_hz=float(doc["reference_clock_hz"]),
-                   clock_cap_hz=float(doc["clock_cap_hz"]),
                    stack_versions=doc["stack_versions"],
                    rows=int(doc.get("rows", 0)),
                    schema_version=doc["schema_version"])
@@ -242,7 +237,8 @@ def check_transfer_schema(doc: dict[str, Any], *, source: str) -> None:
         raise LlmsimError(f"{source}: transfer schema version {doc.get('schema_version')} but "
                           f"this llmsim uses {TRANSFER_SCHEMA_VERSION}; {retrain}")
     for key in ("stacks", "default_stack", "gpus", "vendors", "domain", "params", "floor_cycles",
-                "reference_clock_hz", "clock_cap_hz", "stack_versions"):
+                "reference_clock_hz",
+                "stack_versions"):
         if key not in doc:
             raise LlmsimError(f"{source}: {key}: missing")
     expected = _model_feature_names(family, doc["stacks"])
@@ -267,9 +263,7 @@ class Rows:
     versions: np.ndarray  # `predictors.transfer_data.version_of` per row
     features: np.ndarray  # transfer_matrix columns, without the stack one-hot
     latency_s: np.ndarray
-    ideal_s: np.ndarray  # `ideal_seconds` without a cap; compute_s: `tensor_compute_seconds`
-    compute_s: np.ndarray  # peak_clock_hz below: `tensor_clock_hz`, what the cap compares
-    peak_clock_hz: np.ndarray
+    ideal_s: np.ndarray
     clock_hz: np.ndarray  # the row's GPU's stated boost clock, 0 where its YAML has none
 
     def select(self, mask: np.ndarray) -> Rows:
@@ -278,11 +272,7 @@ class Rows:
                     stacks=self.stacks[mask], versions=self.versions[mask],
                     features=self.features[mask],
                     latency_s=self.latency_s[mask], ideal_s=self.ideal_s[mask],
-                    compute_s=self.compute_s[mask], peak_clock_hz=self.peak_clock_hz[mask],
                     clock_hz=self.clock_hz[mask])
-
-    def roofline(self, cap_hz: float) -> np.ndarray:  # compute bound at min(boost, cap)
-        return capped_roofline(self.ideal_s, self.compute_s, self.peak_clock_hz, cap_hz)
 
 
 def all_rows(data: TransferData) -> Rows:
@@ -299,10 +289,6 @@ def all_rows(data: TransferData) -> Rows:
                 latency_s=np.concatenate([g.latency_s for g in data.gpus.values()]),
                 ideal_s=np.concatenate([ideal_seconds(g.ops, g.hardware)
                                         for g in data.gpus.values()]),
-                compute_s=np.concatenate([tensor_compute_seconds(g.ops, g.hardware)
-                                          for g in data.gpus.values()]),
-                peak_clock_hz=np.concatenate([np.full(len(g), tensor_clock_hz(g.hardware))
-                                              for g in data.gpus.values()]),
                 clock_hz=np.concatenate([np.full(len(g), g.hardware.boost_clock_hz)
                                          for g in data.gpus.values()]))
 
@@ -328,9 +314,7 @@ def fit_transfer(data: TransferData, config: TransferConfig = TransferConfig(), 
     x = np.hstack([train.features, stack_columns(train.stacks.tolist(), vocabulary),
                    train.versions.reshape(-1, 1)])
     releases = {s: sorted(set(train.versions[train.stacks == s].tolist())) for s in vocabulary}
-    cap = fit_clock_cap(train.gpu, train.stacks, train.latency_s, train.ideal_s,
-                        train.compute_s, train.peak_clock_hz)
-    target = np.log(train.latency_s / (train.roofline(cap) + floors(
+    target = np.log(train.latency_s / (train.ideal_s + floors(
         floor, train.ops, train.stacks.tolist()) / clock))
     booster = fit_booster(x, target, config.params,
                           seed=config.seed, nthread=config.nthread)
@@ -338,7 +322,7 @@ def fit_transfer(data: TransferData, config: TransferConfig = TransferConfig(), 
                          default_stack=default, params=config.params,
                          domain=training_domain(train.ops),
                          vendors=sorted({data.gpus[n].hardware.vendor for n in gpus}),
-                         floor_cycles=floor, reference_clock_hz=reference, clock_cap_hz=cap,
+                         floor_cycles=floor, reference_clock_hz=reference,
                          stack_versions=releases, rows=len(train.ops))
 
 
@@ -347,6 +331,12 @@ def _floor_key(stack: str, op: OpSpec) -> str:
     XQA / masked MHA against the context FMHA in TensorRT-LLM)."""
     phase = getattr(op, "phase", None) if isinstance(op, AttentionSpec) else None
     return f"{stack}/{op.dtype}" + (f"/{phase}" if phase is not None else "")
+
+
+def sm_clock_hz(hw: HardwareSpec, reference_hz: float) -> float:
+    """``hw``'s boost clock (``clocks.boost_mhz``), or ``reference_hz`` (the median over the
+    model's training GPUs) where its YAML states none."""
+    return hw.boost_clock_hz or reference_hz
 
 
 def launch_floor(family: str, rows: Rows, clock_hz: np.ndarray) -> dict[str, float]:

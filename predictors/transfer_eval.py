@@ -122,7 +122,7 @@ def evaluate_fold(data: TransferData, rows: Rows, heldout: str,
     test = test.select(seen)
     hw = data.gpus[heldout].hardware
     predicted = model.predict(test.ops, hw, test.stacks.tolist(), test.versions.tolist())
-    alone = test.roofline(model.clock_cap_hz) + model.floor_seconds(test.ops, test.stacks.tolist(), hw)
+    alone = test.ideal_s + model.floor_seconds(test.ops, test.stacks.tolist(), hw)
     analytic = roofline_seconds(test, hw)
     ok = np.isfinite(analytic)
     transfer, roof, denominator = {}, {}, {}

@@ -20,8 +20,7 @@ work from the device's specifications, not the latency of a shape on one device.
 (`predictors.transfer`) is the latency relative to the vendor-peak roofline of that GPU
 (`ideal_seconds`).
 
-The hardware YAML's clocks enter through the floor and the compute bound's cap
-(`predictors.transfer`, `predictors.transfer_clock`) and attention's `_mma`; its measured L2
+The hardware YAML (`analytical.hardware`) exposes no clock, so none is used; its measured L2
 bandwidth (``memory.l2_bandwidth_gb_per_s``) prices the L2-resident share of a GEMM's or an
 attention kernel's operands (`warm_memory_s`). ``TRANSFER_SCHEMA_VERSION`` changes whenever a formula here does. The provenance stack
 (`predictors.transfer_data.stack_of`) is appended by the model as one-hot columns; its
@@ -64,16 +63,13 @@ from predictors.features import (
     ideal_time_s,
     row_alignment_log2,
 )
-from predictors.transfer_clock import capped_roofline, tensor_clock_hz
 
-TRANSFER_SCHEMA_VERSION = 11  # 2: vendor-peak roofline target; 3: dtype as bits, floor per class;
+TRANSFER_SCHEMA_VERSION = 9  # 2: vendor-peak roofline target; 3: dtype as bits, floor per class;
 # 4: collectives relative to NCCL's own ring model; 5: NCCL's ring + tree model on its topology's
 # link credit (`analytical.nccl`); 6: and the warm-L2 memory bound for GEMM and attention;
 # 7: the stack's release as a column (`predictors.transfer_data.version_of`); 8: the floor in
-# SM clock cycles at the GPU's boost clock (`predictors.transfer.launch_floor`); 9: the compute
-# bound at min(peak clock, a sustained-clock cap fitted on the training GPUs) (`transfer_clock`);
-# 10: attention's tensor FLOP per SM per clock (`_mma`); 11: NCCL's intra-node transport of a
-# collective (`_nccl_transport`)
+# SM clock cycles at the GPU's boost clock (`predictors.transfer.launch_floor`); 9: NCCL's
+# intra-node transport of a collective (`_nccl_transport`)
 TRANSFER_FAMILIES = ("gemm", "attention", "collective", "memory")
 # Families whose target denominator serves the L2-resident share of the operands from L2
 # (`warm_roofline_s`): the curated GEMM and attention rows are TensorRT-LLM's and Vidur's
@@ -160,22 +156,6 @@ def _dtype(op: OpSpec) -> list[float]:
 _DTYPE = ["dtype_bits", "dtype_quantised"]
 
 
-def _mma(op: OpSpec, hw: HardwareSpec) -> list[float]:
-    """log2 tensor FLOP per SM per clock for the dtype: the datasheet peak over SMs x the clock
-    it is stated at (`predictors.transfer_clock.tensor_clock_hz`). It orders the architectures
-    by their MMA instruction (bf16: Ada 1,024 and Ampere 2,048 with warp-level mma.sync, Hopper
-    4,096 with warpgroup wgmma, Blackwell 8,192 with tcgen05; NVIDIA's architecture whitepapers),
-    so an unseen GPU sits beside the training GPUs whose kernels are built like its own.
-    Attention only: held out leave-one-GPU-out (seeds 0 / 1) it took B200 attention from 26.3 /
-    27.4% to 22.8 / 23.1% and H100's from 20.3 / 19.9% to 22.1 / 22.8%; as a GEMM column too,
-    GEMM L40S went 17.8% -> 19.9% (predictors/README.md)."""
-    clock = tensor_clock_hz(hw)
-    return [_log2(_peak_flops(op, hw) / (hw.compute_units * clock)) if clock else 0.0]
-
-
-_MMA = ["log2_tensor_flop_per_sm_clock"]
-
-
 def gemm_row(op: GemmSpec, hw: HardwareSpec) -> list[float]:
     e = op.dtype.bytes
     row = [_log2(d) for d in (op.m, op.n, op.k, op.batch)]
@@ -216,7 +196,7 @@ def attention_row(op: AttentionSpec, hw: HardwareSpec) -> list[float]:
     # bytes of K and V one CTA streams per query block: the kernel's inner loop
     row += [_log2(2.0 * op.kv_len * op.head_dim * e)]
     row += _flash_traffic(op, hw)
-    return row + _dtype(op) + _mma(op, hw)
+    return row + _dtype(op)
 
 
 def _flash_traffic(op: AttentionSpec, hw: HardwareSpec) -> list[float]:
@@ -243,7 +223,7 @@ _ATTENTION = (["log2_batch", "log2_q_len", "log2_kv_len", "log2_heads", "log2_kv
                "log2_score_pairs"] + _WORK + _wave_names("qblock")
               + _wave_names("kvsplit") + _wave_names("kvhead") + ["log2_kv_bytes_per_cta"]
               + ["log2_flash_kv_traffic_s", "log2_unsplit_decode_s", "log2_flash_roofline_s"]
-              + _DTYPE + _MMA)
+              + _DTYPE)
 
 
 # Collectives are priced relative to NCCL's own cost model (`analytical.nccl`: ring and tree x
@@ -326,15 +306,7 @@ def transfer_matrix(family: str, ops: Sequence[OpSpec], hw: HardwareSpec) -> np.
     return fill_rows(family, cls, fn, ops, hw, len(transfer_feature_names(family)))
 
 
-def tensor_compute_seconds(ops: Sequence[OpSpec], hw: HardwareSpec) -> np.ndarray:
-    """FLOPs over the datasheet tensor peak for GEMM and attention (the bound the
-    sustained-clock cap stretches, `predictors.transfer_clock`); 0 for the other families."""
-    return np.array([op.flops / _peak_flops(op, hw) if op.family in WARM_L2_FAMILIES else 0.0
-                     for op in ops], dtype=np.float64)
-
-
-def ideal_seconds(ops: Sequence[OpSpec], hw: HardwareSpec, clock_cap_hz: float = 0.0
-                  ) -> np.ndarray:
+def ideal_seconds(ops: Sequence[OpSpec], hw: HardwareSpec) -> np.ndarray:
     """The target's normaliser before the floor: the vendor-peak roofline
     (`predictors.features.ideal_time_s`: max(FLOPs / datasheet peak for the dtype, bytes /
     datasheet memory bandwidth), for GEMM and attention with the L2-resident share of the bytes
@@ -347,15 +319,12 @@ def ideal_seconds(ops: Sequence[OpSpec], hw: HardwareSpec, clock_cap_hz: float =
     `analytical.roofline.roofline_time`: its efficiency factors are per-GPU guesses (marked
     "uncertain" in most YAMLs), and an unseen GPU has only its datasheet; with them in the
     target a mis-set factor moved the whole GPU (A40 held out: 29.9% with them, 9.3% without;
-    see predictors/README.md). With ``clock_cap_hz`` the compute bound of GEMM and attention
-    is at min(boost clock, cap) (`predictors.transfer_clock`). Raises `SpecError` for a dtype
-    the GPU does not support, as the roofline does."""
+    see predictors/README.md). Raises `SpecError` for a dtype the GPU does not support, as the
+    roofline does."""
     for op in ops:
         if op.family in ("gemm", "attention") and not hw.supports(op.dtype):
             raise SpecError(f"{op.family}.dtype", f"{op.dtype} is not supported on {hw.name}")
-    ideal = np.array([nccl_time(op, hw) if isinstance(op, CollectiveSpec)
-                      else warm_roofline_s(op, hw) if op.family in WARM_L2_FAMILIES
-                      else ideal_time_s(op, hw) for op in ops], dtype=np.float64)
-    return capped_roofline(ideal, tensor_compute_seconds(ops, hw), tensor_clock_hz(hw),
-                           clock_cap_hz)
+    return np.array([nccl_time(op, hw) if isinstance(op, CollectiveSpec)
+                     else warm_roofline_s(op, hw) if op.family in WARM_L2_FAMILIES
+                     else ideal_time_s(op, hw) for op in ops], dtype=np.float64)
 

@@ -88,7 +88,6 @@ def _tags(model: TransferModel, data: TransferData, config: TransferConfig) -> d
             "nthread": str(config.nthread), "rows_per_gpu_cap": str(data.cap),
             "skipped_gpus": ",".join(f"{k} ({v})" for k, v in data.skipped.items()),
             "floor_cycles": repr(model.floor_cycles),
-            "clock_cap_hz": str(model.clock_cap_hz),
             **{f"provenance.{n}": ",".join(g.provenances) for n, g in data.gpus.items()}}
 
 

@@ -343,8 +343,7 @@ def _rows(gpus, stacks, ops, latency):
     n = len(ops)
     return Rows(gpu=np.array(gpus), ops=tuple(ops), stacks=np.array(stacks),
                 versions=np.zeros(n), features=np.zeros((n, 1)), latency_s=np.array(latency),
-                ideal_s=np.zeros(n), compute_s=np.zeros(n), peak_clock_hz=np.zeros(n),
-                clock_hz=np.zeros(n))
+                ideal_s=np.zeros(n), clock_hz=np.zeros(n))
 
 
 def test_floor_is_per_stack_and_dtype_and_an_unseen_dtype_borrows_the_nearest():
@@ -492,7 +491,7 @@ def test_a_held_out_gpu_is_not_trained_on_copies_of_its_rows() -> None:
     rows = Rows(gpu=np.array(gpu), ops=tuple(ops * 4), stacks=np.array(stacks),
                 versions=np.zeros(40), features=np.zeros((40, 1)),
                 latency_s=np.array(t + t + other + t), ideal_s=np.ones(40),
-                compute_s=np.zeros(40), peak_clock_hz=np.zeros(40), clock_hz=np.zeros(40))
+                clock_hz=np.zeros(40))
     marked = copies_of(rows, "a100-pcie-80gb")
     assert marked.tolist() == [False] * 10 + [True] * 10 + [False] * 20
     assert not copies_of(rows, "a40").any()
