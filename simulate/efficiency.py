@@ -29,7 +29,7 @@ from typing import Any
 from analytical.attention_tiles import CUDNN_SOFTMAX_DIMS, FLASH2_SOFTMAX_DIMS, shape_rate
 from analytical.dtypes import DType
 from analytical.hardware import Architecture, HardwareSpec, get_hardware
-from analytical.layer_spec import Node, Param, Stream
+from analytical.layer_spec import Node, Stream
 from analytical.memory import Framework
 from analytical.ops import (
     AttentionSpec,
@@ -49,6 +49,7 @@ from simulate.torch_kernels import (
     TORCHAO_FP8,
     Fp8Recipe,
     eager_traffic,
+    fp8_weight_gemm,
     optimizer_traffic,
     rowwise_backward,
 )
@@ -283,16 +284,16 @@ def fp8_cast_nodes(fwd: Sequence[Node], framework: str, recipe: str = "tensorwis
     gathered = 1  # the TP all-gather just before this GEMM: its input, cast before it
     for n in fwd:
         op = n.op
-        if isinstance(op, GemmSpec) and op.dtype == DType.FP8 and n.param != Param.NONE:
-            rows = op.m * op.batch
+        if (gemm := fp8_weight_gemm(n)) is not None:
+            rows = gemm.m * gemm.batch
             fused = (fw in NORM_FUSED_CAST and prev is not None
                      and isinstance(prev.op, MemoryBoundSpec) and prev.op.kind in _NORMS)
             if not fused and not n.name.endswith(SHARED_INPUT):
                 shard = gathered if float8_tp(framework, recipe) else 1
-                out_f.append(_cast(f"{n.name}.fp8_cast_input", rows // shard, op.k))
+                out_f.append(_cast(f"{n.name}.fp8_cast_input", rows // shard, gemm.k))
             if fw in WEIGHT_CAST_PER_CALL:
-                out_f.append(_cast(f"{n.name}.fp8_cast_weight", op.k, op.n))
-            out_b.append(_cast(f"{n.name}.fp8_cast_grad", rows, op.n))
+                out_f.append(_cast(f"{n.name}.fp8_cast_weight", gemm.k, gemm.n))
+            out_b.append(_cast(f"{n.name}.fp8_cast_grad", rows, gemm.n))
         gathered = (op.group_size if isinstance(op, CollectiveSpec) and n.stream == Stream.TP
                     and op.kind == CollectiveKind.ALL_GATHER else 1)
         if n.stream == Stream.COMPUTE:

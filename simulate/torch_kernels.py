@@ -68,9 +68,9 @@ from analytical.ops import (
 )
 
 __all__ = ["SHARED_INPUT", "SYMM_MEM_TP", "Fp8Recipe", "copy_pass", "cp_sharding", "eager_traffic",
-           "fsdp_copy_nodes", "loss_upcast_nodes", "optimizer_traffic", "ring_merge_nodes",
-           "rowwise_backward", "rowwise_forward", "rowwise_nodes", "symm_mem_reduce_nodes",
-           "unfused_loss_nodes", "unpad_nodes"]
+           "fp8_weight_gemm", "fsdp_copy_nodes", "loss_upcast_nodes", "optimizer_traffic",
+           "ring_merge_nodes", "rowwise_backward", "rowwise_forward", "rowwise_nodes",
+           "symm_mem_reduce_nodes", "unfused_loss_nodes", "unpad_nodes"]
 
 PYTORCH_NATIVE = frozenset({Framework.TORCHTITAN, Framework.COMPOSER, Framework.DEEPSPEED})
 
@@ -338,10 +338,19 @@ def rowwise_nodes(gemm_name: str, op: GemmSpec) -> list[Node]:
             copy_pass(f"{gemm_name}.fp8_rowwise_rescale_wgrad", op.k, op.n)]
 
 
+def fp8_weight_gemm(n: Node) -> GemmSpec | None:
+    """``n``'s GEMM if it multiplies by a weight in fp8 (what the fp8 recipes cast and
+    rescale), else None."""
+    op = n.op
+    if isinstance(op, GemmSpec) and op.dtype == DType.FP8 and n.param != Param.NONE:
+        return op
+    return None
+
+
 def rowwise_backward(fwd: Sequence[Node]) -> list[Node]:
     """`rowwise_nodes` of every fp8 weight GEMM in a layer's forward nodes."""
-    return [p for n in fwd if isinstance(n.op, GemmSpec) and n.op.dtype == DType.FP8
-            and n.param != Param.NONE for p in rowwise_nodes(n.name, n.op)]
+    return [p for n in fwd if (op := fp8_weight_gemm(n)) is not None
+            for p in rowwise_nodes(n.name, op)]
 
 
 # The forward GEMM of torchao's rowwise recipe (fast accumulation) is PyTorch's CUTLASS
@@ -364,8 +373,7 @@ def rowwise_forward(framework: str, recipe: str, fwd: Sequence[Node]) -> list[No
         return list(fwd)
     out = []
     for n in fwd:
-        op = n.op
-        if isinstance(op, GemmSpec) and op.dtype == DType.FP8 and n.param != Param.NONE:
+        if (op := fp8_weight_gemm(n)) is not None:
             m = op.m * op.batch
             ratio = ROWWISE_FWD_RATIO[max((k for k in ROWWISE_FWD_RATIO if k <= m), default=1)]
             n = replace(n, count=n.count * ratio)
