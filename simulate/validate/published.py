@@ -141,12 +141,13 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
     training["fp8_recipe"] = _get(row, "fp8_recipe") or DEFAULTS["fp8_recipe"]
     if _get(row, "grad_reduce_dtype"):  # the recipe's DDP grad_reduce_in_fp32
         training["grad_reduce_dtype"] = _get(row, "grad_reduce_dtype")
+    bridge = "megatron-bridge" in _get(row, "framework_version").lower()
     if _get(row, "cross_entropy_fusion"):  # Megatron-Core's fused loss, as the run set it
         training["cross_entropy_fusion"] = _bool(row, "cross_entropy_fusion")
-    elif "megatron-bridge" in _get(row, "framework_version").lower():
+    elif bridge:
         # unstated: Megatron-Bridge's GPTModelProvider fuses it (cross_entropy_loss_fusion=True)
         training["cross_entropy_fusion"] = True
-    if "megatron-bridge" in _get(row, "framework_version").lower():
+    if bridge:
         # every Megatron-Bridge performance recipe of the corpus's releases (v0.2.0-v0.6.0)
         # sets `cfg.model.moe_router_fusion = True` (datasets/validation/training/README.md)
         training["moe_router_fusion"] = True
