@@ -35,9 +35,10 @@ at eab345c, 2024-12); and the backward GEMMs, which run without fast accumulatio
 tensorwise kernel with unit scales followed by a separate multiply of the output by the row and
 column scales, because "the rowwise CUTLASS-based kernel is so slow without fast-accum"
 (torchao/float8/float8_python_api.py, pytorch/ao#1325, merged 2024-12): one more pass over the
-input-gradient and weight-gradient outputs. The forward CUTLASS rowwise GEMM is left at the
-tensorwise rate ("most shapes are within 90-100% of tensor-wise efficiency", pytorch/pytorch
-#147971). Transformer Engine's recipes cast once per tensor, as tensorwise.
+input-gradient and weight-gradient outputs. The forward CUTLASS rowwise GEMM runs at the
+rate this project measured against the tensorwise one (`rowwise_fwd_ratio`; pytorch/pytorch
+#147971 says "most shapes are within 90-100% of tensor-wise efficiency"). Transformer Engine's
+recipes cast once per tensor, as tensorwise.
 
 llm-foundry's flash path (`attn_impl: flash`, Composer): `flash_attn_fn` hands FlashAttention's
 variable-length kernel unpadded tokens, gathered with flash_attn.bert_padding's
@@ -55,6 +56,7 @@ from enum import StrEnum
 from typing import Any
 
 from analytical.dtypes import DType
+from analytical.hardware import REPO_ROOT
 from analytical.layer_edges import unfused_loss_passes
 from analytical.layer_spec import CpAlgorithm, Node, Param, Stream
 from analytical.memory import Framework
@@ -66,10 +68,12 @@ from analytical.ops import (
     MemoryBoundSpec,
     MemoryOpKind,
 )
+from simulate.inference.fp8_gemm import load_ratio_table, nearest_shape_ratio
 
 __all__ = ["SHARED_INPUT", "SYMM_MEM_TP", "Fp8Recipe", "copy_pass", "cp_sharding", "eager_traffic",
            "fp8_weight_gemm", "fsdp_copy_nodes", "loss_upcast_nodes", "optimizer_traffic",
-           "ring_merge_nodes", "rowwise_backward", "rowwise_forward", "rowwise_nodes",
+           "ring_merge_nodes", "rowwise_backward", "rowwise_forward", "rowwise_fwd_ratio",
+           "rowwise_nodes",
            "symm_mem_reduce_nodes", "unfused_loss_nodes", "unpad_nodes"]
 
 PYTORCH_NATIVE = frozenset({Framework.TORCHTITAN, Framework.COMPOSER, Framework.DEEPSPEED})
@@ -354,28 +358,33 @@ def rowwise_backward(fwd: Sequence[Node]) -> list[Node]:
 
 
 # The forward GEMM of torchao's rowwise recipe (fast accumulation) is PyTorch's CUTLASS
-# row-scaled `_scaled_mm` on sm90, the tensorwise one cuBLASLt. Their time ratio, median over the
-# 29 linear shapes of this project's H100 measurement at each token count m
-# (datasets/measurements/llmsim/h100-sxm/fp8-gemm/fp8_gemm.csv, `scripts/gpu_fp8_gemm.py`,
-# torch 2.11; the H200 run gives 1.03-1.05 from m = 1,024): a token count between two measured
-# ones takes the nearest below, one past the largest the largest's. The backward GEMMs run
-# cuBLAS tensorwise with unit scales (module docstring), so only the forward (and its recompute)
-# pays it.
-ROWWISE_FWD_RATIO: dict[int, float] = {
-    1: 1.487, 16: 1.417, 64: 1.197, 128: 1.079, 256: 1.163, 512: 1.097, 1024: 1.047,
-    2048: 1.043, 4096: 1.043, 8192: 1.044, 16384: 1.083}
+# row-scaled `_scaled_mm` on sm90, the tensorwise one cuBLASLt. Their time ratio comes from this
+# project's H100 measurement of both kernels on 29 linear-layer shapes at m = 1-16,384 tokens
+# (`scripts/gpu_fp8_gemm.py`, torch 2.11; median 1.04-1.08 from 1,024 tokens, 1.49 at one;
+# the H200 run gives 1.03-1.05 from 1,024): the nearest measured (n, k), interpolated in log m
+# (`fp8_gemm.nearest_shape_ratio`, the reader vLLM's fp8 preset uses). The file is pinned by
+# its SHA-256 prefix, as an engine preset pins it. The backward GEMMs run cuBLAS tensorwise with
+# unit scales (module docstring), so only the forward (and its recompute) pays it.
+ROWWISE_TABLE = REPO_ROOT / "datasets/measurements/llmsim/h100-sxm/fp8-gemm/fp8_gemm.csv"
+ROWWISE_TABLE_FINGERPRINT = "95e6227ee749d96c"
+
+
+def rowwise_fwd_ratio(op: GemmSpec) -> float:
+    """CUTLASS rowwise over cuBLASLt tensorwise forward time for ``op`` (its token count
+    ``m * batch``), from `ROWWISE_TABLE`."""
+    shapes = load_ratio_table(ROWWISE_TABLE, fingerprint=ROWWISE_TABLE_FINGERPRINT,
+                              bf16="fp8_tensorwise", fp8="fp8_rowwise")
+    return nearest_shape_ratio(shapes, n=op.n, k=op.k, m=op.m * op.batch)
 
 
 def rowwise_forward(framework: str, recipe: str, fwd: Sequence[Node]) -> list[Node]:
-    """``fwd`` with each fp8 weight GEMM's time scaled by `ROWWISE_FWD_RATIO` (as its node
+    """``fwd`` with each fp8 weight GEMM's time scaled by `rowwise_fwd_ratio` (as its node
     count) under torchao's rowwise recipe; unchanged otherwise."""
     if Fp8Recipe(recipe) != Fp8Recipe.ROWWISE or Framework(framework) not in TORCHAO_FP8:
         return list(fwd)
     out = []
     for n in fwd:
         if (op := fp8_weight_gemm(n)) is not None:
-            m = op.m * op.batch
-            ratio = ROWWISE_FWD_RATIO[max((k for k in ROWWISE_FWD_RATIO if k <= m), default=1)]
-            n = replace(n, count=n.count * ratio)
+            n = replace(n, count=n.count * rowwise_fwd_ratio(op))
         out.append(n)
     return out

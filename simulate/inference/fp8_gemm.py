@@ -7,7 +7,8 @@ activation and per-channel weight scales on Hopper for ``--quantization fp8``), 
 over bf16 differs by m. `Fp8GemmRatios` holds what an engine's YAML (``fp8_gemm_vs_bf16``) says
 about it: shape-free (m, ratio) points for small m (a published table), and optionally, above
 them, per-(n, k) ratio curves from a measurement file (`load_ratio_table`): the nearest measured
-(n, k) in log space, interpolated in log m, flat beyond the measured m. `DenseCost` asks the
+(n, k) in log space, interpolated in log m, flat beyond the measured m (`nearest_shape_ratio`,
+which `simulate.torch_kernels` reads for torchao's rowwise forward too). `DenseCost` asks the
 chain for the bf16 twin and multiplies.
 """
 
@@ -50,9 +51,15 @@ class Fp8GemmRatios:
             return _interp(op.m, self.points, log=False)
         if not self.shapes:
             return None
-        _, _, curve = min(self.shapes, key=lambda s: math.hypot(
-            math.log(s[0] / op.n), math.log(s[1] / op.k)))
-        return _interp(op.m, curve, log=True)
+        return nearest_shape_ratio(self.shapes, n=op.n, k=op.k, m=op.m)
+
+
+def nearest_shape_ratio(shapes: tuple[tuple[int, int, Curve], ...], *, n: int, k: int,
+                        m: int) -> float:
+    """The ratio at ``m`` of the measured (n, k) nearest to ``n``, ``k`` in log space,
+    interpolated in log m and flat beyond the measured m."""
+    _, _, curve = min(shapes, key=lambda s: math.hypot(math.log(s[0] / n), math.log(s[1] / k)))
+    return _interp(m, curve, log=True)
 
 
 def _interp(m: int, curve: Curve, *, log: bool) -> float:
