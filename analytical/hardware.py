@@ -27,15 +27,14 @@ from analytical.hardware_kinds import Architecture as Architecture  # re-exporte
 from analytical.hardware_kinds import LinkFabric as LinkFabric  # re-exported
 from analytical.hardware_topology import Topology, topology_from_dict, topology_to_dict
 from analytical.inputs import check_path, load_yaml, show_path
-from analytical.paths import user_hardware_dir
+from analytical.paths import DATASETS_DIR, user_hardware_dir
 
 GB = 1e9
 GIB = 2**30
 MB = 1e6
 US = 1e-6
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-HARDWARE_DIR = REPO_ROOT / "datasets" / "hardware"
+HARDWARE_DIR = DATASETS_DIR / "hardware"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,6 +19,7 @@ from analytical.errors import SpecError, UnknownNameError
 from analytical.inputs import check_path, load_json, show_path
 from analytical.model_hf import model_from_hf_config
 from analytical.model_spec import FAMILIES, ModelSpec
+from analytical.paths import DATASETS_DIR
 
 __all__ = [
     "FAMILIES",
@@ -32,7 +33,7 @@ __all__ = [
     "model_summary",
 ]
 
-MODELS_DIR = Path(__file__).resolve().parent.parent / "datasets" / "models"
+MODELS_DIR = DATASETS_DIR / "models"
 
 SHOW_SEQ_LEN = 4096  # sequence length of the FLOPs/token figure `model_details` reports
 

@@ -1,14 +1,18 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Where llmsim keeps its embedded defaults: ``$LLMSIM_HOME`` (default ``~/.llmsim``).
+"""Where llmsim finds its files: the checkout's shipped data (`DATASETS_DIR`) and the user's
+state under ``$LLMSIM_HOME`` (default ``~/.llmsim``).
 
-Holds the DuckDB store, the SQLite MLflow tracking store, calibrated hardware files and the
-MLflow artifact folder. Nothing here creates directories; the command that writes does.
+The home holds the DuckDB store, the SQLite MLflow tracking store, calibrated hardware files and
+the MLflow artifact folder. Nothing here creates directories; the command that writes does.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent  # the checkout (pyproject.toml, datasets/)
+DATASETS_DIR = REPO_ROOT / "datasets"  # shipped models, hardware, engines, corpora
 
 
 def llmsim_home() -> Path:

@@ -13,13 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from analytical.errors import LlmsimError
+from analytical.paths import DATASETS_DIR
 from profiler.progress import advance, expect
 from simulate.engines import EngineOptions
 
 __all__ = ["SUITE", "SuiteEntry", "suite_dir", "run_suite"]
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SuiteEntry:
@@ -79,7 +77,7 @@ SUITE: dict[str, SuiteEntry] = {
 
 def suite_dir() -> Path:
     """``datasets/scenarios/suite`` of this checkout."""
-    return REPO_ROOT / "datasets" / "scenarios" / "suite"
+    return DATASETS_DIR / "scenarios" / "suite"
 
 
 def _get(data: Mapping[str, Any], path: tuple[str, ...]) -> Any:

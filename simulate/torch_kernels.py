@@ -56,7 +56,6 @@ from enum import StrEnum
 from typing import Any
 
 from analytical.dtypes import DType
-from analytical.hardware import REPO_ROOT
 from analytical.layer_edges import unfused_loss_passes
 from analytical.layer_spec import CpAlgorithm, Node, Param, Stream
 from analytical.memory import Framework
@@ -68,6 +67,7 @@ from analytical.ops import (
     MemoryBoundSpec,
     MemoryOpKind,
 )
+from analytical.paths import REPO_ROOT
 from simulate.inference.fp8_gemm import load_ratio_table, nearest_shape_ratio
 
 __all__ = ["SHARED_INPUT", "SYMM_MEM_TP", "Fp8Recipe", "copy_pass", "cp_sharding", "eager_traffic",

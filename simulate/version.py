@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import importlib.metadata
 import tomllib
-from pathlib import Path
+
+from analytical.paths import REPO_ROOT
 
 
 def llmsim_version() -> str:
-    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    pyproject = REPO_ROOT / "pyproject.toml"
     if pyproject.is_file():  # a checkout: its own version, even beside an older install
         with pyproject.open("rb") as handle:
             return str(tomllib.load(handle).get("project", {}).get("version", "unknown"))

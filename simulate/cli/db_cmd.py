@@ -14,6 +14,7 @@ from typing import Any
 import click
 import pandas as pd
 
+from analytical.paths import DATASETS_DIR
 from profiler.importers import import_published
 from profiler.importers.curate import write_curated
 from profiler.progress import bar
@@ -21,7 +22,6 @@ from profiler.store import Store, open_for_reading
 from profiler.store_parquet import export_parquet, import_parquet
 from simulate.cli.output import PROGRESS, InputPath, OutputPath, print_json, print_table
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
 _DB = click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=None,
                    help="Store file (default: $LLMSIM_DB or $LLMSIM_HOME/llmsim.duckdb).")
 _SOURCE = click.option("--source", type=click.Choice(["aiconfigurator", "vidur", "all"]),
@@ -188,7 +188,7 @@ def import_parquet_cmd(path: Path, db: Path | None, progress: bool) -> None:
 @group.command()
 @_SOURCE
 @click.option("--out", type=OutputPath(directory=True),
-              default=_REPO_ROOT / "datasets" / "measurements", show_default=True,
+              default=DATASETS_DIR / "measurements", show_default=True,
               help="Folder for <source>/<hardware>/<family>.parquet.")
 @_DATA_DIR
 @_DB

@@ -19,6 +19,7 @@ import torch
 from analytical.dtypes import DType, parse_dtype
 from analytical.errors import LlmsimError, SpecError, UnknownNameError
 from analytical.inputs import check_path, load_json
+from analytical.model import MODELS_DIR
 from simulate.frontend.graph import TracedGraph
 from simulate.frontend.trace import trace_module
 
@@ -29,7 +30,6 @@ _TORCH_DTYPE: dict[DType, torch.dtype] = {
     DType.FP32: torch.float32, DType.TF32: torch.float32,
     DType.BF16: torch.bfloat16, DType.FP16: torch.float16,
 }
-MODELS_DIR = Path(__file__).resolve().parents[2] / "datasets" / "models"
 
 
 def torch_dtype(dtype: DType | str | torch.dtype) -> torch.dtype:

@@ -13,17 +13,17 @@ import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from analytical.errors import SpecError
+from analytical.paths import DATASETS_DIR, REPO_ROOT
 from simulate.inference.fp8_gemm import Fp8GemmRatios, load_ratio_table, ratios_from
 from simulate.inference.layer_ops import Fusions
 from simulate.serving.choices import Scheduler, ServingEngine
 
-ENGINES_DIR = Path(__file__).resolve().parents[2] / "datasets" / "engines"
+ENGINES_DIR = DATASETS_DIR / "engines"
 ENGINES = tuple(ServingEngine)
 MIB = 2**20
 GIB = 2**30
@@ -239,7 +239,7 @@ def _fp8_ratios(entry: Mapping[str, Any]) -> Fp8GemmRatios:
     if not table:
         return ratios_from(points)
     shapes = load_ratio_table(
-        ENGINES_DIR.parents[1] / table["file"], fingerprint=str(table["fingerprint"]),
+        REPO_ROOT / table["file"], fingerprint=str(table["fingerprint"]),
         bf16=table["bf16"], fp8=table["fp8"],
         min_m=int(points[-1][0]) if points else 1)
     return ratios_from(points, shapes)

@@ -22,9 +22,10 @@ from analytical.dtypes import parse_dtype
 from analytical.errors import LlmsimError, SpecError
 from analytical.hardware import get_hardware
 from analytical.model import load_model
+from analytical.paths import DATASETS_DIR
 from profiler.progress import advance, expect
 
-TRAINING_CORPUS = Path(__file__).resolve().parents[2] / "datasets/validation/training/published_runs.csv"
+TRAINING_CORPUS = DATASETS_DIR / "validation" / "training" / "published_runs.csv"
 README_START = "<!-- validate-published:start -->"
 README_END = "<!-- validate-published:end -->"
 PEAK_MATCH_TOLERANCE = 0.01  # a stated peak within 1% of ours is the same denominator

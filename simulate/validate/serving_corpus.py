@@ -19,8 +19,9 @@ from typing import Any
 import yaml
 
 from analytical.errors import SpecError
+from analytical.paths import DATASETS_DIR
 
-CORPUS_DIR = Path(__file__).resolve().parents[2] / "datasets" / "validation" / "serving"
+CORPUS_DIR = DATASETS_DIR / "validation" / "serving"
 MEASURES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "output_tok_s")
 # a row with no published prompt count: enough requests for a steady state at its concurrency
 DEFAULT_PROMPTS_PER_CLIENT, MIN_PROMPTS = 5, 50
