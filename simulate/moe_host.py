@@ -62,6 +62,11 @@ eager PyTorch op against the DGX H100's Xeon (`X86_HOST_OP_S`). Transformer Engi
 measured one bf16 ``torch.nn.Linear`` forward at 37.08 us of CPU on GB200 and 33.17 on GH200
 (Grace) against 13.48 on a DGX H100 (Xeon Platinum 8480C): 2.75x on a GB200/GB300 host.
 
+Each Transformer Engine module call costs CPU time beyond the kernels it issues
+(`TE_EXTRA_OPS` host ops per call, TE issue 2053's ``te.Linear`` against ``torch.nn.Linear``;
+`te_module_calls` counts the calls of Megatron-Core's TE layer spec), forward, backward and
+recomputed forward alike.
+
 Parts a recipe captures in CUDA graphs (`simulate.moe_graphs`: attention, router, dispatcher
 preprocessing) cost one graph launch instead of their kernels; a full-iteration graph leaves
 no host floor.
@@ -92,7 +97,7 @@ from simulate.moe_graphs import (
 )
 
 __all__ = ["HOST_S_PER_KERNEL", "HostIssue", "host_kernel_s", "pass_with_sync",
-           "host_bound_costs", "pass_kernels"]
+           "host_bound_costs", "pass_kernels", "te_module_calls"]
 
 # CPU time to issue one kernel from eager PyTorch: Python, autograd and ATen dispatch and
 # cudaLaunchKernel together take "~5-25 us of CPU-side work per op" ("From PyTorch op to kernel
@@ -112,6 +117,28 @@ ROUTING_KERNELS = (sum(k[0] for k in ROUTING_PARTS.values()),
 # Kernels per local expert of the biased FC2 that Megatron-Core adds in Python
 # (`TEGroupedMLP._apply_bias`, module docstring): (forward, backward).
 BIAS_KERNELS_PER_EXPERT = (2, 4)
+
+# CPU time of one Transformer Engine module call beyond the PyTorch op it wraps, in host ops
+# (`X86_HOST_OP_S` units): TE issue 2053 measured one bf16 ``Linear`` forward (hidden 2048,
+# 8192 tokens) at 99.66 us of CPU through ``te.Linear`` against 37.08 us through
+# ``torch.nn.Linear`` on GB200 (90.53 / 33.17 on GH200): the FP8 recipe / autocast state,
+# workspace and argument checks TE runs in Python per call. Taken as a ratio to the host's
+# per-op time, so it follows `host_kernel_s` on every host.
+TE_EXTRA_OPS = (99.66 - 37.08) / 37.08
+
+# TE module calls per forward node of an eager Megatron-Core layer (the Transformer Engine layer
+# spec, ``get_gpt_layer_with_transformer_engine_spec`` in megatron/core/models/gpt/
+# gpt_layer_specs.py at d98e8a64): ``linear_qkv`` is a ``TELayerNormColumnParallelLinear``
+# (the input norm fused in), ``q_layernorm`` and ``k_layernorm`` two ``TENorm`` calls,
+# ``core_attention`` a ``TEDotProductAttention``, ``linear_proj`` a ``TERowParallelLinear``, an
+# MoE layer's ``pre_mlp_layernorm`` a ``TENorm``, each expert GEMM one ``TEGroupedLinear`` call,
+# the shared expert's and MLA's projections one TE linear each (MLA's input norm its own
+# ``TENorm``). The router's GEMM is PyTorch's (``TopKRouter``), so it is not listed.
+TE_MODULE_CALLS = {"qkv_proj": 1, "qk_norm": 2, "attention": 1, "out_proj": 1, "mlp_norm": 1,
+                   "experts.up_gate": 1, "experts.up": 1, "experts.down": 1,
+                   "shared_expert.up_gate": 1, "shared_expert.up": 1, "shared_expert.down": 1,
+                   "q_down": 1, "q_up": 1, "kv_down": 1, "kv_up": 1}
+MLA_INPUT_NORM = "attn_norm"  # a separate TENorm where the layer has no fused ``qkv_proj``
 
 HOST_BOUND_FRAMEWORKS = frozenset({Framework.MEGATRON, Framework.NEMO})
 
@@ -146,6 +173,27 @@ def _per_expert(n: Node, biased_bf16_bwd: bool) -> float:
     return 0.0
 
 
+def _module_call(name: str) -> tuple[str, str]:
+    """(pass part, forward node) of a node: ``recompute.qkv_proj.fp8_cast_input`` ->
+    (recompute, qkv_proj), ``out_proj.dgrad`` -> (bwd, out_proj)."""
+    name = name.split(".fp8_cast")[0]
+    part = "recompute" if name.startswith("recompute.") else "fwd"
+    base = name.removeprefix("recompute.")
+    for suffix in (".bwd", ".dgrad", ".wgrad"):
+        if base.endswith(suffix):
+            return "bwd", base.removesuffix(suffix)
+    return part, base
+
+
+def te_module_calls(nodes: Iterable[Node]) -> int:
+    """Transformer Engine module calls among a pass's nodes (`TE_MODULE_CALLS`): one per
+    forward module, counted again for its backward and for a recomputed forward."""
+    calls = {_module_call(n.name) for n in nodes}
+    fused_norm = any(base == "qkv_proj" for _, base in calls)
+    return sum(TE_MODULE_CALLS.get(base, 0) + (base == MLA_INPUT_NORM and not fused_norm)
+               for _, base in calls)
+
+
 def pass_kernels(nodes: Iterable[Node], local_experts: int, routing: int) -> float:
     """Kernels the CPU issues for one pass of an MoE layer (see the module docstring)."""
     nodes = list(nodes)
@@ -174,7 +222,8 @@ class HostIssue:
         eager, launches = eager_nodes(list(nodes), self.graphs, self.attention)
         kernels = eager_routing(self.graphs, backward=backward,
                                 router_fusion=self.router_fusion) if routing else 0
-        return (pass_kernels(eager, local_experts, kernels) + launches) * self.kernel_s
+        te = te_module_calls(eager) * TE_EXTRA_OPS * X86_HOST_OP_S / HOST_S_PER_KERNEL
+        return (pass_kernels(eager, local_experts, kernels) + launches + te) * self.kernel_s
 
 
 def host_kernel_s(hw: HardwareSpec) -> float:

@@ -131,8 +131,10 @@ def test_small_micro_batches_of_moe_layers_are_host_bound(monkeypatch):
     without = [_data(s)["iteration_time_s"] for s in (small, large)]
     # 512 tokens per micro-batch: ~300 kernels per layer at 15 us outlast the GPU work.
     assert with_floor[0] > 1.5 * without[0]
-    # 16k tokens per micro-batch: the GPU is the bottleneck, the CPU keeps ahead.
-    assert with_floor[1] == pytest.approx(without[1], rel=1e-9)
+    # 16k tokens per micro-batch: the GPU is the bottleneck, the CPU keeps ahead (but for
+    # the odd half-layer around a sync: under 1%).
+    assert with_floor[1] == pytest.approx(without[1], rel=0.01)
+    assert with_floor[0] / without[0] > 50 * (with_floor[1] / without[1] - 1)
 
 
 def test_a_grace_host_issues_kernels_slower_than_an_x86_host():
@@ -245,11 +247,20 @@ def _sync_layer(pre_gemm_s: float, post_gemm_s: float):
     return [attn, disp, expert], est, PassCost(elapsed_s=total, compute_s=total, engine_s={})
 
 
+def _te_call_kernels() -> float:
+    """One Transformer Engine module call's extra CPU time, in x86 kernel issues."""
+    from simulate.moe_host import HOST_S_PER_KERNEL, TE_EXTRA_OPS, X86_HOST_OP_S
+
+    return TE_EXTRA_OPS * X86_HOST_OP_S / HOST_S_PER_KERNEL
+
+
 def test_the_dispatcher_sync_exposes_a_host_bound_half_of_the_forward():
     from simulate.moe_host import HOST_S_PER_KERNEL, ROUTING_KERNELS, pass_with_sync
 
-    cpu_pre = (ROUTING_KERNELS[0] + 1) * HOST_S_PER_KERNEL
-    cpu_post = (1 + 4) * HOST_S_PER_KERNEL  # the dispatch node, one GEMM per local expert
+    te = _te_call_kernels()  # qkv_proj before the sync, experts.up_gate after it
+    cpu_pre = (ROUTING_KERNELS[0] + 1 + te) * HOST_S_PER_KERNEL
+    # the dispatch node, one GEMM per local expert
+    cpu_post = (1 + 4 + te) * HOST_S_PER_KERNEL
     # The GPU outlasts the CPU before the sync (attention) and the CPU outlasts it after it
     # (experts): the layer's CPU total is below its GPU total, yet the sync exposes the CPU.
     gpu_pre, gpu_post = 10 * cpu_pre, 0.2 * cpu_post
@@ -287,11 +298,42 @@ def test_a_recomputed_dispatcher_syncs_the_backward_too():
 
     from simulate.moe_host import HOST_S_PER_KERNEL, ROUTING_KERNELS, pass_with_sync
 
-    cpu_pre = (ROUTING_KERNELS[0] + 1) * HOST_S_PER_KERNEL
-    cpu_post = (ROUTING_KERNELS[1] + 1 + 4) * HOST_S_PER_KERNEL
+    te = _te_call_kernels()
+    cpu_pre = (ROUTING_KERNELS[0] + 1 + te) * HOST_S_PER_KERNEL
+    cpu_post = (ROUTING_KERNELS[1] + 1 + 4 + te) * HOST_S_PER_KERNEL
     nodes, est, p = _sync_layer(10 * cpu_pre, 0.2 * cpu_post)
     plain = pass_with_sync(p, nodes, est, 4, backward=True)  # no recompute.dispatch: no sync
     assert plain == p
     recomputed = [replace(n, name=f"recompute.{n.name}") for n in nodes]
     out = pass_with_sync(p, recomputed, est, 4, backward=True)
     assert out.elapsed_s == pytest.approx(10 * cpu_pre + cpu_post)
+
+
+def test_transformer_engine_module_calls_follow_megatron_cores_layer_spec():
+    from analytical.layer_spec import Node
+    from analytical.ops import GemmSpec, MemoryBoundSpec, MemoryOpKind
+    from simulate.moe_host import HostIssue, te_module_calls
+
+    g = GemmSpec(m=64, n=64, k=64)
+    mem = MemoryBoundSpec(kind=MemoryOpKind.COPY, rows=8, cols=8)
+
+    def nodes(*names: str) -> list[Node]:
+        return [Node(name=n, op=g if "proj" in n or "experts" in n else mem) for n in names]
+
+    # GQA: the input norm is fused into linear_qkv; q and k norms are two TENorm calls; the
+    # router's GEMM is PyTorch's; an fp8 cast belongs to its module's call.
+    fwd = nodes("attn_norm", "qkv_proj", "qk_norm", "attention", "out_proj", "mlp_norm",
+                "router", "experts.up_gate", "experts.up_gate.fp8_cast_input", "experts.down")
+    assert te_module_calls(fwd) == 1 + 2 + 1 + 1 + 1 + 2
+    # backward: dgrad and wgrad are one module's backward; a recomputed forward calls again.
+    assert te_module_calls(nodes("out_proj.dgrad", "out_proj.wgrad", "router.dgrad")) == 1
+    assert te_module_calls(nodes("recompute.out_proj", "out_proj.dgrad")) == 2
+    # MLA: no fused qkv, so the input norm is its own TENorm call.
+    assert te_module_calls(nodes("attn_norm", "q_down", "q_up", "kv_down", "kv_up")) == 5
+    # The calls raise the CPU issue time, and a Grace host pays them at its own rate.
+    x86, grace = HostIssue(), HostIssue(kernel_s=41e-6)
+    with_te, without = nodes("qkv_proj"), nodes("router")
+    assert x86.cpu_s(with_te, 1, backward=False) > x86.cpu_s(without, 1, backward=False)
+    te_x86 = x86.cpu_s(with_te, 1, backward=False) - x86.cpu_s(without, 1, backward=False)
+    te_grace = grace.cpu_s(with_te, 1, backward=False) - grace.cpu_s(without, 1, backward=False)
+    assert te_grace / te_x86 == pytest.approx(41e-6 / x86.kernel_s)
