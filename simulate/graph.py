@@ -83,6 +83,7 @@ class TrainStep:
     compiled_loss: bool = False  # torchtitan's loss under torch.compile (no separate upcast)
     router_fusion: bool = False  # Megatron-Core `--moe-router-fusion` (`simulate.moe_host`)
     fused_expert_mlp: bool = False  # the recipe's fused grouped MLP (`moe_kernels`)
+    bias_dropout_fusion: bool = True  # Megatron-Core's fused bias-dropout-add (`bias_kernels`)
 
     @property
     def flash(self) -> bool:
@@ -130,7 +131,7 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
     moe_f, moe_b = expert_elementwise_nodes(fwd, model, step.framework, step.precision.act,
                                             fused=step.fused_expert_mlp)
     bda_f, bda_b = attn_bias_add_nodes(fwd, model, step.framework, step.precision.act,
-                                       tp=sh.tp, sp=sh.sp)
+                                       fused=step.bias_dropout_fusion, tp=sh.tp, sp=sh.sp)
     sum_f = symm_mem_reduce_nodes(step.framework, step.tp_overlap, fwd, step.tokens)
     cp_f, cp_b = ring_merge_nodes(step.framework, fwd, sh.cp)
     rope_f, rope_b = unfused_rope_nodes(fwd, model, step.framework, sh.tp,
