@@ -30,6 +30,7 @@ from analytical.memory import Framework
 from analytical.model_spec import ModelSpec
 from analytical.ops import CollectiveKind
 from analytical.parallel import Recompute, RecomputeModule
+from simulate.bias_kernels import attn_bias_add_nodes
 from simulate.dtensor_tp import (
     dtensor_tp_backward,
     float8_tp_gathers,
@@ -82,6 +83,7 @@ class TrainStep:
     compiled_loss: bool = False  # torchtitan's loss under torch.compile (no separate upcast)
     router_fusion: bool = False  # Megatron-Core `--moe-router-fusion` (`simulate.moe_host`)
     fused_expert_mlp: bool = False  # the recipe's fused grouped MLP (`moe_kernels`)
+    bias_dropout_fusion: bool = True  # Megatron-Core's fused bias-dropout-add (`bias_kernels`)
 
     @property
     def flash(self) -> bool:
@@ -128,11 +130,14 @@ def layer_block(model: ModelSpec, step: TrainStep, *, moe: bool,
     pad_f, pad_b = unpad_nodes(fwd, step.framework, step.attention)
     moe_f, moe_b = expert_elementwise_nodes(fwd, model, step.framework, step.precision.act,
                                             fused=step.fused_expert_mlp)
+    bda_f, bda_b = attn_bias_add_nodes(fwd, model, step.framework, step.precision.act,
+                                       fused=step.bias_dropout_fusion, tp=sh.tp, sp=sh.sp)
     sum_f = symm_mem_reduce_nodes(step.framework, step.tp_overlap, fwd, step.tokens)
     cp_f, cp_b = ring_merge_nodes(step.framework, fwd, sh.cp)
     rope_f, rope_b = unfused_rope_nodes(fwd, model, step.framework, sh.tp,
                                         step.batch.q_len // sh.cp, step.precision.act)
     fwd, bwd = _after(fwd, "rotary", rope_f), _after(bwd, "rotary.bwd", rope_b)
+    fwd, bwd = _after(fwd, "out_proj", bda_f), _after(bwd, "attn_residual.bwd", bda_b)
     fwd, bwd = [*fwd, *cast_f, *pad_f, *moe_f, *sum_f, *cp_f], [*bwd, *cast_b, *pad_b, *moe_b, *cp_b]
     if sh.fsdp_group > 1 and layer_params_per_rank > 0:
         size = layer_params_per_rank * step.precision.act.bytes

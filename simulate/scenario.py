@@ -47,7 +47,7 @@ TRAINING_KEYS = {"parallel", "global_batch", "micro_batch", "seq_len", "precisio
                  "recompute_modules", "grad_reduce_dtype", "cuda_graph",
                  "schedule", "overlap", "dp_bucket_mb", "optimizer", "attention", "lora",
                  "framework", "offload", "compile", "fp8_recipe", "cross_entropy_fusion",
-                 "compile_loss", "moe_router_fusion", "moe_fused_mlp"}
+                 "compile_loss", "moe_router_fusion", "moe_fused_mlp", "bias_dropout_fusion"}
 PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "fsdp",
                  "cp_algorithm", "pipeline_split"}
 OVERLAP_KEYS = {"tp_comm", "dp_grad", "param_gather", "compute_slowdown", "comm_sms", "moe_a2a"}
@@ -57,9 +57,8 @@ CP_ALGORITHMS = ("ring", "all_gather")
 # unfused: Megatron-LM's 2021-22 core attention; flash-triton: FlashAttention's Triton port
 # (llm-foundry `attn_impl: triton`), the same fused operator at its own speed (`efficiency.py`)
 ATTENTION_KERNELS = ("flash", "unfused", "flash-triton")
-# The pipeline schedule is simulated event by event (pp * vpp * micro-batches events); Megatron
-# runs use tens to a few thousand micro-batches per iteration, so this bound only stops typos
-# (2^39 micro-batches would run for days) before any work starts.
+# The pipeline is simulated event by event (pp * vpp * micro-batches); Megatron runs use tens to
+# a few thousand micro-batches, so this bound only stops typos (2^39 would run for days) up front.
 MAX_MICROBATCHES = 100_000
 
 
@@ -72,10 +71,9 @@ class ClusterSpec:
     gpus_per_node: int | None = None
 
     def node_size(self, hw_gpus_per_node: int) -> int:
-        """GPUs that share one NVLink domain in this job: a job smaller than the hardware's
-        domain (64 GPUs of a GB200 NVL72) sits inside one, so every group of it is on NVLink;
-        `analytical.layer_spec.ranks_per_node` takes gcd(group, domain), which would put 8 of
-        an EP group of 64 on one 72-GPU domain."""
+        """GPUs sharing one NVLink domain in this job: a job smaller than the hardware's domain
+        (64 GPUs of a GB200 NVL72) sits inside one; `analytical.layer_spec.ranks_per_node`'s
+        gcd(group, domain) would put 8 of an EP group of 64 on one 72-GPU domain."""
         return min(self.num_gpus, self.gpus_per_node or hw_gpus_per_node)
 
 
@@ -129,6 +127,7 @@ class TrainingSpec:
     compile_loss: bool | None = None
     moe_router_fusion: bool = False  # Megatron-Core `--moe-router-fusion`, off as there (`moe_host`)
     moe_fused_mlp: bool = False  # the recipe's fused grouped expert MLP (`moe_kernels`)
+    bias_dropout_fusion: bool = True  # Megatron-Core's fused bias-dropout-add (`bias_kernels`)
 
     @property
     def compiled_loss(self) -> bool:
@@ -266,6 +265,7 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
         compile_loss=_opt_bool(block, "compile_loss", path, source),
         moe_router_fusion=_bool(block, "moe_router_fusion", path, source, False),
         moe_fused_mlp=_bool(block, "moe_fused_mlp", path, source, False),
+        bias_dropout_fusion=_bool(block, "bias_dropout_fusion", path, source, True),
     )
     check_work(f"{path}.global_batch", spec.num_microbatches, MAX_MICROBATCHES,
                "micro-batches per iteration", "raise micro_batch or dp, or lower global_batch")

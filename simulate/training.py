@@ -118,14 +118,14 @@ def _train_step(t: TrainingSpec, gpn: int) -> TrainStep:
                   tp_rpn=_rpn(par.tp, 1, gpn), cp_rpn=_rpn(par.cp, par.tp, gpn),
                   ep_rpn=_rpn(par.ep, par.expert_tp, gpn), fsdp_group=fsdp_group,
                   fsdp_rpn=_rpn(fsdp_group, par.tp, gpn), **cp_sharding(t.framework, t.cp_algorithm))
-    precision = Precision(gemm=t.precision, act=act_dtype(t))
     lora = LoraSpec(rank=t.lora_rank, targets=t.lora_targets) if t.lora_rank else None
     return TrainStep(sharding=sh, micro_batch=t.micro_batch, seq_len=t.seq_len, lora=lora,
-                     precision=precision, recompute=t.recompute, attention=t.attention,
-                     recompute_modules=t.recompute_modules, framework=t.framework,
-                     compiled=t.compile, fp8_recipe=t.fp8_recipe, ce_fusion=t.cross_entropy_fusion,
-                     tp_overlap=t.overlap.tp_comm, compiled_loss=t.compiled_loss,
-                     router_fusion=t.moe_router_fusion, fused_expert_mlp=t.moe_fused_mlp)
+                     precision=Precision(gemm=t.precision, act=act_dtype(t)), recompute=t.recompute,
+                     attention=t.attention, recompute_modules=t.recompute_modules,
+                     framework=t.framework, compiled=t.compile, fp8_recipe=t.fp8_recipe,
+                     ce_fusion=t.cross_entropy_fusion, tp_overlap=t.overlap.tp_comm,
+                     compiled_loss=t.compiled_loss, router_fusion=t.moe_router_fusion,
+                     fused_expert_mlp=t.moe_fused_mlp, bias_dropout_fusion=t.bias_dropout_fusion)
 
 
 def act_dtype(t: TrainingSpec) -> DType:

@@ -152,6 +152,8 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
         # every Megatron-Bridge performance recipe of the corpus's releases (v0.2.0-v0.6.0)
         # sets `cfg.model.moe_router_fusion = True` (datasets/validation/training/README.md)
         training["moe_router_fusion"] = True
+        # the GPT-OSS bridge turns bias-dropout-add fusion off (`simulate.bias_kernels`)
+        training["bias_dropout_fusion"] = not _get(row, "model").startswith("gpt-oss")
     if _get(row, "compile_loss"):  # torchtitan's loss compiled with the model (since 2025-04)
         training["compile_loss"] = _bool(row, "compile_loss")
     if _get(row, "recompute_modules"):  # Megatron-Core's selective modules, "+"-separated
