@@ -495,3 +495,24 @@ def test_a_held_out_gpu_is_not_trained_on_copies_of_its_rows() -> None:
     marked = copies_of(rows, "a100-pcie-80gb")
     assert marked.tolist() == [False] * 10 + [True] * 10 + [False] * 20
     assert not copies_of(rows, "a40").any()
+
+
+def test_flash_tiles_against_the_sms_shared_memory():
+    """A 128-query Q tile and 64-key K/V tiles in the SM's shared memory (by compute
+    capability): at head_dim 256 in bf16 a 100 KB Ada SM holds the Q tile and less than one K/V
+    tile pair, a 228 KB Hopper SM 2.5625; fp8 halves every tile; no compute capability: NaN."""
+    from analytical.ops import AttentionSpec
+    from predictors.transfer_features import transfer_feature_names, transfer_matrix
+
+    names = transfer_feature_names("attention")
+    tiles, resident = names.index("smem_kv_tiles"), names.index("smem_resident_ctas")
+    op = AttentionSpec(batch=1, q_len=2048, kv_len=2048, heads=8, kv_heads=8, head_dim=256)
+    ada, hopper = (transfer_matrix("attention", [op], get_hardware(g))[0]
+                   for g in ("l40s", "h100-sxm"))
+    assert ada[tiles] == pytest.approx((100 - 64) / 64)
+    assert hopper[tiles] == pytest.approx((228 - 64) / 64)
+    assert ada[resident] == 1.0
+    fp8 = transfer_matrix("attention", [replace(op, dtype=DType.FP8)], get_hardware("h100-sxm"))
+    assert fp8[0, tiles] == pytest.approx((228 - 32) / 32)
+    no_cc = replace(get_hardware("h100-sxm"), topology=None)
+    assert np.isnan(transfer_matrix("attention", [op], no_cc)[0, tiles])
