@@ -8,14 +8,16 @@ import pytest
 
 from analytical.dtypes import DType
 from analytical.hardware import get_hardware
-from analytical.ops import AttentionSpec, MemoryBoundSpec, MemoryOpKind
+from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind
 from simulate.efficiency import (
+    GEMM_SLICE_ROWS,
     attention_fraction,
     fp8_cast_nodes,
     framework_estimates,
     grad_reduce_dtype,
     power_scale,
     reduction_fraction,
+    sliced_estimates,
 )
 from simulate.engines import EngineChain, EngineOptions, Estimate
 from simulate.scenario import load_scenario
@@ -254,3 +256,28 @@ def test_training_step_on_h100_pays_the_sustained_ceiling():
     free = run_training(scenario, chain=EngineChain.from_options(unbounded, ENGINES))
     assert capped.fits and free.fits
     assert capped.iteration_time_s > 1.02 * free.iteration_time_s
+
+
+class _ShapeChain:
+    """A stand-in engine chain: GEMMs over 8,192 rows come back at a quarter of the rate per
+    row (a learned model's extrapolation), the ``measured`` key from the store."""
+
+    def __init__(self, measured: str = "") -> None:
+        self.measured = measured
+
+    def estimate_many(self, ops):
+        return [Estimate(latency_s=op.m * (4e-9 if op.m > 8192 else 1e-9),
+                         engine="store" if op.key == self.measured else "xgboost")
+                for op in ops]
+
+
+def test_gemm_rows_beyond_the_slice_are_priced_as_slices():
+    small, big, odd = (GemmSpec(m=m, n=4096, k=4096) for m in (GEMM_SLICE_ROWS, 65536, 20000))
+    est = sliced_estimates(_ShapeChain(), [small, big, odd])
+    assert est[0].latency_s == pytest.approx(8192e-9)
+    assert est[1].latency_s == pytest.approx(8 * 8192e-9)  # 8 slices of 8,192 rows
+    assert est[2].latency_s == pytest.approx(3 * 6667e-9)  # 3 slices of 6,667 rows
+    assert "row slices" in est[1].detail
+    # a measured shape is its own answer (as is the roofline's, linear in m)
+    kept = sliced_estimates(_ShapeChain(measured=big.key), [big])
+    assert kept[0].latency_s == pytest.approx(65536 * 4e-9) and kept[0].engine == "store"
