@@ -26,10 +26,10 @@ from simulate.efficiency import (
     framework_estimates,
     grad_reduce_dtype,
     optimizer_estimate,
-    sliced_estimates,
     tp_overlap_args,
 )
 from simulate.engines import ENGINE_ORDER, EngineChain
+from simulate.extrapolation import sliced_estimates
 from simulate.fsdp_root import fsdp_root_blocks, with_root_keys
 from simulate.graph import Block, TrainStep, embedding_block, head_block, layer_block
 from simulate.layout import validate_layout

@@ -27,10 +27,10 @@ from simulate.costs import BlockCost, add_engine_time, block_cost
 from simulate.efficiency import (
     framework_estimates,
     optimizer_estimate,
-    sliced_estimates,
     tp_overlap_args,
 )
 from simulate.engines import ENGINE_ORDER, EngineChain
+from simulate.extrapolation import sliced_estimates
 from simulate.fsdp_root import has_fsdp_root
 from simulate.graph import TrainStep
 from simulate.moe_host import host_bound_costs

@@ -10,16 +10,15 @@ from analytical.dtypes import DType
 from analytical.hardware import get_hardware
 from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind
 from simulate.efficiency import (
-    GEMM_SLICE_ROWS,
     attention_fraction,
     fp8_cast_nodes,
     framework_estimates,
     grad_reduce_dtype,
     power_scale,
     reduction_fraction,
-    sliced_estimates,
 )
 from simulate.engines import EngineChain, EngineOptions, Estimate
+from simulate.extrapolation import GEMM_SLICE_ROWS, sliced_estimates
 from simulate.scenario import load_scenario
 from simulate.search.training_search import search_training
 from simulate.training import run_training
@@ -70,14 +69,25 @@ def test_a_calibrated_copy_of_a_hopper_file_stays_hopper():
     assert attention_fraction(l40s, "torchtitan", backward=False) == l40s.efficiency.attention
 
 
-def test_only_roofline_attention_is_retimed():
+def test_only_roofline_or_another_kernels_attention_is_retimed():
     hw = get_hardware("h100-sxm")
     op = AttentionSpec(batch=1, q_len=8192, kv_len=8192, heads=32, kv_heads=8, head_dim=128)
-    measured = Estimate(latency_s=1e-3, engine="store")
+    profiled = Estimate(latency_s=1e-3, engine="store", stack="profiled")
+    trtllm = Estimate(latency_s=1e-3, engine="store", stack="trtllm")
     roof = EngineChain.from_options(hw, ENGINES).estimate(op)
-    out = framework_estimates([op, op], [measured, roof], hw, "torchtitan")
-    assert out[0] == measured
+    out = framework_estimates([op, op, op], [profiled, roof, trtllm], hw, "torchtitan")
+    assert out[0] == profiled  # our SDPA sweep: FlashAttention-2 itself
     assert out[1].latency_s > 1.4 * roof.latency_s  # 0.55 -> 370/989 of peak
+    # TensorRT-LLM's Hopper FMHA is not FlashAttention-2: the framework's own figure prices it
+    assert out[2].latency_s == out[1].latency_s
+    # cuDNN (Megatron-Core) keeps it; off Hopper FlashAttention-2 keeps it too
+    assert framework_estimates([op], [trtllm], hw, "megatron")[0] == trtllm
+    a100 = get_hardware("a100-sxm-80gb")
+    assert framework_estimates([op], [trtllm], a100, "torchtitan")[0] == trtllm
+    # no store holds the Triton port, on any GPU
+    for gpu in (hw, a100):
+        tri = framework_estimates([op], [profiled], gpu, "composer", kernel="flash-triton")[0]
+        assert tri.latency_s > 1e-3 and "flash-triton" in tri.detail
 
 
 def test_torchtitan_runs_slower_than_megatron_on_the_same_layout():
@@ -281,3 +291,4 @@ def test_gemm_rows_beyond_the_slice_are_priced_as_slices():
     # a measured shape is its own answer (as is the roofline's, linear in m)
     kept = sliced_estimates(_ShapeChain(measured=big.key), [big])
     assert kept[0].latency_s == pytest.approx(65536 * 4e-9) and kept[0].engine == "store"
+
