@@ -292,3 +292,24 @@ def test_gemm_rows_beyond_the_slice_are_priced_as_slices():
     kept = sliced_estimates(_ShapeChain(measured=big.key), [big])
     assert kept[0].latency_s == pytest.approx(65536 * 4e-9) and kept[0].engine == "store"
 
+
+class _RateChain:
+    """A stand-in chain: attention at 100 TFLOP/s up to 16,384 queries, a learned model's wild
+    1,000 beyond it, and the store for the ``measured`` key."""
+
+    def __init__(self, measured: str = "") -> None:
+        self.measured = measured
+
+    def estimate_many(self, ops):
+        return [Estimate(latency_s=op.flops / (1e15 if op.q_len > 16384 else 1e14),
+                         engine="store" if op.key == self.measured else "xgboost")
+                for op in ops]
+
+
+def test_attention_beyond_the_sweeps_runs_at_the_largest_measured_rate():
+    long = AttentionSpec(batch=1, q_len=65536, kv_len=65536, heads=32, kv_heads=8, head_dim=128)
+    (est,) = sliced_estimates(_RateChain(), [long])
+    assert est.latency_s == pytest.approx(long.flops / 1e14)
+    assert "16384 queries" in est.detail
+    (kept,) = sliced_estimates(_RateChain(measured=long.key), [long])
+    assert kept.latency_s == pytest.approx(long.flops / 1e15) and kept.engine == "store"
