@@ -3,7 +3,7 @@
 
 The hardware file gives one achieved fraction of peak per resource (`analytical.hardware
 .Efficiency`); which kernel a framework runs decides how much of it is reached. Applied to
-roofline estimates only: a measured or learned time already is what some kernel did. Used by
+roofline estimates, and to attention measured on a kernel the framework does not run. Used by
 `simulate.training.run_training` and the search's evaluator alike, so search == simulate.
 
 Attention backend: Megatron-Core and NeMo run Transformer Engine's fused attention (cuDNN
@@ -236,18 +236,33 @@ def sustained(op: OpSpec, e: Estimate, hw: HardwareSpec) -> Estimate:
 
 _SIXTEEN_BIT = frozenset({DType.BF16, DType.FP16})
 
-
 def framework_estimates(ops: Sequence[OpSpec], estimates: Sequence[Estimate],
                         hw: HardwareSpec, framework: str, *, kernel: str = "flash",
                         compiled: bool = True) -> list[Estimate]:
-    """``estimates`` of ``ops`` with roofline attention re-timed at the fraction of peak of the
-    framework's backend (or of ``kernel``'s; compute term only, the memory term stays the
-    roofline's), roofline reductions at the framework's fraction of bandwidth (or, not
+    """``estimates`` of ``ops`` with roofline (or `_foreign_kernel`) attention re-timed at the
+    fraction of peak of the framework's backend (or ``kernel``'s; compute term only, the memory
+    term stays the roofline's), roofline reductions at the framework's bandwidth (or, not
     ``compiled``, at the eager composite's traffic), and 16-bit GEMMs no faster than the
     hardware's sustained rate (`sustained`: a training step is long back-to-back compute)."""
     return [sustained(op, _retimed(op, e, hw, framework, kernel, compiled)
-                      if e.engine == "roofline" else e, hw)
+                      if e.engine == "roofline" or _foreign_kernel(op, e, hw, framework, kernel)
+                      else e, hw)
             for op, e in zip(ops, estimates, strict=True)]
+
+
+# Measured attention that is not the framework's kernel. No store holds FlashAttention's Triton
+# port (`TRITON_SLOWDOWN`), on any GPU. And the store's Hopper attention at 16k queries, with the
+# champion learned from it, is TensorRT-LLM's context FMHA (the aiconfigurator import), a
+# Hopper-native kernel, where FlashAttention-2 uses neither wgmma nor TMA ("only 35%
+# utilization on H100", FlashAttention-3, arXiv 2407.08608). Those answers take the
+# framework's own figures (`HOPPER_ATTENTION`); our profiled SDPA sweeps are kept.
+def _foreign_kernel(op: OpSpec, e: Estimate, hw: HardwareSpec, framework: str,
+                    kernel: str) -> bool:
+    if not isinstance(op, AttentionSpec):
+        return False
+    return kernel == "flash-triton" or (
+        is_hopper(hw) and e.stack == "trtllm"
+        and attention_backend(framework) == AttentionBackend.FLASH2)
 
 
 # Transformer Engine's LayerNormLinear fuses the norm with the fp8 cast of its output (TE docs,

@@ -29,6 +29,7 @@ from simulate.efficiency import (
     tp_overlap_args,
 )
 from simulate.engines import ENGINE_ORDER, EngineChain
+from simulate.extrapolation import sliced_estimates
 from simulate.fsdp_root import fsdp_root_blocks, with_root_keys
 from simulate.graph import Block, TrainStep, embedding_block, head_block, layer_block
 from simulate.layout import validate_layout
@@ -88,8 +89,7 @@ def spec_memory(model, t: TrainingSpec) -> TrainingMemory:
 
 
 def memory_before_offload(model, t: TrainingSpec) -> TrainingMemory:
-    """`spec_memory` with every state on the GPU (the search reuses it for each offload
-    setting of a layout)."""
+    """`spec_memory` with every state on the GPU (the search reuses it per offload setting)."""
     return training_memory(model, t.parallel, micro_batch=t.micro_batch, seq_len=t.seq_len,
                            recompute=t.recompute, recompute_modules=t.recompute_modules,
                            schedule=t.schedule, num_microbatches=t.num_microbatches,
@@ -183,7 +183,7 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
     p2p = _collective(CollectiveKind.SEND_RECV, act_bytes, 2, 2 if pp_stride * 2 <= gpn else 1)
     ops.append(p2p)
     est = dict(zip((o.key for o in ops),
-                   framework_estimates(ops, chain.estimate_many(ops), hw, t.framework,
+                   framework_estimates(ops, sliced_estimates(chain, ops), hw, t.framework,
                                        kernel=t.attention, compiled=t.compile), strict=True))
     tpo = tp_overlap_args(t.framework, par.tp)
     costs: dict[Any, BlockCost] = {k: block_cost(b, est, tp_overlap=t.overlap.tp_comm,

@@ -24,8 +24,13 @@ from analytical.hardware import GIB, HardwareSpec
 from analytical.ops import CollectiveKind
 from analytical.stage import StageParams, stage_params
 from simulate.costs import BlockCost, add_engine_time, block_cost
-from simulate.efficiency import framework_estimates, optimizer_estimate, tp_overlap_args
+from simulate.efficiency import (
+    framework_estimates,
+    optimizer_estimate,
+    tp_overlap_args,
+)
 from simulate.engines import ENGINE_ORDER, EngineChain
+from simulate.extrapolation import sliced_estimates
 from simulate.fsdp_root import has_fsdp_root
 from simulate.graph import TrainStep
 from simulate.moe_host import host_bound_costs
@@ -89,7 +94,7 @@ class LayoutEvaluator:
         blocks = _blocks(self.model, par, step)
         ops = {n.op.key: n.op for b in blocks.values() for n in (*b.fwd, *b.bwd)}
         est = dict(zip(ops, framework_estimates(list(ops.values()),
-                                                self.chain.estimate_many(list(ops.values())),
+                                                sliced_estimates(self.chain, list(ops.values())),
                                                 self.hw, step.framework, kernel=step.attention,
                                                 compiled=step.compiled),
                        strict=True))

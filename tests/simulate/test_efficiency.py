@@ -8,7 +8,7 @@ import pytest
 
 from analytical.dtypes import DType
 from analytical.hardware import get_hardware
-from analytical.ops import AttentionSpec, MemoryBoundSpec, MemoryOpKind
+from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind
 from simulate.efficiency import (
     attention_fraction,
     fp8_cast_nodes,
@@ -18,6 +18,7 @@ from simulate.efficiency import (
     reduction_fraction,
 )
 from simulate.engines import EngineChain, EngineOptions, Estimate
+from simulate.extrapolation import GEMM_SLICE_ROWS, sliced_estimates
 from simulate.scenario import load_scenario
 from simulate.search.training_search import search_training
 from simulate.training import run_training
@@ -68,14 +69,25 @@ def test_a_calibrated_copy_of_a_hopper_file_stays_hopper():
     assert attention_fraction(l40s, "torchtitan", backward=False) == l40s.efficiency.attention
 
 
-def test_only_roofline_attention_is_retimed():
+def test_only_roofline_or_another_kernels_attention_is_retimed():
     hw = get_hardware("h100-sxm")
     op = AttentionSpec(batch=1, q_len=8192, kv_len=8192, heads=32, kv_heads=8, head_dim=128)
-    measured = Estimate(latency_s=1e-3, engine="store")
+    profiled = Estimate(latency_s=1e-3, engine="store", stack="profiled")
+    trtllm = Estimate(latency_s=1e-3, engine="store", stack="trtllm")
     roof = EngineChain.from_options(hw, ENGINES).estimate(op)
-    out = framework_estimates([op, op], [measured, roof], hw, "torchtitan")
-    assert out[0] == measured
+    out = framework_estimates([op, op, op], [profiled, roof, trtllm], hw, "torchtitan")
+    assert out[0] == profiled  # our SDPA sweep: FlashAttention-2 itself
     assert out[1].latency_s > 1.4 * roof.latency_s  # 0.55 -> 370/989 of peak
+    # TensorRT-LLM's Hopper FMHA is not FlashAttention-2: the framework's own figure prices it
+    assert out[2].latency_s == out[1].latency_s
+    # cuDNN (Megatron-Core) keeps it; off Hopper FlashAttention-2 keeps it too
+    assert framework_estimates([op], [trtllm], hw, "megatron")[0] == trtllm
+    a100 = get_hardware("a100-sxm-80gb")
+    assert framework_estimates([op], [trtllm], a100, "torchtitan")[0] == trtllm
+    # no store holds the Triton port, on any GPU
+    for gpu in (hw, a100):
+        tri = framework_estimates([op], [profiled], gpu, "composer", kernel="flash-triton")[0]
+        assert tri.latency_s > 1e-3 and "flash-triton" in tri.detail
 
 
 def test_torchtitan_runs_slower_than_megatron_on_the_same_layout():
@@ -254,3 +266,50 @@ def test_training_step_on_h100_pays_the_sustained_ceiling():
     free = run_training(scenario, chain=EngineChain.from_options(unbounded, ENGINES))
     assert capped.fits and free.fits
     assert capped.iteration_time_s > 1.02 * free.iteration_time_s
+
+
+class _ShapeChain:
+    """A stand-in engine chain: GEMMs over 8,192 rows come back at a quarter of the rate per
+    row (a learned model's extrapolation), the ``measured`` key from the store."""
+
+    def __init__(self, measured: str = "") -> None:
+        self.measured = measured
+
+    def estimate_many(self, ops):
+        return [Estimate(latency_s=op.m * (4e-9 if op.m > 8192 else 1e-9),
+                         engine="store" if op.key == self.measured else "xgboost")
+                for op in ops]
+
+
+def test_gemm_rows_beyond_the_slice_are_priced_as_slices():
+    small, big, odd = (GemmSpec(m=m, n=4096, k=4096) for m in (GEMM_SLICE_ROWS, 65536, 20000))
+    est = sliced_estimates(_ShapeChain(), [small, big, odd])
+    assert est[0].latency_s == pytest.approx(8192e-9)
+    assert est[1].latency_s == pytest.approx(8 * 8192e-9)  # 8 slices of 8,192 rows
+    assert est[2].latency_s == pytest.approx(3 * 6667e-9)  # 3 slices of 6,667 rows
+    assert "row slices" in est[1].detail
+    # a measured shape is its own answer (as is the roofline's, linear in m)
+    kept = sliced_estimates(_ShapeChain(measured=big.key), [big])
+    assert kept[0].latency_s == pytest.approx(65536 * 4e-9) and kept[0].engine == "store"
+
+
+class _RateChain:
+    """A stand-in chain: attention at 100 TFLOP/s up to 16,384 queries, a learned model's wild
+    1,000 beyond it, and the store for the ``measured`` key."""
+
+    def __init__(self, measured: str = "") -> None:
+        self.measured = measured
+
+    def estimate_many(self, ops):
+        return [Estimate(latency_s=op.flops / (1e15 if op.q_len > 16384 else 1e14),
+                         engine="store" if op.key == self.measured else "xgboost")
+                for op in ops]
+
+
+def test_attention_beyond_the_sweeps_runs_at_the_largest_measured_rate():
+    long = AttentionSpec(batch=1, q_len=65536, kv_len=65536, heads=32, kv_heads=8, head_dim=128)
+    (est,) = sliced_estimates(_RateChain(), [long])
+    assert est.latency_s == pytest.approx(long.flops / 1e14)
+    assert "16384 queries" in est.detail
+    (kept,) = sliced_estimates(_RateChain(measured=long.key), [long])
+    assert kept.latency_s == pytest.approx(long.flops / 1e15) and kept.engine == "store"
