@@ -10,11 +10,12 @@ others' 1.3: pooled as one stack, the trees read the A100's slower kernels as a 
 its hardware columns and carried it to the GPU nearest them (L40S GEMMs held out: 26.6% ->
 22.2%, the same 22.0-22.2% over seeds 0-2 against 26.4-26.8% with the column set to 0).
 Target: ln(latency / (roofline of that GPU + floor)), so the trees learn an efficiency, which
-moves between GPUs far less than a latency does. The roofline is the vendor-peak one
-(`predictors.transfer_features.ideal_seconds`: datasheet peak for the dtype and memory
-bandwidth, link bandwidth and latency for collectives), not the chain's `roofline_time`, whose
-per-GPU efficiency factors are guesses an unseen GPU's YAML would carry into every answer. The
-floor is the
+moves between GPUs far less than a latency does (collectives apply a share of it, chosen
+by nested leave-one-GPU-out: `predictors.transfer_eval.fit_shrunk`). The roofline is the
+vendor-peak one (`predictors.transfer_features.ideal_seconds`: datasheet peak for the dtype
+and memory bandwidth, link bandwidth and latency for collectives), not the chain's
+`roofline_time`, whose per-GPU efficiency factors are guesses an unseen GPU's YAML would carry
+into every answer. The floor is the
 alpha term of an alpha-beta model for kernels (collectives carry their link latency already and
 get none), per (stack, dtype, and phase for attention; `launch_floor`): the smallest over
 the training GPUs of each GPU's 1st-percentile latency, about 2-3 us for TensorRT-LLM bf16 GEMMs,
@@ -97,6 +98,7 @@ class TransferModel:
                  vendors: Sequence[str], floor_cycles: Mapping[str, float],
                  reference_clock_hz: float,
                  stack_versions: Mapping[str, Sequence[float]], rows: int = 0,
+                 correction_weight: float = 1.0,
                  schema_version: int = TRANSFER_SCHEMA_VERSION) -> None:
         self.booster = booster
         self.family = family
@@ -114,6 +116,8 @@ class TransferModel:
         self.stack_versions = {str(k): sorted(float(x) for x in v)
                                for k, v in sorted(stack_versions.items())}
         self.rows = rows
+        # share of the trees' log-ratio applied (`predictors.transfer_eval.fit_shrunk`)
+        self.correction_weight = float(correction_weight)
         self.schema_version = schema_version
 
     @property
@@ -154,8 +158,8 @@ class TransferModel:
         stacks = [self.default_stack] * len(ops) if stacks is None else stacks
         matrix = xgb.DMatrix(self.features(ops, hw, stacks, versions), nthread=1)
         raw = self.booster.predict(matrix).astype(np.float64)
-        seconds: np.ndarray = np.exp(raw) * (ideal_seconds(ops, hw) + self.floor_seconds(
-            ops, stacks, hw))
+        denominator = ideal_seconds(ops, hw) + self.floor_seconds(ops, stacks, hw)
+        seconds: np.ndarray = np.exp(self.correction_weight * raw) * denominator
         return seconds
 
     def floor_seconds(self, ops: Sequence[OpSpec], stacks: Sequence[str],
@@ -186,6 +190,7 @@ class TransferModel:
                "floor_cycles": {k: v.hex() for k, v in self.floor_cycles.items()},
                "reference_clock_hz": self.reference_clock_hz,
                "stack_versions": dict(self.stack_versions),
+               "correction_weight": self.correction_weight.hex(),
                "params": asdict(self.params),
                "n_trees": self.n_trees}
         (folder / SCHEMA_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
@@ -210,6 +215,8 @@ class TransferModel:
                    reference_clock_hz=float(doc["reference_clock_hz"]),
                    stack_versions=doc["stack_versions"],
                    rows=int(doc.get("rows", 0)),
+                   # absent: saved before the weight existed, i.e. the whole correction
+                   correction_weight=float.fromhex(doc.get("correction_weight", "0x1p+0")),
                    schema_version=doc["schema_version"])
 
 

@@ -64,13 +64,14 @@ from predictors.features import (
     row_alignment_log2,
 )
 
-TRANSFER_SCHEMA_VERSION = 10  # 2: vendor-peak roofline target; 3: dtype as bits, floor per class;
+TRANSFER_SCHEMA_VERSION = 11  # 2: vendor-peak roofline target; 3: dtype as bits, floor per class;
 # 4: collectives relative to NCCL's own ring model; 5: NCCL's ring + tree model on its topology's
 # link credit (`analytical.nccl`); 6: and the warm-L2 memory bound for GEMM and attention;
 # 7: the stack's release as a column (`predictors.transfer_data.version_of`); 8: the floor in
 # SM clock cycles at the GPU's boost clock (`predictors.transfer.launch_floor`); 9: NCCL's
 # intra-node transport of a collective (`_nccl_transport`); 10: attention's FlashAttention
-# tiles against the SM's shared memory and the async-MMA architectures (`_smem_tiles`)
+# tiles against the SM's shared memory and the async-MMA architectures (`_smem_tiles`); 11: no
+# message size over L2 for collectives (`collective_row`)
 TRANSFER_FAMILIES = ("gemm", "attention", "collective", "memory")
 # Families whose target denominator serves the L2-resident share of the operands from L2
 # (`warm_roofline_s`): the curated GEMM and attention rows are TensorRT-LLM's and Vidur's
@@ -274,6 +275,16 @@ _NCCL_FABRICS = ("nvlink", "pcie", "net")
 
 
 def collective_row(op: CollectiveSpec, hw: HardwareSpec) -> list[float]:
+    """Message, group and NCCL's own model of the collective on ``hw`` (``_COLLECTIVE``).
+    No message size over the L2 (schema <= 9 had it): NCCL moves a message through fixed-size
+    FIFO buffers (NCCL_BUFFSIZE, 4 MiB by default), not through a working set that fits the
+    L2 or not, so the column only told the trees which GPU a row came from (L2 6 / 40 / 50 /
+    96 / 126 MB on A40 / A100 / H100 / L40S / B200). Leave-one-GPU-out without it (3,000 rows
+    per GPU, no copies of the held-out GPU, seeds 0 / 1 / 2): A100 PCIe 66.9 / 90.0 / 93.5 ->
+    30.8 / 27.3 / 29.7%, B200 28.5 / 27.7 / 28.8 -> 26.8 / 26.7 / 27.4, mean of the seven
+    48.6 / 52.9 / 52.7 -> 46.9 / 47.6 / 47.5; but L40S 59.3 / 65.6 / 61.7 -> 82.3 / 89.7 /
+    86.3 and H100 SXM 1-3 points worse: no other GPU has L40S's P2P-less 4- and 8-GPU
+    collapse, so what it is told there depends on which GPU the trees place it beside."""
     _, fabric = node_link(op, hw)
     bandwidth = graph_bandwidth(op, hw)
     steps, inter = ring_steps(op)
@@ -281,8 +292,7 @@ def collective_row(op: CollectiveSpec, hw: HardwareSpec) -> list[float]:
     best = min(protos)
     row = [_log2(op.size_bytes), _log2(op.size_bytes / op.group_size), float(op.group_size),
            float(op.ranks_per_node), float(op.nodes), op.bus_factor, _log2(op.bytes)]
-    row += [_log2(op.bytes / bandwidth), _log2(ideal_time_s(op, hw)),
-            _log2(op.size_bytes / hw.l2_bytes)]
+    row += [_log2(op.bytes / bandwidth), _log2(ideal_time_s(op, hw))]
     row += [_log2(best), float(steps), float(inter), float(int(np.argmin(protos))),
             _log2(op.bytes / bandwidth / best)]
     row += [1.0 if fabric == f else 0.0 for f in _NCCL_FABRICS[:2]] + [float(op.nodes > 1)]
@@ -307,9 +317,8 @@ def _nccl_transport(op: CollectiveSpec, hw: HardwareSpec) -> list[float]:
 
 
 _COLLECTIVE = (["log2_size_bytes", "log2_chunk_bytes", "group_size", "ranks_per_node", "nodes",
-                "bus_factor", "log2_bus_bytes", "log2_link_s", "log2_roofline_s",
-                "log2_size_over_l2", "log2_nccl_s", "ring_steps", "ring_inter_steps",
-                "nccl_protocol", "nccl_bandwidth_share"]
+                "bus_factor", "log2_bus_bytes", "log2_link_s", "log2_roofline_s", "log2_nccl_s",
+                "ring_steps", "ring_inter_steps", "nccl_protocol", "nccl_bandwidth_share"]
                + [f"fabric_{f}" for f in _NCCL_FABRICS]
                + [f"transport_{t.value}" for t in NcclTransport]
                + [f"kind_{k.value}" for k in CollectiveKind] + _DTYPE)

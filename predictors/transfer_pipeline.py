@@ -11,9 +11,9 @@ from pathlib import Path
 
 from analytical.errors import SpecError
 from predictors.dataset import open_store
-from predictors.transfer import TransferConfig, TransferModel, all_rows, fit_transfer
+from predictors.transfer import TransferConfig, TransferModel, all_rows
 from predictors.transfer_data import TransferData, load_transfer_data
-from predictors.transfer_eval import FoldResult, evaluate_fold
+from predictors.transfer_eval import FoldResult, evaluate_fold, fit_shrunk
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,8 +73,8 @@ def run_transfer(family: str, *, db: str | Path | None = None, tracking_uri: str
             say(f"{family}: leave out {name} ...")
             folds.append(evaluate_fold(data, rows, name, config))
     start = time.perf_counter()
-    model = fit_transfer(data, config, rows=rows,
-                         leave_out=() if leave_out is None else (leave_out,))
+    model = fit_shrunk(data, config, rows=rows,
+                       leave_out=() if leave_out is None else (leave_out,))
     fit_s = time.perf_counter() - start
     if leave_out is not None:
         folds.append(evaluate_fold(data, rows, leave_out, config))

@@ -516,3 +516,61 @@ def test_flash_tiles_against_the_sms_shared_memory():
     assert fp8[0, tiles] == pytest.approx((228 - 32) / 32)
     no_cc = replace(get_hardware("h100-sxm"), topology=None)
     assert np.isnan(transfer_matrix("attention", [op], no_cc)[0, tiles])
+
+
+def _collective_data(offset: dict[str, float]):
+    """Collective rows at NCCL's model times a per-GPU factor (what a machine or harness adds
+    to NCCL's model), on four GPUs."""
+    from analytical.nccl import nccl_time
+    from analytical.ops import CollectiveKind, CollectiveSpec
+
+    rows = []
+    for name, factor in offset.items():
+        hw = get_hardware(name)
+        for size, group, kind in itertools.product([1 << b for b in range(10, 29, 2)], (2, 4, 8),
+                                                   (CollectiveKind.ALL_REDUCE,
+                                                    CollectiveKind.ALL_GATHER)):
+            op = CollectiveSpec(kind=kind, size_bytes=size, group_size=group,
+                                ranks_per_node=group)
+            rows.append({**op_to_dict(op), "op_key": op.key, "hardware": name,
+                         "provenance": "imported:synthetic-1.0/nccl-2.27.3",
+                         "median_s": factor * nccl_time(op, hw)})
+    frame = pd.DataFrame(rows)
+
+    class Store:
+        def frame(self, family: str, *, status: str = "ok") -> pd.DataFrame:
+            return frame if family == "collective" else frame.iloc[:0]
+
+    return load_transfer_data(Store(), "collective", cap=300, seed=0)
+
+
+def test_the_collective_correction_is_shrunk_where_it_does_not_transfer() -> None:
+    """Nested leave-one-GPU-out keeps the whole correction where every GPU shares it (all
+    1.5x NCCL's model) and shrinks it where each machine adds its own (0.6x-1.7x)."""
+    from predictors.transfer import all_rows
+    from predictors.transfer_eval import correction_weight, fit_shrunk
+
+    gpus = ("a100-sxm-80gb", "h100-sxm", "b200", "l40s")
+    shared = _collective_data(dict.fromkeys(gpus, 1.5))
+    assert correction_weight(shared, all_rows(shared), CONFIG) == 1.0
+    own = _collective_data(dict(zip(gpus, (1.7, 0.6, 1.6, 0.7), strict=True)))
+    rows = all_rows(own)
+    assert correction_weight(own, rows, CONFIG) < 1.0
+    # the weight is chosen without the GPU a fold holds out, and travels with the model
+    model = fit_shrunk(own, CONFIG, rows=rows, leave_out=("h100-sxm",))
+    assert model.gpus == tuple(sorted(set(gpus) - {"h100-sxm"}))
+    assert model.correction_weight == correction_weight(
+        own, rows.select(rows.gpu != "h100-sxm"), CONFIG)
+
+
+def test_the_correction_weight_is_saved_and_scales_the_log_ratio(model, data, tmp_path):
+    ops = list(data.gpus["b200"].ops[:20])
+    hw = get_hardware("b200")
+    full = model.predict(ops, hw)
+    loaded = TransferModel.load(model.save(tmp_path / "m"))
+    loaded.correction_weight = 0.0
+    bare = loaded.predict(ops, hw)  # the denominator alone
+    loaded.correction_weight = 0.5
+    again = TransferModel.load(loaded.save(tmp_path / "half"))
+    assert again.correction_weight == 0.5
+    assert np.allclose(again.predict(ops, hw), np.sqrt(full * bare), rtol=1e-9)
