@@ -193,6 +193,115 @@ def _patch_cuda() -> None:
     torch.Tensor.tolist = counted_tolist  # type: ignore[method-assign]
 
 
+# Kernels (forward, backward) per call of TE's fused MoE functions, read from TE's code:
+# the router's ``FusedTopkScoreFunction``, ``FusedComputeScoresForMoEAuxLoss`` and
+# ``FusedAuxLoss`` run one ``tex.fused_*_fwd`` / ``_bwd`` each (transformer_engine/pytorch/
+# router.py); permutation (transformer_engine/pytorch/permutation.py with triton/
+# permutation.py): ``moe_permute_with_probs`` = ``make_row_id_map`` (three Triton passes) +
+# ``permute_with_mask_map``, backward ``unpermute_with_mask_map``; ``moe_sort_chunks_by_index``
+# = ``make_chunk_sort_map`` + ``sort_chunks_by_map``, backward ``sort_chunks_by_map``;
+# ``moe_unpermute`` = ``unpermute_with_mask_map``, backward ``permute_with_mask_map``.
+TE_KERNELS = {"fused_topk_with_score_function": (1, 1),
+              "fused_compute_score_for_moe_aux_loss": (1, 1), "fused_moe_aux_loss": (1, 1),
+              "fused_permute_with_probs": (4, 1), "fused_sort_chunks_by_index": (2, 1),
+              "fused_sort_chunks_by_index_with_probs": (2, 1), "fused_unpermute": (1, 1)}
+
+
+class _Fused(torch.autograd.Function):
+    """A Transformer Engine fused function on CPU: Megatron-Core's unfused reference math,
+    counted as the kernels TE issues forward and backward (`TE_KERNELS`)."""
+
+    @staticmethod
+    def forward(ctx, name: str, ref, n_in: int, *args):  # noqa: ANN001
+        STATE.count("kernel", TE_KERNELS[name][0], op=f"te.{name}_fwd")
+        ctx.set_materialize_grads(False)
+        ins = [a.detach().requires_grad_(a.is_floating_point()) if isinstance(a, torch.Tensor)
+               else a for a in args]
+        on, STATE.on = STATE.on, False
+        with torch.enable_grad():
+            outs = ref(*ins)
+        STATE.on = on
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        ctx.name, ctx.ins, ctx.outs = name, ins, outs
+        return tuple(o.detach() for o in outs)
+
+    @staticmethod
+    def backward(ctx, *grads):  # noqa: ANN001
+        STATE.count("kernel", TE_KERNELS[ctx.name][1], op=f"te.{ctx.name}_bwd")
+        pairs = [(o, g) for o, g in zip(ctx.outs, grads, strict=True)
+                 if o.requires_grad and g is not None]
+        leaves = [a for a in ctx.ins if isinstance(a, torch.Tensor) and a.requires_grad]
+        on, STATE.on = STATE.on, False
+        got = torch.autograd.grad([o for o, _ in pairs], leaves, [g for _, g in pairs],
+                                  allow_unused=True) if pairs else [None] * len(leaves)
+        STATE.on = on
+        it = iter(got)
+        return (None, None, None, *(next(it) if isinstance(a, torch.Tensor) and
+                                     a.requires_grad else None for a in ctx.ins))
+
+
+def _patch_fused_router() -> None:
+    """Router fusion without TE: Megatron-Core's unfused functions stand in for the math of
+    `_Fused`'s one kernel each way."""
+    import megatron.core.transformer.moe.moe_utils as mu
+
+    topk_ref, score_ref, aux_ref = (mu.topk_routing_with_score_function,
+                                    mu.compute_routing_scores_for_aux_loss,
+                                    mu.switch_load_balancing_loss_func)
+
+    def topk(logits, topk, use_pre_softmax=False, num_groups=None, group_topk=None,  # noqa: ANN001, ANN202
+             scaling_factor=None, score_function="softmax", expert_bias=None):
+        ref = lambda lg: topk_ref(lg, topk, use_pre_softmax=use_pre_softmax,  # noqa: E731
+                                  num_groups=num_groups, group_topk=group_topk,
+                                  scaling_factor=scaling_factor, score_function=score_function,
+                                  expert_bias=expert_bias, fused=False)
+        return _Fused.apply("fused_topk_with_score_function", ref, 1, logits)
+
+    def scores(logits, topk, score_function):  # noqa: ANN001, ANN202
+        ref = lambda lg: score_ref(lg, topk, score_function, fused=False)  # noqa: E731
+        return _Fused.apply("fused_compute_score_for_moe_aux_loss", ref, 1, logits)
+
+    def aux(probs, tokens_per_expert, total_num_tokens, topk, num_experts, coeff):  # noqa: ANN001, ANN202
+        ref = lambda p, t: aux_ref(p, t, total_num_tokens, topk, num_experts, coeff)  # noqa: E731
+        return _Fused.apply("fused_moe_aux_loss", ref, 2, probs, tokens_per_expert)[0]
+
+    mu.HAVE_TE = True
+    mu.fused_topk_with_score_function = topk
+    mu.fused_compute_score_for_moe_aux_loss = scores
+    mu.fused_moe_aux_loss = aux
+
+
+def _patch_fused_permute() -> None:
+    """Permute fusion without TE: the unfused functions stand in for `_Fused`'s kernels."""
+    import megatron.core.transformer.moe.moe_utils as mu
+
+    permute_ref, sort_ref, unpermute_ref = mu.permute, mu.sort_chunks_by_idxs, mu.unpermute
+
+    def permute(tokens, probs, routing_map, num_out_tokens):  # noqa: ANN001, ANN202
+        ref = lambda t, p, m: permute_ref(t, m, probs=p, num_out_tokens=num_out_tokens)  # noqa: E731
+        return _Fused.apply("fused_permute_with_probs", ref, 3, tokens, probs, routing_map)
+
+    def sort_probs(inp, probs, split_sizes, sorted_idxs):  # noqa: ANN001, ANN202
+        ref = lambda i, p, s, x: sort_ref(i, s, x, probs=p)  # noqa: E731
+        return _Fused.apply("fused_sort_chunks_by_index_with_probs", ref, 4, inp, probs,
+                            split_sizes, sorted_idxs)
+
+    def sort(inp, split_sizes, sorted_idxs):  # noqa: ANN001, ANN202
+        ref = lambda i, s, x: sort_ref(i, s, x)[0]  # noqa: E731
+        return _Fused.apply("fused_sort_chunks_by_index", ref, 3, inp, split_sizes,
+                            sorted_idxs)[0]
+
+    def unpermute(inp, row_id_map, merging_probs=None, restore_shape=None):  # noqa: ANN001, ANN202
+        ref = lambda i, r: unpermute_ref(i, r, restore_shape, probs=merging_probs)  # noqa: E731
+        return _Fused.apply("fused_unpermute", ref, 2, inp, row_id_map)[0]
+
+    mu.HAVE_TE = True
+    mu.fused_permute_with_probs = permute
+    mu.fused_sort_chunks_by_index_with_probs = sort_probs
+    mu.fused_sort_chunks_by_index = sort
+    mu.fused_unpermute = unpermute
+
+
 def _layer(args: argparse.Namespace, ep: int, fusion: bool):  # noqa: ANN202
     from megatron.core import parallel_state
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
@@ -213,13 +322,17 @@ def _layer(args: argparse.Namespace, ep: int, fusion: bool):  # noqa: ANN202
         bias_activation_fusion=False, sequence_parallel=False)
     spec = get_gpt_layer_local_spec(num_experts=args.experts, moe_grouped_gemm=False)
     layer = MoELayer(cfg, spec.submodules.mlp.submodules, layer_number=1)
+    # the dispatcher puts its chunk-sort indices on CUDA under permute fusion: built unfused
+    # (indices on the host), switched after
+    cfg.moe_permute_fusion = args.permute_fusion == "on"
     return layer.to(torch.bfloat16).train()
 
 
 def _instrument(layer) -> None:  # noqa: ANN001
     d = layer.token_dispatcher
-    for t in (d.sort_input_by_local_experts, d.restore_output_by_local_experts):
-        STATE.mark_host(t)
+    if not d.config.moe_permute_fusion:  # else the indices live on the device
+        for t in (d.sort_input_by_local_experts, d.restore_output_by_local_experts):
+            STATE.mark_host(t)
     _label(layer.router, "forward", "router")
     _label(d, "preprocess", "preprocess")
     _label(d, "dispatch_preprocess", "permute1")
@@ -233,11 +346,12 @@ def _instrument(layer) -> None:  # noqa: ANN001
 
 def _step(layer, tokens: int, hidden: int) -> None:  # noqa: ANN001
     x = torch.randn(tokens, 1, hidden, dtype=torch.bfloat16, requires_grad=True)
+    grad = torch.randn_like(x)
     STATE.pass_, STATE.part = "fwd", "other"
     with Counting():
         out, _ = layer(x)
         STATE.pass_, STATE.part = "bwd", "other"
-        out.backward(torch.randn_like(out))
+        out.backward(grad)
 
 
 def _worker(rank: int, world: int, args: argparse.Namespace, fusion: bool, q) -> None:  # noqa: ANN001
@@ -246,6 +360,10 @@ def _worker(rank: int, world: int, args: argparse.Namespace, fusion: bool, q) ->
     torch.manual_seed(1234 + rank)
     torch.set_num_threads(1)
     _patch_cuda()
+    if fusion:
+        _patch_fused_router()
+    if args.permute_fusion == "on":
+        _patch_fused_permute()
     layer = _layer(args, world, fusion)
     _instrument(layer)
     rows = []
@@ -273,6 +391,7 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--ffn", type=int, default=32)
     p.add_argument("--router-fusion", choices=["off", "on", "both"], default="off")
+    p.add_argument("--permute-fusion", choices=["off", "on"], default="off")
     p.add_argument("--port", type=int, default=29611)
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
@@ -293,7 +412,7 @@ def main() -> None:
                 pr.join()
             rows += [r for rs in got for r in rs if r["rank"] == 0]
     meta = dict(megatron_core=megatron.core.__version__, torch=torch.__version__,
-                experts=args.experts, topk=args.topk, hidden=args.hidden, ffn=args.ffn,
+                permute_fusion=args.permute_fusion == "on", experts=args.experts, topk=args.topk, hidden=args.hidden, ffn=args.ffn,
                 dispatcher="alltoall", command="python " + " ".join(sys.argv))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", newline="") as f:
