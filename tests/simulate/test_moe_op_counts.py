@@ -45,6 +45,13 @@ def test_the_counts_file_names_its_versions_and_command(path):
     assert {int(r["tokens"]) for r in rows} == {4096, 16384}
 
 
+def test_megatron_core_0_16_issues_the_same_routing_kernels_as_0_15():
+    newer = ROOT / MEASURED_COUNTS / "qwen3-moe-alltoall-permute-fusion-mcore0.16.0-ep2.csv"
+    assert {r["megatron_core"] for r in csv.DictReader(newer.open())} == {"0.16.0"}
+    for fusion in (True, False):
+        assert _parts(newer, fusion)[(2, 4096)] == _parts(FUSED, fusion)[(2, 4096)]
+
+
 def test_routing_parts_are_the_measured_counts_at_every_ep_and_micro_batch():
     measured = _parts(FUSED, router_fusion=True)
     assert len(measured) == 6
