@@ -24,7 +24,7 @@ from enum import StrEnum
 
 from analytical.layer_spec import Node
 
-__all__ = ["CudaGraphScope", "ROUTING_PARTS", "UNFUSED_ROUTER_FWD", "attention_bases",
+__all__ = ["CudaGraphScope", "ROUTING_PARTS", "UNFUSED_ROUTER", "attention_bases",
            "eager_nodes", "eager_routing"]
 
 
@@ -39,22 +39,31 @@ class CudaGraphScope(StrEnum):
 
 
 # Kernels of the routing path per MoE layer that the operator graph does not list, (forward,
-# backward) per part. Router forward: 31 kernels with `--moe-router-fusion` (72 without), as
-# Megatron-LM's DeepSeek-V3 GB200 note measured them (docs/discussions/
-# deepseek-v3-gb200-optimization, section 2.1.4: "reducing the total number of kernels in the
-# router part from 72 to 31", TE PR 1883); every Megatron-Bridge performance recipe of
-# v0.2.0-v0.6.0 sets `moe_router_fusion = True`; 30 here, the router GEMM being a graph node.
-# The rest counted from megatron/core/transformer/moe at d98e8a64: the router's backward
-# (`topk_routing_with_score_function` and `switch_load_balancing_loss_func` replayed by
-# autograd, ~20); preprocess = the dispatcher's token counts, their all-gather over EP, split
-# sums and three device-to-host copies (~10, no backward); permute = `permute` /
-# `sort_chunks_by_idxs` / `unpermute` index work (~15, ~20 backward).
-ROUTING_PARTS = {"router": (30, 20), "preprocess": (10, 0), "permute": (15, 20)}
-# The router's forward without `--moe-router-fusion` (Megatron-Core's default,
-# `TransformerConfig.moe_router_fusion = False`): the note's 72 kernels less the router GEMM.
-# The note measured the forward only; the backward keeps its count (autograd's replay of the
-# unfused top-k and aux-loss functions, the ~20 above, is what the fused path also runs).
-UNFUSED_ROUTER_FWD = 71
+# backward) per part, measured with Megatron-Core's own code: scripts/count_moe_ops.py ran
+# megatron-core 0.15.0's ``MoELayer`` (``alltoall`` dispatcher, dropless, aux-loss, 128 experts
+# top-8 as Qwen3-30B-A3B / 235B-A22B) on EP 2/4/8 gloo ranks and counted its ATen ops
+# (datasets/measurements/llmsim/cpu/moe-op-counts/, `MEASURED_COUNTS`), with router and permute
+# fusion on as Megatron-Bridge sets them (every performance recipe sets ``moe_router_fusion``;
+# ``Qwen3MoEModelProvider`` sets ``moe_permute_fusion = True``), TE's fused functions counted
+# per TE's code (the script's ``TE_KERNELS``). A part's count is its kernels, collectives and
+# device-to-host copies less the graph's own nodes (`GRAPH_NODES`): router = the gating GEMM's
+# casts, the fused top-k, aux-loss scores and aux loss with their bookkeeping (7, 11);
+# preprocess = the token counts, their all-gather over EP, split sums and four device-to-host
+# copies (11, 0); permute = the probabilities' all-to-alls and chunk sort, TE's row-id map,
+# the input-gradient sum (7, 2). Identical for EP 2, 4, 8 and 4096 or 16384 tokens.
+# (Estimates before: router 30 / 20, preprocess 10 / 0, permute 15 / 20.)
+ROUTING_PARTS = {"router": (7, 11), "preprocess": (11, 0), "permute": (7, 2)}
+# The router without `--moe-router-fusion` (Megatron-Core's default,
+# `TransformerConfig.moe_router_fusion = False`), measured the same way (forward, backward).
+# Megatron-LM's DeepSeek-V3 GB200 note counts 72 forward kernels for its router (docs/
+# discussions/deepseek-v3-gb200-optimization, 2.1.4): group-limited sigmoid top-k with expert
+# bias and sequence aux loss, not Qwen3's softmax top-k with aux loss.
+UNFUSED_ROUTER = (22, 15)
+MEASURED_COUNTS = "datasets/measurements/llmsim/cpu/moe-op-counts"
+# Graph nodes (forward, backward) per part that the measured counts include: the router's
+# GEMM (forward; dgrad and wgrad), and dispatch, two ``ep_all_to_all``, two ``sort_chunks``
+# and combine (each with its backward node).
+GRAPH_NODES = {"router": (1, 2), "preprocess": (0, 0), "permute": (6, 6)}
 _GRAPHED_PARTS = {CudaGraphScope.MOE_ROUTER: "router", CudaGraphScope.MOE_PREPROCESS: "preprocess"}
 
 ATTN_END = "mlp_norm"  # the attention part is every forward node up to the pre-MLP norm
@@ -92,10 +101,10 @@ def eager_nodes(nodes: Sequence[Node], graphs: Collection[CudaGraphScope],
 def eager_routing(graphs: Collection[CudaGraphScope], *, backward: bool,
                   router_fusion: bool = True) -> int:
     """Routing kernels (`ROUTING_PARTS`) the CPU issues outside the captured parts; an unfused
-    router issues `UNFUSED_ROUTER_FWD` forward kernels instead of the fused count."""
+    router issues `UNFUSED_ROUTER` kernels instead of the fused counts."""
     side = 1 if backward else 0
     parts = dict(ROUTING_PARTS)
     if not router_fusion:
-        parts["router"] = (UNFUSED_ROUTER_FWD, ROUTING_PARTS["router"][1])
+        parts["router"] = UNFUSED_ROUTER
     return sum(k[side] for part, k in parts.items()
                if part not in {_GRAPHED_PARTS.get(g) for g in graphs})

@@ -42,7 +42,7 @@ at NVIDIA/TransformerEngine d0067d0d, with ``_split_quantization._split_quantize
   graph's ``experts.down_bias`` node: `simulate.moe_kernels`);
 plus the router, load-balancing loss and token-permutation bookkeeping that the operator graph
 does not list (`ROUTING_KERNELS`; the router's forward is the fused count under
-``training.moe_router_fusion``, Megatron-Bridge's recipes, and `moe_graphs.UNFUSED_ROUTER_FWD`
+``training.moe_router_fusion``, Megatron-Bridge's recipes, and `moe_graphs.UNFUSED_ROUTER`
 without it, Megatron-Core's default).
 
 The flex dispatcher syncs too, at the same place: DeepEP's ``buffer.dispatch`` returns the
@@ -214,7 +214,7 @@ class HostIssue:
     kernel_s: float = HOST_S_PER_KERNEL
     graphs: frozenset[CudaGraphScope] = frozenset()
     attention: frozenset[str] = frozenset()
-    router_fusion: bool = True  # `--moe-router-fusion` (`moe_graphs.UNFUSED_ROUTER_FWD`)
+    router_fusion: bool = True  # `--moe-router-fusion` (`moe_graphs.UNFUSED_ROUTER`)
 
     def cpu_s(self, nodes: Iterable[Node], local_experts: int, *, backward: bool,
               routing: bool = True) -> float:

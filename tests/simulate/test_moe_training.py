@@ -97,28 +97,30 @@ def _qwen_b200(seq_len: int, micro_batch: int, framework: str = "megatron",
                          "framework": framework, "moe_router_fusion": router_fusion}}
 
 
-def test_an_unfused_router_issues_the_measured_extra_forward_kernels():
-    from simulate.moe_graphs import ROUTING_PARTS, UNFUSED_ROUTER_FWD, eager_routing
+def test_an_unfused_router_issues_the_measured_extra_kernels():
+    from simulate.moe_graphs import ROUTING_PARTS, UNFUSED_ROUTER, eager_routing
     from simulate.moe_host import HOST_S_PER_KERNEL
     from simulate.scenario import parse_scenario
 
-    # Megatron-Core's default (no --moe-router-fusion): 72 router kernels, not 31.
+    # Megatron-Core's default (no --moe-router-fusion): the measured unfused router.
     assert parse_scenario(_qwen_b200(512, 1)).training.moe_router_fusion
     assert parse_scenario({**_qwen_b200(512, 1), "training": {
         k: v for k, v in _qwen_b200(512, 1)["training"].items()
         if k != "moe_router_fusion"}}).training.moe_router_fusion is False
-    extra = UNFUSED_ROUTER_FWD - ROUTING_PARTS["router"][0]
+    extra_fwd, extra_bwd = (u - f for u, f in zip(UNFUSED_ROUTER, ROUTING_PARTS["router"],
+                                                   strict=True))
+    assert extra_fwd > 0 and extra_bwd > 0
     assert eager_routing((), backward=False, router_fusion=False) == \
-        eager_routing((), backward=False) + extra
+        eager_routing((), backward=False) + extra_fwd
     assert eager_routing((), backward=True, router_fusion=False) == \
-        eager_routing((), backward=True)
+        eager_routing((), backward=True) + extra_bwd
     # Host-bound small micro-batches (full recompute replays the forward's routing): each MoE
-    # layer's two forwards issue `extra` more kernels per micro-batch, so the step is slower by
-    # about layers x 2 x extra x micro-batches of CPU time.
+    # layer's two forwards and its backward issue the extra kernels per micro-batch, so the
+    # step is slower by about layers x (2 x extra_fwd + extra_bwd) x micro-batches of CPU time.
     fused, unfused = (_data(_qwen_b200(512, 1, router_fusion=f))["iteration_time_s"]
                       for f in (True, False))
     assert unfused > fused
-    bound = 48 * 2 * extra * 4 * HOST_S_PER_KERNEL
+    bound = 48 * (2 * extra_fwd + extra_bwd) * 4 * HOST_S_PER_KERNEL
     assert unfused - fused == pytest.approx(bound, rel=0.01)
 
 
