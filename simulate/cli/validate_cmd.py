@@ -169,7 +169,8 @@ def ddp_cmd(db: Path | None, width: int, depth: int, batch: int, repeats: int, w
 @click.option("--kind", type=click.Choice(["training", "serving"]), default="training",
               show_default=True, help="Which published corpus to score.")
 @click.option("--max-prompts", type=click.IntRange(1, 200_000), default=1000, show_default=True,
-              help="Serving: cap each row's request count (a steady state needs far fewer).")
+              help="Serving: cap the request count of throughput-only bursts (closed "
+                   "loops and bursts timed per request run whole).")
 @click.option("--corpus", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Corpus CSV (default: datasets/validation/<kind>/published_runs.csv).")
 @click.option("--sources", default=None, help="Comma-separated source ids to score (default: all).")

@@ -168,8 +168,9 @@ def score_serving(rows: Sequence[ServingRow] | None = None, *, engine_presets: b
     (``serving.engine``); False scores llmsim's engine-less default (``continuous``).
     predict: scenario -> result JSON; default runs `simulate.api.run` (``llmsim simulate
     --json``) with the store / predictors as asked (default: neither, roofline only).
-    max_prompts: cap each row's request count (speed; a steady state needs far fewer than the
-    30,000 some offline rows list).
+    max_prompts: cap the request count of throughput-only bursts (speed: their throughput
+    settles far sooner than the 30,000 requests some offline rows list; closed loops and
+    bursts timed per request run whole, `serving_corpus.row_scenario`).
 
     Returns {"overall", "by_source", "by_band", "rows"}: per measure n, MAPE %, median APE %
     and mean signed error %, plus false-OOM and not-run counts.

@@ -204,6 +204,23 @@ def _length(row: ServingRow, mean: int) -> int | dict[str, Any]:
     return mean if lo >= hi else {"dist": "uniform", "min": lo, "max": hi}
 
 
+def _requests(row: ServingRow, max_prompts: int | None) -> int:
+    """A row's request count, capped at ``max_prompts`` for speed only where the cap leaves the
+    measure unchanged: a burst's throughput at maximum load settles early. In a burst every
+    request waits behind all earlier ones, so its latencies (mean TTFT of 500 prompts sent at
+    once) grow with its size; and a closed loop's statistics weigh its first wave (sent
+    together, taken in one at a time) and its drain (the last C requests decode in a shrinking
+    batch) against the steady waves between by the row's own count: 300 requests of 512
+    clients are one wave that never decodes beside new prompts, and an AIPerf window (the
+    first wave left out) of 300 requests at 250 clients is the drain alone. Such rows run
+    whole."""
+    prompts = row.num_prompts or max(DEFAULT_PROMPTS_PER_CLIENT * row.concurrency, MIN_PROMPTS)
+    if max_prompts is not None and row.mode == "offline" and not (
+            set(row.measured) - {"output_tok_s"}):
+        prompts = min(prompts, max(max_prompts, row.concurrency))
+    return prompts
+
+
 def row_scenario(row: ServingRow, *, engine_presets: bool = True, max_prompts: int | None = None,
                  step_overhead_ms: float | None = None,
                  step_overhead_per_seq_us: float | None = None) -> dict[str, Any]:
@@ -222,14 +239,7 @@ def row_scenario(row: ServingRow, *, engine_presets: bool = True, max_prompts: i
         "name": row.id.replace("/", "-"), "model": row.model,
         "hardware": {"gpu": row.gpu, "num_gpus": row.num_gpus, "gpus_per_node": 8},
         "inference": inference}
-    prompts = row.num_prompts or max(DEFAULT_PROMPTS_PER_CLIENT * row.concurrency, MIN_PROMPTS)
-    # the cap is for speed, and holds only where it leaves the measure unchanged: a closed loop
-    # reaches its steady state within a few waves, and a burst's throughput at maximum load
-    # settles early, but in a burst every request waits behind all earlier ones, so its latencies
-    # (mean TTFT of 500 prompts sent at once) grow with the burst's size: such rows run whole
-    latency_of_burst = row.mode == "offline" and bool(set(row.measured) - {"output_tok_s"})
-    if max_prompts is not None and not latency_of_burst:
-        prompts = min(prompts, max(max_prompts, row.concurrency))
+    prompts = _requests(row, max_prompts)
     if row.mode == "closed":
         arrival = {"process": "closed", "concurrency": row.concurrency,
                    "num_requests": prompts, "seed": 0}

@@ -172,9 +172,10 @@ def test_api_server_clients_tokenize_serially_in_process_clients_do_not() -> Non
         assert row_scenario(by_tool[tool])["serving"]["tokenize_us_per_token"] == 0.0
 
 
-def test_prompt_cap_leaves_bursts_with_latencies_whole() -> None:
-    """A burst's mean TTFT grows with its size, so the speed cap skips offline rows that
-    measure a latency; throughput-only bursts and closed loops are still capped."""
+def test_prompt_cap_leaves_bursts_with_latencies_and_closed_loops_whole() -> None:
+    """A burst's mean TTFT grows with its size, and a closed loop's statistics weigh its first
+    wave and its drain by its request count, so the speed cap takes only throughput-only
+    bursts: 300 of silybench's 2,560 requests at 512 clients would be one wave."""
     rows = load_corpus()
 
     def requests(row: ServingRow) -> int:
@@ -188,4 +189,6 @@ def test_prompt_cap_leaves_bursts_with_latencies_whole() -> None:
     assert requests(tput) == 50
     closed = next(r for r in rows if r.mode == "closed" and (r.num_prompts or 0) > 50
                   and r.concurrency <= 50)
-    assert requests(closed) == 50
+    assert requests(closed) == closed.num_prompts
+    wide = next(r for r in rows if r.mode == "closed" and r.concurrency >= 512)
+    assert (wide.num_prompts, requests(wide)) == (2560, 2560)
