@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Chunks without a token in a streamed chat response (engine preset
-`chat_stream_empty_chunks`): a client that times every chunk (`vllm bench serve --backend
-openai-chat`) sees one ~0 ms gap more per such chunk, so its mean ITL falls below TPOT, while
-TTFT and TPOT stay as they were."""
+"""What an offline burst measured by `vllm bench serve` means (GPUStack's rows): every request
+arrives at t = 0 and the mean TTFT holds the queue; and chunks without a token in a streamed
+chat response (engine preset `chat_stream_empty_chunks`): a client that times every chunk
+(`--backend openai-chat`) sees one ~0 ms gap more per such chunk, so its mean ITL falls below
+TPOT, while TTFT and TPOT stay as they were."""
 
 from __future__ import annotations
 
@@ -60,3 +61,21 @@ def test_engine_presets_and_the_gpustack_rows() -> None:
                             for r in gpustack)
     assert all("endpoint" not in row_scenario(r)["serving"]
                for r in rows if r.source != "gpustack-performance-lab")
+
+
+def test_a_burst_arrives_at_once_and_its_mean_ttft_holds_the_queue() -> None:
+    """`vllm bench serve` without a rate sends every request at t = 0, and its mean TTFT
+    averages over all of them, queue included: N prompts of one budget's worth of tokens, one
+    1 ms prefill step each, one output token (nothing decodes): request k's first token comes
+    after step k + 1, so the mean TTFT is (N + 1) / 2 steps, and the last one's N steps."""
+    n = 9
+    wl = make_workload({"process": "burst", "num_requests": n, "seed": 0}, input_len=64,
+                       output_len=1)
+    tenant = Tenant(name="t", workload=wl, scheduler="chunked_prefill",
+                    config=SchedulerConfig(max_batched_tokens=64, max_num_seqs=256),
+                    cost=ConstantCost(), kv_blocks=10_000, kv_bytes_per_token=1.0)
+    run_tenants([tenant])
+    assert all(s.req.arrival_s == 0.0 for s in tenant.sequences)
+    ttft = summarize_tenant(tenant).ttft_s
+    assert ttft.mean == pytest.approx((n + 1) / 2 * STEP, rel=1e-9)
+    assert ttft.max == pytest.approx(n * STEP, rel=1e-9)
