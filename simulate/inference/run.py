@@ -33,7 +33,7 @@ from simulate.inference.layer_ops import (
 from simulate.inference.spec import InferenceSpec, ServingSpec
 from simulate.inference.step_cost import MeteredCost, StepCostTables, build_tables
 from simulate.serving.arrival import ArrivalProcess, ArrivalSpec, max_length
-from simulate.serving.choices import Preemption, Scheduler
+from simulate.serving.choices import Endpoint, Preemption, Scheduler
 from simulate.serving.engine_presets import (
     EnginePreset,
     MemoryRule,
@@ -223,6 +223,8 @@ def make_tenant(name: str, plan: InstancePlan, workload: Workload, serving: Serv
                                       if preset else True,
                                       separate_process=preset.api_server_process
                                       if preset else True),
+                    empty_chunks=preset.chat_stream_empty_chunks
+                    if preset and serving.endpoint is Endpoint.CHAT else 0,
                     host_overlap=preset.host_overlap if preset else False,
                     graph_sizes=cuda_graph_sizes(preset) if preset else (),
                     swap_bw_bytes_per_s=hw.pcie.bandwidth_bytes_per_s * plan.shard.tp,

@@ -15,7 +15,7 @@ from analytical.dtypes import DType, parse_dtype
 from analytical.errors import SpecError
 from simulate.fields import check_keys, choice_field, float_field, int_field, optional_float
 from simulate.serving.arrival import ArrivalSpec, Length, parse_arrival, parse_length
-from simulate.serving.choices import EngineBackend, Preemption, Scheduler, ServingEngine
+from simulate.serving.choices import Endpoint, EngineBackend, Preemption, Scheduler, ServingEngine
 
 PRECISIONS = (DType.BF16, DType.FP16, DType.FP8, DType.FP4, DType.INT8, DType.INT4)
 
@@ -147,6 +147,7 @@ class ServingSpec:
     # the API server streams output tokens one at a time, this long each (0: not modelled)
     stream_token_s: float = 0.0
     api_request_s: float = 0.0  # ... and takes each request in, one at a time, this long
+    endpoint: Endpoint = Endpoint.COMPLETIONS  # the API the client streams from
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
     prefill_pool: PoolSpec | None = None
@@ -163,7 +164,7 @@ def parse_serving(block: Any, path: str = "serving") -> ServingSpec:
                                  "step_overhead_per_seq_us", "frontend_ms",
                                  "tokenize_us_per_token", "stream_token_us", "api_request_us",
                                  "gpu_memory_utilization", "slo", "disaggregated", "engine",
-                                 "engine_version", "engine_backend"}, {"arrival"})
+                                 "engine_version", "engine_backend", "endpoint"}, {"arrival"})
     scheduler = choice_field(b, "scheduler", path, Scheduler, Scheduler.CONTINUOUS)
     arrival = parse_arrival(b["arrival"], f"{path}.arrival")
     overhead = float_field(b, "step_overhead_ms", path, default=0.0, maximum=3.6e6)
@@ -201,6 +202,7 @@ def parse_serving(block: Any, path: str = "serving") -> ServingSpec:
         step_overhead_per_seq_s=float(per_seq) / 1e6, frontend_s=float(frontend) / 1e3,
         tokenize_s_per_token=float(tokenize) / 1e6, stream_token_s=float(stream) / 1e6,
         api_request_s=float(request) / 1e6,
+        endpoint=choice_field(b, "endpoint", path, Endpoint, Endpoint.COMPLETIONS),
         gpu_memory_utilization=fraction(b, "gpu_memory_utilization", path, 0.9, allow_zero=False),
         slo_ttft_s=optional_float(slo, "ttft_s", f"{path}.slo", exclusive_min=True),
         slo_tpot_s=optional_float(slo, "tpot_s", f"{path}.slo", exclusive_min=True),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["EngineBackend", "Preemption", "Scheduler", "ServingEngine"]
+__all__ = ["Endpoint", "EngineBackend", "Preemption", "Scheduler", "ServingEngine"]
 
 
 class ServingEngine(StrEnum):
@@ -45,3 +45,12 @@ class Preemption(StrEnum):
 
     RECOMPUTE = "recompute"  # blocks freed; the prompt and generated tokens re-run as a prefill
     SWAP = "swap"  # KV copied to host memory over PCIe and back
+
+
+class Endpoint(StrEnum):
+    """The API the client streams from: OpenAI completions (one chunk per token) or chat
+    completions, whose server also streams chunks without a token (engine preset
+    ``chat_stream_empty_chunks``), each one more ~0 ms gap in a client's chunk-timed ITL."""
+
+    COMPLETIONS = "completions"
+    CHAT = "chat"

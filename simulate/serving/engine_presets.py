@@ -76,6 +76,7 @@ class EnginePreset:
     api_server_process: bool = True  # the API server runs beside the engine (own process)
     api_request_s: float = 0.0  # the API server takes each request in, one at a time
     stream_shares_intake: bool = True  # the process that streams tokens also takes requests in
+    chat_stream_empty_chunks: int = 0  # chunks without a token in a streamed chat response
     fp8_activation_quant: ActQuant = ActQuant.NONE
     host_overlap: bool = False  # host work of a step runs while the GPU runs the previous one
     fused_add_norm: bool = False  # residual add inside the RMSNorm kernel
@@ -166,6 +167,7 @@ def _front_end(pick: Callable[..., Any]) -> dict[str, Any]:
         "api_server_process": bool(pick("api_server_process", True)),
         "api_request_s": float(pick("api_request_us", 0.0) or 0.0) / 1e6,
         "stream_shares_intake": bool(pick("stream_shares_intake", True)),
+        "chat_stream_empty_chunks": int(pick("chat_stream_empty_chunks", 0) or 0),
     }
 
 

@@ -69,6 +69,10 @@ class Tenant:
     tokenize_s_per_token: float = 0.0
     host_overlap: bool = False  # the step overhead runs under the GPU step (async scheduling)
     stream: StreamCost = StreamCost()  # the API server's serial per-token output path (`stream`)
+    # chunks without a token the server streams per request beside its tokens (a chat
+    # response's role delta...: engine preset `chat_stream_empty_chunks`), each sent right
+    # next to a token: one more ~0 s gap per chunk in a chunk-timing client's ITL
+    empty_chunks: int = 0
     graph_sizes: tuple[int, ...] = ()  # CUDA-graph token counts a step is padded up to
     swap_bw_bytes_per_s: float = 0.0  # host link for swap preemption
     speculation: Speculation | None = None
@@ -319,6 +323,8 @@ def _apply(tenant: Tenant, batch: Batch, t: float, rng: np.random.Generator) -> 
             if seq.first_token_s is None:
                 seq.first_token_s = when.get(seq.req.id, t)
                 seq.last_token_s = seq.first_token_s  # a recompute emits nothing new
+                if tenant.empty_chunks and seq.req.id >= tenant.workload.warmup:
+                    tenant.itl_gaps[0.0] = tenant.itl_gaps.get(0.0, 0) + tenant.empty_chunks
     spec = tenant.speculation
     gaps = tenant.itl_gaps
     warmup = tenant.workload.warmup

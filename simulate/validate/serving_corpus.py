@@ -64,6 +64,7 @@ class ServingRow:
     checkpoint_kv_dtype: str = ""  # kv_cache_quant_algo the checkpoint declares (what "auto" picks)
     mode: str  # closed (fixed concurrency) | offline (all at once) | latency (one batch)
     tool: str = ""  # the benchmark client: vllm-bench-serve, aiperf, trtllm-bench, ...
+    endpoint: str = ""  # the API it streams from: chat (chat completions) | "" (completions)
     input_len: int
     output_len: int
     concurrency: int = 0
@@ -79,7 +80,7 @@ class ServingRow:
 
 
 _ROW_KEYS = {"model", "gpu", "num_gpus", "tp", "pp", "ep", "engine", "engine_version",
-             "engine_backend", "tool",
+             "engine_backend", "tool", "endpoint",
              "weight_dtype", "kv_dtype", "checkpoint_kv_dtype", "mode", "input_len", "output_len",
              "concurrency", "num_prompts", "batch_size", "gpu_memory_utilization",
              "kv_cache_tokens", "max_batched_tokens", "range_ratio"}
@@ -257,6 +258,8 @@ def row_scenario(row: ServingRow, *, engine_presets: bool = True, max_prompts: i
         serving["engine"] = row.engine
         if row.engine_backend:
             serving["engine_backend"] = row.engine_backend
+    if row.endpoint:  # e.g. `vllm bench serve --backend openai-chat`
+        serving["endpoint"] = row.endpoint
     if row.gpu_memory_utilization is not None:
         serving["gpu_memory_utilization"] = row.gpu_memory_utilization
     if row.max_batched_tokens is not None:  # e.g. vLLM --max-num-batched-tokens

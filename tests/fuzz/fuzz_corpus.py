@@ -173,6 +173,7 @@ def _serving(base: dict) -> Iterator[Case]:
               "serving.tokenize_us_per_token": [NAN, INF, -1, "x"],
               "serving.stream_token_us": [NAN, INF, -1, "x"],
               "serving.api_request_us": [NAN, INF, -1, "x"],
+              "serving.endpoint": ["", "sse", 1],
               "serving.gpu_memory_utilization": [NAN, 0, 1.5, -0.1, INF],
               "serving.slo.ttft_s": [NAN, INF, -1, 0, "x"],
               "serving.slo.tpot_s": [NAN, INF, -1, 0, "x"],
