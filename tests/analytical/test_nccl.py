@@ -138,6 +138,6 @@ def test_intra_transport_follows_the_topologys_p2p(gpu: str, n: int,
                                                     transport: NcclTransport) -> None:
     """NVLink where the group's path is NVLink (a bridged pair too), SHM where the topology
     says the GPUs reach each other only through the CPU (``pcie_p2p: false``), PCIe P2P
-    otherwise, also without a topology (a10)."""
+    otherwise (a10: `pcie_p2p: true`, NCCL's default, as before it had a topology)."""
     assert intra_transport(_spec(CK.ALL_REDUCE, 1 << 20, n), get_hardware(gpu)) == transport
     assert intra_transport(_spec(CK.SEND_RECV, 1 << 20, 2, 1), get_hardware(gpu)) is None
