@@ -223,8 +223,8 @@ def _flash_traffic(op: AttentionSpec, hw: HardwareSpec) -> list[float]:
 
 # Shared memory an SM can give its resident CTAs, by compute capability x10 (CUDA C++
 # Programming Guide, "Technical Specifications per Compute Capability", maximum shared memory
-# per SM: 7.0 96 KB; 8.0 and 8.7 164 KB; 8.6, 8.9 and 12.0 100 KB; 9.0 and 10.0 228 KB).
-_SMEM_KIB = {70: 96, 80: 164, 86: 100, 87: 164, 89: 100, 90: 228, 100: 228, 120: 100}
+# per SM: 7.0 96 KB; 8.0 and 8.7 164 KB; 8.6, 8.9 and 12.0 100 KB; 9.0, 10.0 and 10.3 228 KB).
+_SMEM_KIB = {70: 96, 80: 164, 86: 100, 87: 164, 89: 100, 90: 228, 100: 228, 103: 228, 120: 100}
 _ATTN_KV_TILE = 64  # keys per K/V tile of FlashAttention-2's forward (Dao 2023, section 3.3)
 _ASYNC_MMA_CC = 90  # TMA + warpgroup MMA from Hopper (compute capability 9.0) on
 
