@@ -356,8 +356,8 @@ def launch_floor(family: str, rows: Rows, clock_hz: np.ndarray) -> dict[str, flo
     limit: with one floor in seconds the store's smallest TensorRT-LLM bf16 GEMMs held out
     were predicted too fast on the 1,410 MHz A100 (-27% signed median under 10 us) and too
     slow on the 2,520 MHz L40S (+16%); in cycles leave-one-GPU-out GEMM and attention MAPE
-    fell on every GPU but B200 (predictors/README.md). A floor is a lower bound, and a GPU whose sample has no tiny
-    shapes (Vidur's A40 GEMMs: 29 us) overstates it (the median instead: predictors/README.md
+    fell on every GPU but B200 (docs/validation/transfer-effects.md). A floor is a lower bound, and a GPU whose sample has no tiny
+    shapes (Vidur's A40 GEMMs: 29 us) overstates it (the median instead: docs/validation/transfer-effects.md
     has both). Per stack because each harness times differently
     (Vidur's PyTorch GEMMs: 10-17 us on H100 and A100, TensorRT-LLM's: 2-3 us); per
     dtype because TensorRT-LLM's fp8 and fp4 GEMMs time more than the MMA kernel (activation

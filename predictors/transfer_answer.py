@@ -23,7 +23,7 @@ from predictors.transfer_features import TRANSFER_FAMILIES
 # models on the roofline per framework, while these models learned the kernels their stacks
 # timed (TensorRT-LLM's FMHA for attention, asked as `trtllm`; eager PyTorch composites and
 # Sarathi-Serve's kernels for memory). Collectives stay with the link model, which scored
-# better leave-one-GPU-out. Measured in predictors/README.md, transfer section.
+# better leave-one-GPU-out. Measured in docs/validation/transfer-effects.md.
 CHAIN_FAMILIES = frozenset({"gemm"}).intersection(TRANSFER_FAMILIES)
 
 

@@ -243,7 +243,7 @@ def _smem_tiles(op: AttentionSpec, hw: HardwareSpec) -> list[float]:
     (`--op attention --loo`, 6,000 rows per GPU, seed 0), all four columns: A100 20.38 -> 20.21,
     B200 26.16 -> 23.66, H100 21.43 -> 18.54 (its TensorRT-LLM rows 29.30 -> 24.04), H200 9.24 ->
     9.11, L40S 31.52 -> 32.46; the shared-memory columns alone 20.45 / 24.35 / 18.98 / 9.26 /
-    32.88 (predictors/README.md). NaN (missing to the trees) where the YAML states no compute
+    32.88 (docs/validation/transfer-effects.md). NaN (missing to the trees) where the YAML states no compute
     capability."""
     cc = hw.topology.compute_capability if hw.topology is not None else None
     kib = _SMEM_KIB.get(cc) if cc is not None else None
@@ -366,11 +366,11 @@ def ideal_seconds(ops: Sequence[OpSpec], hw: HardwareSpec) -> np.ndarray:
     40.4%, B200's 17.6% -> 21.1% and 20.7% -> 27.5%); collectives: NCCL's own model on the
     YAML's links
     (`analytical.nccl.nccl_time`; with the YAML's one link bandwidth and latency instead, the model was
-    worse than that link model on three of seven held-out GPUs, predictors/README.md). Not
+    worse than that link model on three of seven held-out GPUs, docs/validation/transfer-effects.md). Not
     `analytical.roofline.roofline_time`: its efficiency factors are per-GPU guesses (marked
     "uncertain" in most YAMLs), and an unseen GPU has only its datasheet; with them in the
     target a mis-set factor moved the whole GPU (A40 held out: 29.9% with them, 9.3% without;
-    see predictors/README.md). Raises `SpecError` for a dtype the GPU does not support, as the
+    see docs/validation/transfer-effects.md). Raises `SpecError` for a dtype the GPU does not support, as the
     roofline does."""
     for op in ops:
         if op.family in ("gemm", "attention") and not hw.supports(op.dtype):

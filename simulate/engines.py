@@ -224,7 +224,7 @@ class EngineChain:
         held: attention backward, dropout, layernorm, fp32 optimizer passes) stays with the
         roofline, which `simulate.efficiency` re-times at the framework's own kernel (FA2 or
         cuDNN attention, fused or eager norms); the transfer model would price it as the kernel
-        other GPUs' stacks timed, and did worse there (predictors/README.md, transfer section)."""
+        other GPUs' stacks timed, and did worse there (docs/validation/transfer-effects.md)."""
         if not (todo and self._use_predictors and _tracking_store_exists(self._tracking_uri)):
             return
         from predictors.transfer_answer import transfer_answers
