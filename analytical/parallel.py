@@ -109,3 +109,9 @@ class ParallelConfig:
     def shard_group(self) -> int:
         """Ranks that share (and may shard) one replica's optimizer state: dp * cp."""
         return self.dp * self.cp
+
+    @property
+    def fsdp_group(self) -> int:
+        """Ranks a ZeRO-3 / FSDP unit's parameters are gathered over: the shard group under
+        ZeRO-3 or FSDP, else 1 (parameters replicated)."""
+        return self.shard_group if self.zero_stage >= 3 else 1

@@ -46,7 +46,7 @@ def fsdp_root_block(model: ModelSpec, step: TrainStep, *, embedding: bool, head:
 
 def has_fsdp_root(par: ParallelConfig) -> bool:
     """Whether the embedding / head parameters are sharded in a root unit (`fsdp_root_block`)."""
-    return par.zero_stage >= 3 and par.dp * par.cp > 1
+    return par.fsdp_group > 1
 
 
 def fsdp_root_blocks(model: ModelSpec, step: TrainStep, *, pp: int) -> dict[str, Block]:

@@ -113,11 +113,12 @@ def _lora_stage(model, t: TrainingSpec, sp: StageParams) -> StageParams:
 def _train_step(t: TrainingSpec, gpn: int) -> TrainStep:
     """Sharding and precision of one rank, ranks placed in Megatron-Core's order (tp fastest,
     then cp, then dp; experts: etp fastest, then ep)."""
-    par, fsdp_group = t.parallel, t.parallel.dp * t.parallel.cp if t.parallel.zero_stage >= 3 else 1
+    par = t.parallel
     sh = Sharding(tp=par.tp, cp=par.cp, ep=par.ep, etp=par.etp, sp=par.sp,
                   tp_rpn=_rpn(par.tp, 1, gpn), cp_rpn=_rpn(par.cp, par.tp, gpn),
-                  ep_rpn=_rpn(par.ep, par.expert_tp, gpn), fsdp_group=fsdp_group,
-                  fsdp_rpn=_rpn(fsdp_group, par.tp, gpn), **cp_sharding(t.framework, t.cp_algorithm))
+                  ep_rpn=_rpn(par.ep, par.expert_tp, gpn), fsdp_group=par.fsdp_group,
+                  fsdp_rpn=_rpn(par.fsdp_group, par.tp, gpn),
+                  **cp_sharding(t.framework, t.cp_algorithm))
     lora = LoraSpec(rank=t.lora_rank, targets=t.lora_targets) if t.lora_rank else None
     return TrainStep(sharding=sh, micro_batch=t.micro_batch, seq_len=t.seq_len, lora=lora,
                      precision=Precision(gemm=t.precision, act=act_dtype(t)), recompute=t.recompute,
@@ -153,8 +154,7 @@ def run_training(scenario: Scenario, *, chain: EngineChain | None = None,
         raise ValueError("run_training needs a scenario with a training block")
     model = load_model(scenario.model)
     hw = chain.hardware if chain is not None else get_hardware(scenario.cluster.gpu)
-    source = None
-    warnings = validate_layout(model, hw, scenario.cluster, t, source=source)
+    warnings = validate_layout(model, hw, scenario.cluster, t)
     memory = spec_memory(model, t)
     m, gpus = t.num_microbatches, scenario.cluster.num_gpus
     flops = model.flops_per_token(t.seq_len, training=True) * t.global_batch * t.seq_len
@@ -331,7 +331,7 @@ def grad_bucket_queues(par: ParallelConfig, sp: StageParams, gpn: int, chain: En
     remainder: two distinct shapes, estimated once each. Shared by `run_training` and the
     search's evaluator."""
     zero = par.zero_stage
-    shard, expert_shard = par.dp * par.cp, par.expert_shard_group
+    shard, expert_shard = par.shard_group, par.expert_shard_group
     syncs = []  # (params, group, rpn)
     if zero < 3:
         syncs.append((sp.dense, shard, _rpn(shard, par.tp, gpn)))

@@ -24,11 +24,7 @@ from analytical.hardware import GIB, HardwareSpec
 from analytical.ops import CollectiveKind
 from analytical.stage import StageParams, stage_params
 from simulate.costs import BlockCost, add_engine_time, block_cost
-from simulate.efficiency import (
-    framework_estimates,
-    optimizer_estimate,
-    tp_overlap_args,
-)
+from simulate.efficiency import framework_estimates, optimizer_estimate, tp_overlap_args
 from simulate.engines import ENGINE_ORDER, EngineChain
 from simulate.extrapolation import sliced_estimates
 from simulate.fsdp_root import has_fsdp_root
@@ -266,7 +262,7 @@ class LayoutEvaluator:
                   slowdown: float, bucket_bytes: float, grad_size: float, framework: str
                   ) -> tuple[float, float, float, list[tuple[str, float]]]:
         chain, zero = self.chain, par.zero_stage
-        shard, expert_shard = par.dp * par.cp, par.expert_shard_group
+        shard, expert_shard = par.shard_group, par.expert_shard_group
         _, queues = grad_bucket_queues(par, sp, gpn, chain, bucket_bytes, grad_size)
         comm_s = sum((n - 1) * full.latency_s + last.latency_s for n, full, last in queues)
         parts = [p for n, full, last in queues
