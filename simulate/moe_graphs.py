@@ -23,9 +23,10 @@ from collections.abc import Collection, Sequence
 from enum import StrEnum
 
 from analytical.layer_spec import Node
+from analytical.paths import DATASETS_DIR
 
 __all__ = ["CudaGraphScope", "ROUTING_PARTS", "UNFUSED_ROUTER", "attention_bases",
-           "eager_nodes", "eager_routing"]
+           "eager_nodes", "eager_routing", "forward_base"]
 
 
 class CudaGraphScope(StrEnum):
@@ -59,7 +60,7 @@ ROUTING_PARTS = {"router": (7, 11), "preprocess": (11, 0), "permute": (7, 2)}
 # discussions/deepseek-v3-gb200-optimization, 2.1.4): group-limited sigmoid top-k with expert
 # bias and sequence aux loss, not Qwen3's softmax top-k with aux loss.
 UNFUSED_ROUTER = (22, 15)
-MEASURED_COUNTS = "datasets/measurements/llmsim/cpu/moe-op-counts"
+MEASURED_COUNTS = DATASETS_DIR / "measurements" / "llmsim" / "cpu" / "moe-op-counts"
 # Graph nodes (forward, backward) per part that the measured counts include: the router's
 # GEMM (forward; dgrad and wgrad), and dispatch, two ``ep_all_to_all``, two ``sort_chunks``
 # and combine (each with its backward node).
@@ -70,7 +71,7 @@ ATTN_END = "mlp_norm"  # the attention part is every forward node up to the pre-
 ROUTER = "router"
 
 
-def _base(name: str) -> str:
+def forward_base(name: str) -> str:
     """The forward node a pass's node belongs to (``qkv_proj.dgrad`` -> ``qkv_proj``)."""
     name = name.split(".fp8_cast")[0]
     for suffix in (".bwd", ".dgrad", ".wgrad"):
@@ -94,7 +95,7 @@ def eager_nodes(nodes: Sequence[Node], graphs: Collection[CudaGraphScope],
         captured |= attention
     if CudaGraphScope.MOE_ROUTER in graphs:
         captured.add(ROUTER)
-    eager = [n for n in nodes if _base(n.name) not in captured]
+    eager = [n for n in nodes if forward_base(n.name) not in captured]
     return eager, sum(g != CudaGraphScope.FULL_ITERATION for g in set(graphs))
 
 

@@ -94,6 +94,7 @@ from simulate.moe_graphs import (
     attention_bases,
     eager_nodes,
     eager_routing,
+    forward_base,
 )
 
 __all__ = ["HOST_S_PER_KERNEL", "HostIssue", "host_kernel_s", "pass_with_sync",
@@ -176,13 +177,11 @@ def _per_expert(n: Node, biased_bf16_bwd: bool) -> float:
 def _module_call(name: str) -> tuple[str, str]:
     """(pass part, forward node) of a node: ``recompute.qkv_proj.fp8_cast_input`` ->
     (recompute, qkv_proj), ``out_proj.dgrad`` -> (bwd, out_proj)."""
-    name = name.split(".fp8_cast")[0]
-    part = "recompute" if name.startswith("recompute.") else "fwd"
-    base = name.removeprefix("recompute.")
-    for suffix in (".bwd", ".dgrad", ".wgrad"):
-        if base.endswith(suffix):
-            return "bwd", base.removesuffix(suffix)
-    return part, base
+    inner = name.removeprefix("recompute.")
+    base = forward_base(inner)
+    if base != inner.split(".fp8_cast")[0]:  # a backward suffix came off
+        return "bwd", base
+    return ("recompute" if inner != name else "fwd"), base
 
 
 def te_module_calls(nodes: Iterable[Node]) -> int:

@@ -13,9 +13,8 @@ import pytest
 
 from simulate.moe_graphs import GRAPH_NODES, MEASURED_COUNTS, ROUTING_PARTS, UNFUSED_ROUTER
 
-ROOT = Path(__file__).resolve().parents[2]
-FUSED = ROOT / MEASURED_COUNTS / "qwen3-moe-alltoall-permute-fusion.csv"
-UNFUSED = ROOT / MEASURED_COUNTS / "qwen3-moe-alltoall.csv"
+FUSED = MEASURED_COUNTS / "qwen3-moe-alltoall-permute-fusion.csv"
+UNFUSED = MEASURED_COUNTS / "qwen3-moe-alltoall.csv"
 COUNTED = {"kernel", "collective", "d2h_copy"}  # views, host-side ops and waits launch nothing
 
 
@@ -46,7 +45,7 @@ def test_the_counts_file_names_its_versions_and_command(path):
 
 
 def test_megatron_core_0_16_issues_the_same_routing_kernels_as_0_15():
-    newer = ROOT / MEASURED_COUNTS / "qwen3-moe-alltoall-permute-fusion-mcore0.16.0-ep2.csv"
+    newer = MEASURED_COUNTS / "qwen3-moe-alltoall-permute-fusion-mcore0.16.0-ep2.csv"
     assert {r["megatron_core"] for r in csv.DictReader(newer.open())} == {"0.16.0"}
     for fusion in (True, False):
         assert _parts(newer, fusion)[(2, 4096)] == _parts(FUSED, fusion)[(2, 4096)]
