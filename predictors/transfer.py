@@ -151,16 +151,21 @@ class TransferModel:
                 versions: Sequence[float] | None = None) -> np.ndarray:
         """Seconds per op on ``hw`` as measured by ``stacks`` (default: `default_stack`) at
         ``versions`` (default: each stack's newest release in training)."""
+        stacks = [self.default_stack] * len(ops) if stacks is None else stacks
+        raw, denominator = self.log_ratio(ops, hw, stacks, versions)
+        seconds: np.ndarray = np.exp(self.correction_weight * raw) * denominator
+        return seconds
+
+    def log_ratio(self, ops: Sequence[OpSpec], hw: HardwareSpec, stacks: Sequence[str],
+                  versions: Sequence[float] | None) -> tuple[np.ndarray, np.ndarray]:
+        """The trees' ln(seconds / denominator) per op, and the denominator (roofline + floor)."""
         import xgboost as xgb
 
         if not ops:
-            return np.empty(0)
-        stacks = [self.default_stack] * len(ops) if stacks is None else stacks
+            return np.empty(0), np.empty(0)
         matrix = xgb.DMatrix(self.features(ops, hw, stacks, versions), nthread=1)
         raw = self.booster.predict(matrix).astype(np.float64)
-        denominator = ideal_seconds(ops, hw) + self.floor_seconds(ops, stacks, hw)
-        seconds: np.ndarray = np.exp(self.correction_weight * raw) * denominator
-        return seconds
+        return raw, ideal_seconds(ops, hw) + self.floor_seconds(ops, stacks, hw)
 
     def floor_seconds(self, ops: Sequence[OpSpec], stacks: Sequence[str],
                       hw: HardwareSpec) -> np.ndarray:

@@ -115,17 +115,14 @@ def copies_of(rows: Rows, gpu: str) -> np.ndarray:
 def _fold_logs(data: TransferData, rows: Rows, heldout: str, config: TransferConfig
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Fit without ``heldout`` (and copies of its rows): the trees' log-ratio on its rows of
-    stacks the fit saw, their denominator and measured latency."""
-    import xgboost as xgb
-
+    stacks the fit saw, their denominator (`TransferModel.log_ratio`) and measured latency."""
     model = fit_transfer(data, config, leave_out=(heldout,),
                          rows=rows.select(~copies_of(rows, heldout)))
     test = rows.select(rows.gpu == heldout)
     test = test.select(np.isin(test.stacks, model.stacks))
-    hw, stacks = data.gpus[heldout].hardware, test.stacks.tolist()
-    matrix = model.features(test.ops, hw, stacks, test.versions.tolist())
-    raw = model.booster.predict(xgb.DMatrix(matrix, nthread=1)).astype(np.float64)
-    return raw, test.ideal_s + model.floor_seconds(test.ops, stacks, hw), test.latency_s
+    raw, denominator = model.log_ratio(test.ops, data.gpus[heldout].hardware,
+                                       test.stacks.tolist(), test.versions.tolist())
+    return raw, denominator, test.latency_s
 
 
 def correction_weight(data: TransferData, train: Rows, config: TransferConfig) -> float:
