@@ -236,6 +236,7 @@ def sustained(op: OpSpec, e: Estimate, hw: HardwareSpec) -> Estimate:
 
 _SIXTEEN_BIT = frozenset({DType.BF16, DType.FP16})
 
+
 def framework_estimates(ops: Sequence[OpSpec], estimates: Sequence[Estimate],
                         hw: HardwareSpec, framework: str, *, kernel: str = "flash",
                         compiled: bool = True) -> list[Estimate]:

@@ -108,7 +108,7 @@ class TrainingSpec:
     schedule: Schedule = Schedule.ONE_F_ONE_B
     overlap: OverlapSpec = OverlapSpec()
     dp_bucket_mb: float = 40.0  # gradient bucket, MB (PyTorch DDP: 25 MB; Megatron: 40M elements)
-    cp_algorithm: str | None = None  # None: the framework's (`torch_kernels.cp_algorithm`)
+    cp_algorithm: str | None = None  # None: the framework's (`torch_kernels.cp_sharding`)
     attention: str = "flash"  # "unfused": QK^T and PV GEMMs with a materialised softmax
     lora_rank: int = 0  # > 0: LoRA fine-tuning, base weights frozen (survey T4.2)
     lora_targets: tuple[str, ...] = ()

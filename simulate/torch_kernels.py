@@ -73,8 +73,7 @@ from simulate.inference.fp8_gemm import load_ratio_table, nearest_shape_ratio
 __all__ = ["SHARED_INPUT", "SYMM_MEM_TP", "Fp8Recipe", "copy_pass", "cp_sharding", "eager_traffic",
            "fp8_weight_gemm", "fsdp_copy_nodes", "loss_upcast_nodes", "optimizer_traffic",
            "ring_merge_nodes", "rowwise_backward", "rowwise_forward", "rowwise_fwd_ratio",
-           "rowwise_nodes",
-           "symm_mem_reduce_nodes", "unfused_loss_nodes", "unpad_nodes"]
+           "rowwise_nodes", "symm_mem_reduce_nodes", "unfused_loss_nodes", "unpad_nodes"]
 
 PYTORCH_NATIVE = frozenset({Framework.TORCHTITAN, Framework.COMPOSER, Framework.DEEPSPEED})
 
