@@ -98,8 +98,9 @@ def main() -> None:
         out, policy = traced["out"], scenario["training"]["recompute"]
         host = {}
         for scale in (0.0, CPU_SCALE):
-            with mock.patch.object(moe_host, "HOST_S_PER_KERNEL",
-                                   moe_host.HOST_S_PER_KERNEL * scale):
+            rate = moe_host.host_kernel_s  # bound now: the patch below replaces the name
+            with mock.patch.object(moe_host, "host_kernel_s",
+                                   lambda hw, r=rate, s=scale: r(hw) * s):
                 host[scale] = _per_microbatch(run(scenario, use_store=not a.no_store,
                                                   use_predictors=not a.no_store).data)
         mbs = d["num_microbatches"]
