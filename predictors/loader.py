@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from analytical.errors import LlmsimError
 from analytical.hardware import HardwareSpec, get_hardware
 from analytical.ops import OpSpec
 from analytical.paths import default_tracking_uri
@@ -75,6 +74,7 @@ def clear_cache() -> None:
 @functools.lru_cache(maxsize=64)
 def _load_champion(hardware: str, family: str, tracking_uri: str) -> Predictor:
     from predictors.tracking import (
+        NoChampionError,
         champion_version,
         client_for,
         download_model,
@@ -86,7 +86,7 @@ def _load_champion(hardware: str, family: str, tracking_uri: str) -> Predictor:
     name = registered_name(hardware, family)
     version = champion_version(client, name)
     if version is None:
-        raise LlmsimError(
+        raise NoChampionError(
             f"no champion predictor for hardware {hardware!r}, family {family!r} "
             f"(registered model {name!r} in {tracking_uri}); train one with "
             f"`llmsim train run --hardware {hardware} --op {family}`")

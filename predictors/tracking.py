@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -172,6 +173,27 @@ def vars_of(params: HyperParams) -> dict[str, object]:
     from dataclasses import asdict
 
     return asdict(params)
+
+
+class NoChampionError(LlmsimError):
+    """No version of a registered model holds the alias `champion`: the engine chain asks the
+    next engine, by design. Any other failure to load a registered champion (its artifacts
+    gone, a schema this release cannot read) is not this error, and is said (`say_unusable`)."""
+
+
+_SAID_UNUSABLE: set[str] = set()
+
+
+def say_unusable(name: str, exc: BaseException) -> None:
+    """Say once per process, on stderr, that the registered champion ``name`` exists but cannot
+    be used, and why: its operators then go to the next engine of the chain, and a user who
+    trained it must not find that out from a number alone."""
+    if name in _SAID_UNUSABLE:
+        return
+    _SAID_UNUSABLE.add(name)
+    print(f"note: registered champion {name!r} cannot be used ({exc}); its operators go to "
+          "the next engine. Retrain it, or point the tracking store's artifact paths at "
+          "where its files are", file=sys.stderr)
 
 
 def champion_version(client: MlflowClient, name: str) -> ModelVersion | None:

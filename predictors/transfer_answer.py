@@ -41,11 +41,15 @@ def transfer_answers(family: str, ops: Sequence[OpSpec], hw: HardwareSpec, *,
     take (`CHAIN_FAMILIES`): an empty, unloaded answer."""
     if family not in CHAIN_FAMILIES:
         return TransferAnswer(loaded=False)
-    from predictors.transfer_tracking import load_transfer
+    from predictors.tracking import NoChampionError, say_unusable
+    from predictors.transfer_tracking import load_transfer, registered_transfer_name
 
     try:
         model = load_transfer(family, tracking_uri=tracking_uri)
-    except Exception:  # noqa: BLE001 - no usable model: the chain falls through, by design
+    except NoChampionError:  # none registered: the chain falls through, by design
+        return TransferAnswer(loaded=False)
+    except Exception as exc:  # noqa: BLE001 - registered but unusable: said, then skipped
+        say_unusable(registered_transfer_name(family), exc)
         return TransferAnswer(loaded=False)
     asked, declined = [], {}
     for op in ops:

@@ -30,6 +30,7 @@ from analytical.paths import default_tracking_uri
 from predictors.tracking import (
     ALIAS,
     LoggedRun,
+    NoChampionError,
     _experiment_id,
     champion_version,
     client_for,
@@ -136,7 +137,7 @@ def load_transfer(family: str, *, tracking_uri: str | None = None) -> TransferMo
     uri = tracking_uri or default_tracking_uri()
     model = _load(family, uri)
     if model is None:
-        raise LlmsimError(f"no transfer predictor for {family!r} in {uri}; train one with "
+        raise NoChampionError(f"no transfer predictor for {family!r} in {uri}; train one with "
                           f"`llmsim train transfer --op {family} --loo`")
     return model
 

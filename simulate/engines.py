@@ -121,14 +121,18 @@ class EngineChain:
         if family not in self._predictors:
             predictor = None
             if self._use_predictors and _tracking_store_exists(self._tracking_uri):
-                try:
-                    from predictors.loader import load_champion
-                    from predictors.transfer_data import stack_of
+                from predictors.loader import load_champion
+                from predictors.tracking import NoChampionError, registered_name, say_unusable
+                from predictors.transfer_data import stack_of
 
+                try:
                     predictor = load_champion(self.hardware.name, family,
                                               tracking_uri=self._tracking_uri)
                     self._stacks[family] = stack_of(predictor.info.tags.get("provenance", ""))
-                except Exception:  # noqa: BLE001 - no usable champion: fall through, by design
+                except NoChampionError:  # none registered: the next engine, by design
+                    predictor = None
+                except Exception as exc:  # noqa: BLE001 - registered but unusable: said
+                    say_unusable(registered_name(self.hardware.name, family), exc)
                     predictor = None
             self._predictors[family] = predictor
             self.available["xgboost"] |= predictor is not None

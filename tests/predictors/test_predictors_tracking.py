@@ -132,3 +132,26 @@ def test_report_per_provenance_shows_each_data_source(tracked, gemm_frame, fast_
     assert {(r["provenance"], r["version"]) for r in rows} == {
         ("synthetic", "1*"), ("aiconfigurator/nccl-2.27.3", "2")}
     assert all(r["table_mape"] is None for r in rows)  # GEMM has no measured-curve baseline
+
+
+@pytest.mark.slow
+def test_unusable_champion_is_said_once_not_skipped_silently(tracked, llmsim_home, capsys):
+    """A registered champion whose artifacts are gone (a home copied without them) falls to
+    the next engine, and says so on stderr once; no champion at all says nothing."""
+    import shutil
+
+    from analytical.hardware import get_hardware
+    from predictors import tracking
+    from simulate.engines import EngineChain
+
+    shutil.rmtree(llmsim_home / "mlartifacts")
+    clear_cache()
+    tracking._SAID_UNUSABLE.clear()
+    capsys.readouterr()
+    for _ in range(2):
+        assert EngineChain(get_hardware("h100-sxm"))._predictor("gemm") is None
+    err = capsys.readouterr().err
+    assert err.count("'llmsim-h100-sxm-gemm' cannot be used") == 1
+    assert "cannot fetch artifact" in err
+    assert EngineChain(get_hardware("a100-sxm-80gb"))._predictor("gemm") is None
+    assert capsys.readouterr().err == ""
