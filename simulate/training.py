@@ -8,7 +8,6 @@ of a stage are estimated once per layer kind (dense / MoE) and multiplied.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -18,10 +17,11 @@ from analytical.hardware import GIB, HardwareSpec, get_hardware
 from analytical.layer_spec import LoraSpec, Precision, Sharding, Stream, ranks_per_node
 from analytical.memory import TrainingMemory, training_memory
 from analytical.model import load_model
-from analytical.ops import CollectiveKind, CollectiveSpec
+from analytical.ops import CollectiveKind
 from analytical.parallel import ParallelConfig
 from analytical.stage import StageParams, chunk_layers, is_moe_layer, stage_params
 from simulate.costs import BlockCost, OpEvent, add_engine_time, block_cost, pass_timeline
+from simulate.dp_sync import collective_spec, grad_bucket_queues, param_gathers
 from simulate.efficiency import (
     framework_estimates,
     grad_reduce_dtype,
@@ -139,9 +139,7 @@ def grad_bytes(t: TrainingSpec) -> float:
     return float((t.grad_reduce_dtype or grad_reduce_dtype(t.framework, act_dtype(t))).bytes)
 
 
-def _collective(kind: CollectiveKind, size: float, group: int, rpn: int) -> CollectiveSpec:
-    return CollectiveSpec(kind=kind, size_bytes=max(1, int(size)), group_size=group,
-                          ranks_per_node=rpn)
+_collective = collective_spec
 
 
 def run_training(scenario: Scenario, *, chain: EngineChain | None = None,
@@ -322,35 +320,6 @@ def _after_pipeline(model, hw: HardwareSpec, t: TrainingSpec, chain: EngineChain
     return finish, extra
 
 
-def grad_bucket_queues(par: ParallelConfig, sp: StageParams, gpn: int, chain: EngineChain,
-                       bucket_bytes: float, grad_bytes: float
-                       ) -> tuple[CollectiveKind, list[tuple[int, Any, Any]]]:
-    """A stage's gradient queues with something to reduce (dense over dp*cp, then experts over
-    the expert shard group; none under ZeRO-3/FSDP): the collective kind and, per queue,
-    (buckets n, full-bucket estimate, last-bucket estimate). n-1 full buckets and one
-    remainder: two distinct shapes, estimated once each. Shared by `run_training` and the
-    search's evaluator."""
-    zero = par.zero_stage
-    shard, expert_shard = par.shard_group, par.expert_shard_group
-    syncs = []  # (params, group, rpn)
-    if zero < 3:
-        syncs.append((sp.dense, shard, _rpn(shard, par.tp, gpn)))
-        if sp.expert:
-            syncs.append((sp.expert, expert_shard, _rpn(expert_shard, par.expert_tp * par.ep, gpn)))
-    kind = CollectiveKind.ALL_REDUCE if zero == 0 else CollectiveKind.REDUCE_SCATTER
-    queues = []
-    for params, group, rpn in syncs:
-        if group == 1 or params <= 0:
-            continue
-        total = params * grad_bytes
-        n = max(1, math.ceil(total / bucket_bytes))
-        full, last = chain.estimate_many([
-            _collective(kind, min(bucket_bytes, total), group, rpn),
-            _collective(kind, total - (n - 1) * bucket_bytes, group, rpn)])
-        queues.append((n, full, last))
-    return kind, queues
-
-
 def _grad_sync(t: TrainingSpec, chain: EngineChain, sp, stage: int, *, start: float,
                end: float, gpn: int, slowdown: float,
                engine_s: dict[str, float]) -> tuple[float, list[TaskRecord]]:
@@ -391,10 +360,8 @@ def _optimizer_step(t: TrainingSpec, chain: EngineChain, sp, *, gpn: int, hide_s
     local = sp.dense / shard + sp.expert / par.expert_shard_group if zero >= 1 else sp.total
     opt_e = optimizer_estimate(chain, local, t.framework)
     add_engine_time(engine_s, {opt_e.engine: opt_e.latency_s}, 1)
-    gather_s = 0.0
-    if 1 <= zero < 3 and shard > 1:  # distributed optimizer: gather the updated bf16 params
-        ag = chain.estimate(_collective(CollectiveKind.ALL_GATHER, sp.total * 2, shard,
-                                        _rpn(shard, par.tp, gpn)))
+    gathers = param_gathers(par, sp, gpn, chain)
+    for ag in gathers:
         add_engine_time(engine_s, {ag.engine: ag.latency_s}, 1)
-        gather_s = max(0.0, ag.latency_s - (hide_s if t.overlap.param_gather else 0.0))
-    return opt_e.latency_s, gather_s
+    gather_s = sum(ag.latency_s for ag in gathers)
+    return opt_e.latency_s, max(0.0, gather_s - (hide_s if t.overlap.param_gather else 0.0))

@@ -24,6 +24,7 @@ from analytical.hardware import GIB, HardwareSpec
 from analytical.ops import CollectiveKind
 from analytical.stage import StageParams, stage_params
 from simulate.costs import BlockCost, add_engine_time, block_cost
+from simulate.dp_sync import grad_bucket_queues, param_gathers
 from simulate.efficiency import framework_estimates, optimizer_estimate, tp_overlap_args
 from simulate.engines import ENGINE_ORDER, EngineChain
 from simulate.extrapolation import sliced_estimates
@@ -38,9 +39,7 @@ from simulate.training import (
     _blocks,
     _chunk_blocks,
     _collective,
-    _rpn,
     _train_step,
-    grad_bucket_queues,
     grad_bytes,
     run_training,
     spec_memory,
@@ -283,11 +282,10 @@ class LayoutEvaluator:
         opt_e = optimizer_estimate(chain, local, framework)
         parts.append((opt_e.engine, opt_e.latency_s))
         gather_s = 0.0
-        if 1 <= zero < 3 and shard > 1:
-            ag = chain.estimate(_collective(CollectiveKind.ALL_GATHER, sp.total * 2, shard,
-                                            _rpn(shard, par.tp, gpn)))
+        for ag in param_gathers(par, sp, gpn, chain):
             parts.append((ag.engine, ag.latency_s))
-            gather_s = max(0.0, ag.latency_s - hide)
+            gather_s += ag.latency_s
+        gather_s = max(0.0, gather_s - hide)
         return sync_end, opt_e.latency_s, gather_s, parts
 
     def _stage_sums(self, costs, par, ref: int, m: int) -> tuple[float, dict[str, float]]:
