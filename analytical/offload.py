@@ -17,17 +17,24 @@ prefetched while the previous layer computes):
 - per layer and micro-batch the forward moves max(weights, stored activations) (prefetch in,
   activations out: the link's two directions) and the backward weights + activations +
   optimizer state; the transfer hides behind the layer's own pass and only its excess is
-  exposed (`exposed_s`).
+  exposed (`exposed_s`);
+- activation offload may cover only some of a stage's layers (``activation_layers``):
+  Megatron-Core's ``cpu_offloading_num_layers``, which Megatron-Bridge's performance presets set
+  with ``cpu_offloading_weights = False`` and no recompute (Llama 3 70B on GB200 / GB300:
+  40 / 20 of 80 layers, scripts/performance/configs/llama/llama3_workload_base_configs.py and
+  utils/overrides.py `_set_recompute_overrides` at 00b7660): the other layers keep their
+  activations on the GPU and move nothing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from analytical.errors import SpecError
 from analytical.memory import TrainingMemory
 
 __all__ = ["Offload", "RESIDENT_LAYERS", "LayerBytes", "offloaded_memory", "transfer_bytes",
-           "exposed_s"]
+           "activation_share", "exposed_s"]
 
 RESIDENT_LAYERS = 2  # the layer computing and the one being prefetched / written back
 
@@ -39,10 +46,24 @@ class Offload:
     weights: bool = False
     activations: bool = False
     optimizer: bool = False
+    activation_layers: int = 0  # layers whose activations go to the host; 0: every layer
+
+    def __post_init__(self) -> None:
+        if self.activation_layers < 0:
+            raise SpecError("training.offload.activation_layers",
+                            f"must be >= 0, got {self.activation_layers}")
+        if self.activation_layers and not self.activations:
+            raise SpecError("training.offload.activation_layers", "needs activations: true")
 
     @property
     def any(self) -> bool:
         return self.weights or self.activations or self.optimizer
+
+    def activation_layers_of(self, layers: int) -> int:
+        """How many of a stage's ``layers`` offload their activations."""
+        if not self.activations:
+            return 0
+        return min(layers, self.activation_layers) if self.activation_layers else layers
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,7 +86,10 @@ def offloaded_memory(mem: TrainingMemory, layer: LayerBytes, layers: int,
     keep = min(1.0, RESIDENT_LAYERS / max(1, layers))
     act = mem.activations_bytes
     if offload.activations:
-        act = min(act, RESIDENT_LAYERS * layer.activations + layer.working)
+        floor = min(act, RESIDENT_LAYERS * layer.activations + layer.working)
+        moved = offload.activation_layers_of(layers)  # RESIDENT_LAYERS of them stay in flight
+        act = floor if moved >= layers else max(
+            floor, act - max(0, moved - RESIDENT_LAYERS) * layer.activations)
     return TrainingMemory(
         weights_bytes=mem.weights_bytes * keep if offload.weights else mem.weights_bytes,
         gradients_bytes=mem.gradients_bytes * keep if offload.optimizer else mem.gradients_bytes,
@@ -80,6 +104,11 @@ def transfer_bytes(layer: LayerBytes, offload: Offload) -> tuple[float, float]:
     a = layer.activations if offload.activations else 0.0
     o = layer.optimizer if offload.optimizer else 0.0
     return max(w, a), w + a + o
+
+
+def activation_share(offload: Offload, layers: int) -> float:
+    """The fraction of a stage's layers whose activations cross the host link."""
+    return offload.activation_layers_of(layers) / max(1, layers)
 
 
 def exposed_s(transfer_s: float, pass_s: float) -> float:

@@ -7,12 +7,19 @@ and the search's evaluator, so both give the same numbers."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from analytical.activations import activation_bytes_per_layer
 from analytical.hardware import HardwareSpec
 from analytical.memory import TrainingMemory, model_states_bytes
-from analytical.offload import LayerBytes, exposed_s, offloaded_memory, transfer_bytes
+from analytical.offload import (
+    LayerBytes,
+    activation_share,
+    exposed_s,
+    offloaded_memory,
+    transfer_bytes,
+)
 from analytical.parallel import Recompute
 from analytical.stage import stage_params
 from simulate.costs import BlockCost, PassCost
@@ -72,24 +79,34 @@ def offload_memory(model, t: TrainingSpec, mem: TrainingMemory) -> TrainingMemor
 def offload_costs(costs: dict[Any, BlockCost], model, t: TrainingSpec, hw: HardwareSpec
                   ) -> dict[Any, BlockCost]:
     """Layer block costs with each pass stretched by its host transfer's exposed part (the
-    transfer counted as roofline engine time); embedding and head are not offloaded."""
+    transfer counted as roofline engine time); embedding and head are not offloaded. Under a
+    partial activation offload a layer block's pass is the mean over the stage's layers: the
+    offloading share with its activations' transfer, the rest without."""
     if not t.offload.any:
         return costs
-    fwd_b, bwd_b = transfer_bytes(layer_bytes(model, t)[0], t.offload)
+    layer, layers = layer_bytes(model, t)
+    share = activation_share(t.offload, layers)
+    moving = transfer_bytes(layer, t.offload)  # (forward, backward) bytes per layer
+    staying = transfer_bytes(layer, replace(t.offload, activations=False, activation_layers=0))
     link = hw.pcie
     out = dict(costs)
     for key, c in costs.items():
         if key not in NOT_LAYERS:  # layer blocks: keyed by (MoE, attention kind)
-            out[key] = BlockCost(fwd=_stretch(c.fwd, fwd_b, link), bwd=_stretch(c.bwd, bwd_b,
-                                                                                  link))
+            out[key] = BlockCost(fwd=_stretch(c.fwd, moving[0], staying[0], share, link),
+                                 bwd=_stretch(c.bwd, moving[1], staying[1], share, link))
     return out
 
 
-def _stretch(p: PassCost, size: float, link) -> PassCost:
-    if size <= 0:
+def _stretch(p: PassCost, moving: float, staying: float, share: float, link) -> PassCost:
+    """``p`` with ``share`` of the layers moving ``moving`` bytes and the rest ``staying``."""
+    if moving <= 0 and staying <= 0:
         return p
-    transfer = link.latency_s + size / link.bandwidth_bytes_per_s
+    elapsed, engine = 0.0, 0.0
+    for size, weight in ((moving, share), (staying, 1.0 - share)):
+        if size > 0 and weight > 0:
+            transfer = link.latency_s + size / link.bandwidth_bytes_per_s
+            elapsed += weight * exposed_s(transfer, p.elapsed_s)
+            engine += weight * transfer
     engine_s = dict(p.engine_s)
-    engine_s["roofline"] = engine_s.get("roofline", 0.0) + transfer
-    return PassCost(elapsed_s=p.elapsed_s + exposed_s(transfer, p.elapsed_s),
-                    compute_s=p.compute_s, engine_s=engine_s)
+    engine_s["roofline"] = engine_s.get("roofline", 0.0) + engine
+    return PassCost(elapsed_s=p.elapsed_s + elapsed, compute_s=p.compute_s, engine_s=engine_s)

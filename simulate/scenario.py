@@ -241,9 +241,7 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
                         source=source)
     lora_rank, lora_targets = _lora(block, path, source) if "lora" in block else (0, ())
     spec = TrainingSpec(
-        lora_rank=lora_rank,
-        lora_targets=lora_targets,
-        parallel=parallel,
+        lora_rank=lora_rank, lora_targets=lora_targets, parallel=parallel,
         global_batch=_int(block, "global_batch", path, source),
         micro_batch=_int(block, "micro_batch", path, source, 1),
         seq_len=_int(block, "seq_len", path, source),
@@ -295,9 +293,10 @@ def _recompute_modules(block: Mapping[str, Any], path: str, source: str | None
 
 
 def _offload(block: Any, source: str | None) -> Offload:
-    path = "training.offload"
-    block = _check_keys(block or {}, path, OFFLOAD_KEYS, source)
-    return Offload(**{k: _bool(block, k, path, source, False) for k in sorted(OFFLOAD_KEYS)})
+    path, block = "training.offload", _check_keys(block or {}, "training.offload",
+                                                  OFFLOAD_KEYS | {"activation_layers"}, source)
+    return Offload(**{k: _bool(block, k, path, source, False) for k in sorted(OFFLOAD_KEYS)},
+                   activation_layers=_int(block, "activation_layers", path, source, 0, minimum=0))
 
 
 def _lora(block: Mapping[str, Any], path: str, source: str | None) -> tuple[int, tuple[str, ...]]:
