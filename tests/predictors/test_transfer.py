@@ -518,6 +518,30 @@ def test_flash_tiles_against_the_sms_shared_memory():
     assert np.isnan(transfer_matrix("attention", [op], no_cc)[0, tiles])
 
 
+
+def test_decode_kernel_follows_tensorrt_llms_dispatch():
+    """TensorRT-LLM runs masked MHA, not XQA, for vanilla MHA and for more than 32 query heads
+    per KV head (kernelUtils.cpp), and below compute capability 9.0 dequantizes an fp8 KV cache
+    to 16 bits before the MMA (xqa/mha.cu); prefill rows have neither."""
+    from analytical.ops import AttentionSpec, Phase
+    from predictors.transfer_features import transfer_feature_names, transfer_matrix
+
+    names = transfer_feature_names("attention")
+    cols = [names.index("decode_masked_mha"), names.index("kv_fp8_dequantized")]
+
+    def kernel(gpu: str, heads: int, dtype: DType, phase: Phase = Phase.DECODE) -> list[float]:
+        op = AttentionSpec(batch=8, q_len=1 if phase == Phase.DECODE else 512, kv_len=4096,
+                           heads=heads, kv_heads=1, head_dim=128, phase=phase, dtype=dtype)
+        return transfer_matrix("attention", [op], get_hardware(gpu))[0][cols].tolist()
+
+    assert kernel("l40s", 8, DType.FP8) == [0.0, 1.0]
+    assert kernel("h100-sxm", 8, DType.FP8) == [0.0, 0.0]
+    assert kernel("l40s", 8, DType.BF16) == [0.0, 0.0]
+    assert kernel("h100-sxm", 1, DType.BF16) == [1.0, 0.0]
+    assert kernel("h100-sxm", 64, DType.BF16) == [1.0, 0.0]
+    assert kernel("h100-sxm", 32, DType.BF16) == [0.0, 0.0]
+    assert kernel("l40s", 8, DType.FP8, Phase.PREFILL) == [0.0, 0.0]
+
 def _collective_data(offset: dict[str, float]):
     """Collective rows at NCCL's model times a per-GPU factor (what a machine or harness adds
     to NCCL's model), on four GPUs."""
