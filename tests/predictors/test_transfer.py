@@ -542,6 +542,20 @@ def test_decode_kernel_follows_tensorrt_llms_dispatch():
     assert kernel("h100-sxm", 32, DType.BF16) == [0.0, 0.0]
     assert kernel("l40s", 8, DType.FP8, Phase.PREFILL) == [0.0, 0.0]
 
+
+def test_rows_faster_than_their_dram_traffic_are_left_out():
+    """A GEMM or attention row faster than its bytes beyond the L2 take from DRAM at the
+    datasheet bandwidth did not move them (aiconfigurator's K-only A100 KV cache): left out;
+    a row that may serve its bytes from L2, or a memory op, is kept."""
+    from predictors.transfer_data import below_dram_bound
+
+    hw = get_hardware("a100-sxm-80gb")
+    big = 2e9  # bytes, far beyond the 40 MB L2: at least ~0.96 ms at 2,039 GB/s
+    frame = pd.DataFrame({"bytes": [big, big, hw.l2_bytes / 2],
+                          "median_s": [0.64e-3, 1.1e-3, 1e-6]})
+    assert below_dram_bound(frame, "attention", hw).tolist() == [True, False, False]
+    assert not below_dram_bound(frame, "memory", hw).any()
+
 def _collective_data(offset: dict[str, float]):
     """Collective rows at NCCL's model times a per-GPU factor (what a machine or harness adds
     to NCCL's model), on four GPUs."""
