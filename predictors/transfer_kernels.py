@@ -60,35 +60,39 @@ SMEM_TILE_NAMES = ["smem_kv_tiles", "smem_resident_ctas", "qblock_log2_resident_
 # TensorRT-LLM's generation-kernel dispatch (NVIDIA/TensorRT-LLM cpp/tensorrt_llm/kernels/
 # decoderMaskedMultiheadAttention/decoderXQAImplJIT/kernelUtils.cpp, supportConfigCommon /
 # supportConfigHMMA / supportConfigQGMMA): no XQA for vanilla MHA at beam width 1, nor for more
-# than 32 query heads per KV head; the fp8-KV XQA kernel with fp8 MMA only on SM 9.0.
+# than 32 query heads per KV head; the fp8-KV XQA kernel with fp8 MMA only on SM 9.0. From SM
+# 10.0 (not 12.0 / 12.1) every generation step runs TensorRT-LLM's trtllm-gen kernels instead
+# (cpp/tensorrt_llm/common/attentionOp.h: ``mUseTllmGen = (mSM >= 100) && (mSM != 120) &&
+# (mSM != 121)``).
 _XQA_MAX_GROUP = 32
 _FP8_KV_MMA_CC = 90
+_TLLM_GEN_CC = 100
+_NOT_TLLM_GEN_CC = (120, 121)
 
 
 def decode_kernel(op: AttentionSpec, hw: HardwareSpec) -> list[float]:
     """Which generation kernel TensorRT-LLM runs (`_XQA_MAX_GROUP`): masked MHA where XQA is
-    not dispatched (one query head per CTA: a KV head is re-read once per query head of its
-    group, and the data show another regime there: at group 48-128 fp8 / bf16 latency is 1.0
-    on H100 and 3.0 on L40S, at group 2-32 0.5-0.7 and 1.0-1.3); and whether an fp8 KV cache
-    is dequantized to 16 bits in registers before a 16-bit MMA, as the generic XQA kernel does
-    below compute capability 9.0 (`cpp/kernels/xqa/mha.cu`: ``static_assert(inputElemSize >=
-    cacheElemSize)``, ``cvtExpansion``), where Hopper's runs fp8 MMA on it
-    (supportConfigQGMMA). Held out leave-one-GPU-out (`--op attention --loo`, 6,000 rows per
-    GPU, seeds 0 / 1 / 2): A100 20.21 / 19.57 / 19.85 -> 19.69 / 20.28 / 19.37, B200 23.66 /
-    24.27 / 23.55 -> 22.77 / 23.03 / 23.16, H100 18.54 / 18.34 / 18.49 -> 17.25 / 17.48 /
-    17.54, H200 9.11 / 9.31 / 9.02 -> 9.15 / 9.27 / 9.12, L40S 32.46 / 33.28 / 33.78 -> 32.92
-    / 33.39 / 33.53 (docs/validation/transfer-effects.md). Only L40S's fp8 decode rows take
-    the dequantizing path, so the flag helps the folds that train on them (H100, B200 no
-    longer read L40S's slow fp8 decode as fp8's) and cannot help L40S held out; Hopper's fp8
-    MMA as a third column made L40S worse (34.12 on seed 0) and was dropped."""
+    not dispatched below SM 10.0 (one query head per CTA: a KV head is re-read once per query
+    head of its group; the data show another regime there: fp8 / bf16 latency at group 48-128
+    is 1.0 on H100 and 3.0 on L40S, at group 2-32 0.5-0.7 and 1.0-1.3); and whether an fp8 KV
+    cache is dequantized to 16 bits in registers before a 16-bit MMA, as the generic XQA kernel
+    does below compute capability 9.0 (`cpp/kernels/xqa/mha.cu`: ``static_assert(inputElemSize
+    >= cacheElemSize)``, ``cvtExpansion``), where Hopper's runs fp8 MMA on it
+    (supportConfigQGMMA). Held out leave-one-GPU-out (`--op attention --loo`, seeds 0 / 1 / 2)
+    the two columns moved H100 18.54 / 18.34 / 18.49 -> 17.25 / 17.48 / 17.54 and B200 23.66 /
+    24.27 / 23.55 -> 22.77 / 23.03 / 23.16, the others by less than the seeds move them; only
+    L40S's fp8 decode rows take the dequantizing path, so held out it cannot learn it
+    (docs/validation/transfer-effects.md). NaN where the YAML states no compute capability."""
     if op.phase != Phase.DECODE:
         return [0.0, 0.0]
     group = op.heads / op.kv_heads
     cc = hw.topology.compute_capability if hw.topology is not None else None
     if cc is None:
-        return [float(group <= 1 or group > _XQA_MAX_GROUP), math.nan]
+        return [math.nan, math.nan]
+    tllm_gen = cc >= _TLLM_GEN_CC and cc not in _NOT_TLLM_GEN_CC
+    masked = not tllm_gen and (group <= 1 or group > _XQA_MAX_GROUP)
     dequant = op.dtype.bytes < 2 and cc < _FP8_KV_MMA_CC
-    return [float(group <= 1 or group > _XQA_MAX_GROUP), float(dequant)]
+    return [float(masked), float(dequant)]
 
 
 DECODE_KERNEL_NAMES = ["decode_masked_mha", "kv_fp8_dequantized"]

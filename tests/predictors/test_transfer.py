@@ -520,9 +520,10 @@ def test_flash_tiles_against_the_sms_shared_memory():
 
 
 def test_decode_kernel_follows_tensorrt_llms_dispatch():
-    """TensorRT-LLM runs masked MHA, not XQA, for vanilla MHA and for more than 32 query heads
-    per KV head (kernelUtils.cpp), and below compute capability 9.0 dequantizes an fp8 KV cache
-    to 16 bits before the MMA (xqa/mha.cu); prefill rows have neither."""
+    """Below SM 10.0 TensorRT-LLM runs masked MHA, not XQA, for vanilla MHA and for more than 32
+    query heads per KV head (kernelUtils.cpp); from it, trtllm-gen for every group (attentionOp.h).
+    Below compute capability 9.0 it dequantizes an fp8 KV cache to 16 bits before the MMA
+    (xqa/mha.cu); prefill rows have neither."""
     from analytical.ops import AttentionSpec, Phase
     from predictors.transfer_features import transfer_feature_names, transfer_matrix
 
@@ -540,6 +541,7 @@ def test_decode_kernel_follows_tensorrt_llms_dispatch():
     assert kernel("h100-sxm", 1, DType.BF16) == [1.0, 0.0]
     assert kernel("h100-sxm", 64, DType.BF16) == [1.0, 0.0]
     assert kernel("h100-sxm", 32, DType.BF16) == [0.0, 0.0]
+    assert kernel("b200", 64, DType.BF16) == [0.0, 0.0]
     assert kernel("l40s", 8, DType.FP8, Phase.PREFILL) == [0.0, 0.0]
 
 
