@@ -126,7 +126,8 @@ def below_dram_bound(frame: pd.DataFrame, family: str, hw: HardwareSpec) -> np.n
     cannot sit in the L2 take to come from DRAM at the datasheet bandwidth: such a row did not
     move the bytes its shape states, so it is no measurement of that op. Only aiconfigurator's
     A100 TensorRT-LLM 1.0.0 generation rows are (294 of its 9,890 attention rows, up to 1.69x
-    the HBM bandwidth; no row of another GPU or family comes within 0.93 of it): its collector
+    the HBM bandwidth; no other GPU's attention row beyond twice its L2 passes 0.93 of its
+    DRAM bandwidth, and no GEMM row of any GPU is below the bound): its collector
     allocated the KV cache as ``CacheType.SELFKONLY``, the K-only layout TensorRT-LLM keeps for
     MLA, until ai-dynamo/aiconfigurator PR #1356 (dec5f4cd2, collector/trtllm/collect_attn.py:
     "Serving allocates dense-attention KV cache as CacheType.SELF ... Regular GQA/MHA has
