@@ -10,7 +10,9 @@ median, and each GPU is subsampled to at most ``cap`` rows: each stack an equal 
 stack such as the NCCL tables, 504 rows beside Vidur's 8,937 on A100, is not drowned), within a
 stack stratified by the family's categorical fields (dtype, phase, kind, group size) with
 proportional allocation, seeded. Every GPU weighs the same and one fold trains in bounded time.
-A GPU of the store without a hardware YAML, or that is not a GPU, is skipped and listed.
+A GPU of the store without a hardware YAML, or that is not a GPU, is skipped and listed, and
+GEMM and attention rows faster than their DRAM traffic allows are left out and counted
+(`below_dram_bound`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from analytical.errors import LlmsimError
 from analytical.hardware import HardwareSpec, get_hardware
 from analytical.ops import OpSpec, op_fields, op_from_dict
 from predictors.dataset import TARGET_COLUMN, Fingerprint, _plain, fingerprint, pick_provenance
+from predictors.transfer_features import WARM_L2_FAMILIES
 
 if TYPE_CHECKING:
     from profiler.store import Store
@@ -63,6 +66,7 @@ class GpuRows:
     versions: np.ndarray  # `version_of` the row's provenance
     provenances: tuple[str, ...]  # the group used per stack
     rows_available: int  # distinct (stack, op key) before the subsample
+    below_bound: int = 0  # measurements left out by `below_dram_bound`
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -117,9 +121,28 @@ def stratified_sample(frame: pd.DataFrame, strata: list[str], cap: int,
     return frame.iloc[np.sort(np.concatenate(keep))]
 
 
+def below_dram_bound(frame: pd.DataFrame, family: str, hw: HardwareSpec) -> np.ndarray:
+    """Mask of the GEMM and attention rows (`WARM_L2_FAMILIES`) faster than the bytes that
+    cannot sit in the L2 take to come from DRAM at the datasheet bandwidth: such a row did not
+    move the bytes its shape states, so it is no measurement of that op. Only aiconfigurator's
+    A100 TensorRT-LLM 1.0.0 generation rows are (294 of its 9,890 attention rows, up to 1.69x
+    the HBM bandwidth; no other GPU's attention row beyond twice its L2 passes 0.93 of its
+    DRAM bandwidth, and no GEMM row of any GPU is below the bound): its collector
+    allocated the KV cache as ``CacheType.SELFKONLY``, the K-only layout TensorRT-LLM keeps for
+    MLA, until ai-dynamo/aiconfigurator PR #1356 (dec5f4cd2, collector/trtllm/collect_attn.py:
+    "Serving allocates dense-attention KV cache as CacheType.SELF ... Regular GQA/MHA has
+    separate K and V tensors") for the 1.3.0rc20 rows the other GPUs have."""
+    if family not in WARM_L2_FAMILIES or "bytes" not in frame.columns:
+        return np.zeros(len(frame), dtype=bool)
+    spill = (frame["bytes"].to_numpy(dtype=np.float64) - hw.l2_bytes).clip(min=0.0)
+    return np.asarray(frame[TARGET_COLUMN].to_numpy(dtype=np.float64)
+                      < spill / hw.memory_bw_bytes_per_s)
+
+
 def _gpu_rows(frame: pd.DataFrame, family: str, hw: HardwareSpec, cap: int,
               seed: int) -> GpuRows:
-    folded = _fold(frame, family).sort_values(["stack", "op_key"], kind="stable")
+    below = below_dram_bound(frame, family, hw)
+    folded = _fold(frame[~below], family).sort_values(["stack", "op_key"], kind="stable")
     stacks = sorted(set(folded["stack"]))
     strata = _categorical(folded, family)
     sample = pd.concat([stratified_sample(folded[folded["stack"] == s], strata,
@@ -132,7 +155,7 @@ def _gpu_rows(frame: pd.DataFrame, family: str, hw: HardwareSpec, cap: int,
                    stacks=sample["stack"].to_numpy(dtype=str),
                    versions=sample["provenance"].map(version_of).to_numpy(dtype=np.float64),
                    provenances=tuple(sorted(set(sample["provenance"]))),
-                   rows_available=len(folded))
+                   rows_available=len(folded), below_bound=int(below.sum()))
 
 
 def _spec_or_reason(name: str) -> tuple[HardwareSpec | None, str]:

@@ -63,15 +63,24 @@ from predictors.features import (
     ideal_time_s,
     row_alignment_log2,
 )
+from predictors.transfer_kernels import (
+    ATTN_Q_BLOCK,
+    DECODE_KERNEL_NAMES,
+    SMEM_TILE_NAMES,
+    decode_kernel,
+    smem_tiles,
+)
 
-TRANSFER_SCHEMA_VERSION = 11  # 2: vendor-peak roofline target; 3: dtype as bits, floor per class;
+TRANSFER_SCHEMA_VERSION = 12  # 2: vendor-peak roofline target; 3: dtype as bits, floor per class;
 # 4: collectives relative to NCCL's own ring model; 5: NCCL's ring + tree model on its topology's
 # link credit (`analytical.nccl`); 6: and the warm-L2 memory bound for GEMM and attention;
 # 7: the stack's release as a column (`predictors.transfer_data.version_of`); 8: the floor in
 # SM clock cycles at the GPU's boost clock (`predictors.transfer.launch_floor`); 9: NCCL's
 # intra-node transport of a collective (`_nccl_transport`); 10: attention's FlashAttention
-# tiles against the SM's shared memory and the async-MMA architectures (`_smem_tiles`); 11: no
-# message size over L2 for collectives (`collective_row`)
+# tiles against the SM's shared memory and the async-MMA architectures
+# (`predictors.transfer_kernels.smem_tiles`); 11: no message size over L2 for collectives
+# (`collective_row`); 12: TensorRT-LLM's generation kernel (masked MHA or XQA) and its fp8-KV
+# dequantization (`predictors.transfer_kernels.decode_kernel`)
 TRANSFER_FAMILIES = ("gemm", "attention", "collective", "memory")
 # Families whose target denominator serves the L2-resident share of the operands from L2
 # (`warm_roofline_s`): the curated GEMM and attention rows are TensorRT-LLM's and Vidur's
@@ -84,9 +93,8 @@ WARM_L2_FAMILIES = ("gemm", "attention")
 # CTA output tiles of CUTLASS/cuBLAS GEMMs (128x128 default, 128x256 and 256x128 Hopper wide
 # tiles, 64x128 for skinny problems): each tile runs on one SM.
 _GEMM_TILES = ((64, 128), (128, 128), (128, 256), (256, 128))
-# FlashAttention-2 forward: one CTA per (batch, head, 128-query block) (Dao 2023, section 3.2);
-# split-KV decode (FlashDecoding) cuts the KV sequence in blocks of 256.
-_ATTN_Q_BLOCK = 128
+# FlashAttention-2 forward: one CTA per (batch, head, `ATTN_Q_BLOCK`-query block); split-KV
+# decode (FlashDecoding) cuts the KV sequence in blocks of 256.
 _ATTN_KV_BLOCK = 256
 
 
@@ -192,13 +200,14 @@ def attention_row(op: AttentionSpec, hw: HardwareSpec) -> list[float]:
     row += [op.heads / op.kv_heads, float(op.causal), float(op.phase == Phase.DECODE),
             float(op.backward), _log2(op.score_pairs)]
     row += _work(op, hw, kv_bytes)
-    row += _waves(op.batch * op.heads * math.ceil(op.q_len / _ATTN_Q_BLOCK), hw)
+    row += _waves(op.batch * op.heads * math.ceil(op.q_len / ATTN_Q_BLOCK), hw)
     row += _waves(op.batch * op.kv_heads * math.ceil(op.kv_len / _ATTN_KV_BLOCK), hw)
     row += _waves(op.batch * op.kv_heads, hw)
     # bytes of K and V one CTA streams per query block: the kernel's inner loop
     row += [_log2(2.0 * op.kv_len * op.head_dim * e)]
     row += _flash_traffic(op, hw)
-    row += _smem_tiles(op, hw)
+    row += smem_tiles(op, hw)
+    row += decode_kernel(op, hw)
     return row + _dtype(op)
 
 
@@ -212,7 +221,7 @@ def _flash_traffic(op: AttentionSpec, hw: HardwareSpec) -> list[float]:
     (Flash-Decoding, Dao et al. 2023, splits the KV sequence for exactly this case)."""
     e = op.dtype.bytes
     keys = op.score_pairs / op.q_len
-    tiles = math.ceil(op.q_len / _ATTN_Q_BLOCK)
+    tiles = math.ceil(op.q_len / ATTN_Q_BLOCK)
     kv_traffic = 2.0 * op.batch * op.heads * tiles * keys * op.head_dim * e
     bw = hw.memory_bw_bytes_per_s
     ctas = op.batch * op.kv_heads
@@ -221,52 +230,12 @@ def _flash_traffic(op: AttentionSpec, hw: HardwareSpec) -> list[float]:
             _log2(max(op.flops / _peak_flops(op, hw), kv_traffic / bw))]
 
 
-# Shared memory an SM can give its resident CTAs, by compute capability x10 (CUDA C++
-# Programming Guide, "Technical Specifications per Compute Capability", maximum shared memory
-# per SM: 7.0 96 KB; 8.0 and 8.7 164 KB; 8.6, 8.9 and 12.0 100 KB; 9.0, 10.0 and 10.3 228 KB).
-_SMEM_KIB = {70: 96, 80: 164, 86: 100, 87: 164, 89: 100, 90: 228, 100: 228, 103: 228, 120: 100}
-_ATTN_KV_TILE = 64  # keys per K/V tile of FlashAttention-2's forward (Dao 2023, section 3.3)
-_ASYNC_MMA_CC = 90  # TMA + warpgroup MMA from Hopper (compute capability 9.0) on
-
-
-def _smem_tiles(op: AttentionSpec, hw: HardwareSpec) -> list[float]:
-    """How FlashAttention's tiles fit the SM (the kernel the store's rows timed is TensorRT-LLM's
-    fused FMHA / XQA, built the same way): a 128-query Q tile stays in shared memory while 64-key
-    K and V tiles stream past it, so the K/V tile pairs that fit beside the Q tile are the depth
-    of the load pipeline (at head_dim 256 in bf16: 0.56 on a 100 KB Ada SM, 1.56 on a 164 KB
-    A100 SM, 2.56 on a 228 KB Hopper or Blackwell SM), the CTAs that fit whole set how many run
-    per SM, and the query-block waves count SMs x those. And whether the architecture has the
-    Tensor Memory Accelerator and warpgroup-wide asynchronous MMA (Hopper's wgmma, Blackwell's
-    tcgen05; NVIDIA H100 Tensor Core GPU Architecture whitepaper), which the sm90 and sm100
-    kernels are written for (FlashAttention-3, Shah et al. 2024, arXiv:2407.08608; TensorRT-LLM
-    `cpp/kernels/xqa/mha_sm90.cu`) and the sm80/sm89 ones are not. Held out leave-one-GPU-out
-    (`--op attention --loo`, 6,000 rows per GPU, seed 0), all four columns: A100 20.38 -> 20.21,
-    B200 26.16 -> 23.66, H100 21.43 -> 18.54 (its TensorRT-LLM rows 29.30 -> 24.04), H200 9.24 ->
-    9.11, L40S 31.52 -> 32.46; the shared-memory columns alone 20.45 / 24.35 / 18.98 / 9.26 /
-    32.88 (docs/validation/transfer-effects.md). NaN (missing to the trees) where the YAML states no compute
-    capability."""
-    cc = hw.topology.compute_capability if hw.topology is not None else None
-    kib = _SMEM_KIB.get(cc) if cc is not None else None
-    if cc is None or kib is None:
-        return [math.nan] * len(_SMEM)
-    smem = kib * 1024.0
-    e = op.dtype.bytes
-    q_tile = _ATTN_Q_BLOCK * op.head_dim * e
-    kv_tile = 2.0 * _ATTN_KV_TILE * op.head_dim * e
-    resident = max(1.0, math.floor(smem / (q_tile + 2.0 * kv_tile)))
-    ctas = op.batch * op.heads * math.ceil(op.q_len / _ATTN_Q_BLOCK)
-    return [max(0.0, (smem - q_tile) / kv_tile), resident,
-            _log2(ctas / (hw.compute_units * resident)), float(cc >= _ASYNC_MMA_CC)]
-
-
-_SMEM = ["smem_kv_tiles", "smem_resident_ctas", "qblock_log2_resident_waves", "async_mma"]
-
 _ATTENTION = (["log2_batch", "log2_q_len", "log2_kv_len", "log2_heads", "log2_kv_heads",
                "log2_head_dim", "gqa_ratio", "causal", "decode", "backward",
                "log2_score_pairs"] + _WORK + _wave_names("qblock")
               + _wave_names("kvsplit") + _wave_names("kvhead") + ["log2_kv_bytes_per_cta"]
               + ["log2_flash_kv_traffic_s", "log2_unsplit_decode_s", "log2_flash_roofline_s"]
-              + _SMEM + _DTYPE)
+              + SMEM_TILE_NAMES + DECODE_KERNEL_NAMES + _DTYPE)
 
 
 # Collectives are priced relative to NCCL's own cost model (`analytical.nccl`: ring and tree x

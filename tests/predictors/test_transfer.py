@@ -518,6 +518,46 @@ def test_flash_tiles_against_the_sms_shared_memory():
     assert np.isnan(transfer_matrix("attention", [op], no_cc)[0, tiles])
 
 
+
+def test_decode_kernel_follows_tensorrt_llms_dispatch():
+    """Below SM 10.0 TensorRT-LLM runs masked MHA, not XQA, for vanilla MHA and for more than 32
+    query heads per KV head (kernelUtils.cpp); from it, trtllm-gen for every group (attentionOp.h).
+    Below compute capability 9.0 it dequantizes an fp8 KV cache to 16 bits before the MMA
+    (xqa/mha.cu); prefill rows have neither."""
+    from analytical.ops import AttentionSpec, Phase
+    from predictors.transfer_features import transfer_feature_names, transfer_matrix
+
+    names = transfer_feature_names("attention")
+    cols = [names.index("decode_masked_mha"), names.index("kv_fp8_dequantized")]
+
+    def kernel(gpu: str, heads: int, dtype: DType, phase: Phase = Phase.DECODE) -> list[float]:
+        op = AttentionSpec(batch=8, q_len=1 if phase == Phase.DECODE else 512, kv_len=4096,
+                           heads=heads, kv_heads=1, head_dim=128, phase=phase, dtype=dtype)
+        return transfer_matrix("attention", [op], get_hardware(gpu))[0][cols].tolist()
+
+    assert kernel("l40s", 8, DType.FP8) == [0.0, 1.0]
+    assert kernel("h100-sxm", 8, DType.FP8) == [0.0, 0.0]
+    assert kernel("l40s", 8, DType.BF16) == [0.0, 0.0]
+    assert kernel("h100-sxm", 1, DType.BF16) == [1.0, 0.0]
+    assert kernel("h100-sxm", 64, DType.BF16) == [1.0, 0.0]
+    assert kernel("h100-sxm", 32, DType.BF16) == [0.0, 0.0]
+    assert kernel("b200", 64, DType.BF16) == [0.0, 0.0]
+    assert kernel("l40s", 8, DType.FP8, Phase.PREFILL) == [0.0, 0.0]
+
+
+def test_rows_faster_than_their_dram_traffic_are_left_out():
+    """A GEMM or attention row faster than its bytes beyond the L2 take from DRAM at the
+    datasheet bandwidth did not move them (aiconfigurator's K-only A100 KV cache): left out;
+    a row that may serve its bytes from L2, or a memory op, is kept."""
+    from predictors.transfer_data import below_dram_bound
+
+    hw = get_hardware("a100-sxm-80gb")
+    big = 2e9  # bytes, far beyond the 40 MB L2: at least ~0.96 ms at 2,039 GB/s
+    frame = pd.DataFrame({"bytes": [big, big, hw.l2_bytes / 2],
+                          "median_s": [0.64e-3, 1.1e-3, 1e-6]})
+    assert below_dram_bound(frame, "attention", hw).tolist() == [True, False, False]
+    assert not below_dram_bound(frame, "memory", hw).any()
+
 def _collective_data(offset: dict[str, float]):
     """Collective rows at NCCL's model times a per-GPU factor (what a machine or harness adds
     to NCCL's model), on four GPUs."""
