@@ -194,7 +194,8 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
 
     fwd, bwd, compute, engine_s = _stage_passes(model, par, costs, m)
     pipe = simulate_pipeline(schedule=t.schedule, pp=par.pp, vpp=par.vpp, num_microbatches=m,
-                             fwd_s=fwd, bwd_s=bwd, p2p_s=p2p_s, record=record)
+                             fwd_s=fwd, bwd_s=bwd, p2p_s=p2p_s, record=record,
+                             combined=t.overlap.moe_a2a)
     if par.pp > 1:
         sends = 2 * m * par.vpp  # activations forward and gradients backward per chunk
         for s in range(par.pp):
@@ -260,8 +261,7 @@ def _chunk_blocks(model, par: ParallelConfig) -> list[list[Any]]:
 def _stage_passes(model, par: ParallelConfig, costs: dict[Any, BlockCost], m: int):
     """Per stage and chunk: forward/backward time of one micro-batch; per stage: compute time
     and engine seconds of all ``m`` micro-batches."""
-    fwd = [[0.0] * par.vpp for _ in range(par.pp)]
-    bwd = [[0.0] * par.vpp for _ in range(par.pp)]
+    fwd, bwd = ([[0.0] * par.vpp for _ in range(par.pp)] for _ in range(2))
     compute = [0.0] * par.pp
     engine_s: list[dict[str, float]] = [{} for _ in range(par.pp)]
     for v, keys in enumerate(_chunk_blocks(model, par)):
