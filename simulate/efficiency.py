@@ -56,7 +56,8 @@ from simulate.torch_kernels import (
 
 __all__ = ["AttentionBackend", "attention_backend", "attention_fraction", "fp8_cast_nodes",
            "framework_estimates", "grad_reduce_dtype", "optimizer_estimate",
-           "power_scale", "reduction_fraction", "sustained", "tp_overlap_rs_splits"]
+           "power_scale", "reduction_fraction", "sustained", "sustained_floor_s",
+           "tp_overlap_rs_splits"]
 
 
 class AttentionBackend(StrEnum):
@@ -225,13 +226,18 @@ def sustained(op: OpSpec, e: Estimate, hw: HardwareSpec) -> Estimate:
     datasets/measurements/llmsim/h200/sustained/). Why values matter: Horace He, "Strangely,
     Matrix Multiplications on GPUs Run Faster When Given 'Predictable' Data!" (2024),
     https://www.thonking.ai/p/strangely-matrix-multiplications. Other dtypes are not measured."""
+    if e.latency_s >= (floor := sustained_floor_s(op, hw)):
+        return e
+    rate = hw.efficiency.sustained_gemm
+    return replace(e, latency_s=floor, detail=f"{e.detail}; sustained {rate:g} of peak")
+
+
+def sustained_floor_s(op: OpSpec, hw: HardwareSpec) -> float:
+    """A 16-bit GEMM's least time at the sustained rate (`sustained`); 0 for other ops."""
     rate = hw.efficiency.sustained_gemm
     if rate == 1.0 or not isinstance(op, GemmSpec) or op.dtype not in _SIXTEEN_BIT:
-        return e
-    floor = op.flops / (hw.peak_flops(op.dtype) * rate)
-    if e.latency_s >= floor:
-        return e
-    return replace(e, latency_s=floor, detail=f"{e.detail}; sustained {rate:g} of peak")
+        return 0.0
+    return op.flops / (hw.peak_flops(op.dtype) * rate)
 
 
 _SIXTEEN_BIT = frozenset({DType.BF16, DType.FP16})

@@ -32,6 +32,7 @@ from analytical.model import ModelSpec
 from analytical.ops import OpSpec
 from analytical.roofline import roofline_time
 from simulate.costs import add_engine_time
+from simulate.efficiency import sustained_floor_s
 from simulate.engines import Estimate, Estimator
 from simulate.inference.fp8_gemm import Fp8GemmRatios
 from simulate.inference.graph_replay import EngineKernels
@@ -63,17 +64,23 @@ def token_grid(max_tokens: int) -> list[int]:
 class DenseCost:
     """Exact time of a step's dense part and LM head per token count, memoised, with the
     seconds each engine answered. With ``kernels`` (a serving engine) each op is priced as the
-    engine runs it (`simulate.inference.graph_replay`); None: as measured."""
+    engine runs it (`simulate.inference.graph_replay`); None: as measured.
+
+    With ``hw``, 16-bit GEMMs get training's sustained-rate ceiling (`efficiency.sustained`): a
+    long prefill step runs GEMMs back to back under the power limit, as training does; an fp8
+    GEMM priced as bf16 x `Fp8GemmRatios` (both timed alone) takes the capped bf16 x the ratio."""
 
     def __init__(self, model: ModelSpec, shard: Sharding, weight_dtype: DType,
                  estimator: Estimator, lora: LoraSpec | None, *, fusions: Fusions | None = None,
                  kernels: EngineKernels | None = None,
-                 fp8_vs_bf16: Fp8GemmRatios = Fp8GemmRatios()) -> None:
+                 fp8_vs_bf16: Fp8GemmRatios = Fp8GemmRatios(), hw: HardwareSpec | None = None
+                 ) -> None:
         self._args = (model, shard, weight_dtype, lora)
         self._fusions = fusions
         self._estimator = estimator
         self._kernels = kernels
         self._fp8_vs_bf16 = fp8_vs_bf16
+        self._hw = hw
         self._memo: dict[tuple[str, int], tuple[float, dict[str, float]]] = {}
 
     def _ops(self, part: str, tokens: int) -> list[tuple[OpSpec, float]]:
@@ -99,6 +106,7 @@ class DenseCost:
         for (c, _, n), (op, ratio), est in zip(ops, asked, answers, strict=True):
             seconds, engine = (est.latency_s, est.engine) if self._kernels is None \
                 else self._kernels.seconds(est, op, c)
+            seconds = max(seconds, sustained_floor_s(op, self._hw) if self._hw else 0.0)
             add_engine_time(acc[c], {engine: seconds * ratio}, n)
         for c, engines in acc.items():
             self._memo[(part, c)] = (sum(engines.values()), engines)
@@ -306,7 +314,7 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
     kernels = None if graph_max_tokens is None else EngineKernels(
         hw=hw, graph_max_tokens=graph_max_tokens, custom_all_reduce_bytes=custom_all_reduce_bytes)
     dense = DenseCost(model, shard, weight_dtype, estimator, lora,
-                      fusions=fusions, kernels=kernels, fp8_vs_bf16=fp8_vs_bf16)
+                      fusions=fusions, kernels=kernels, fp8_vs_bf16=fp8_vs_bf16, hw=hw)
     dense.prewarm("dense", grid)
     dense.prewarm("lm", grid)
     attn_dtype = kv_dtype if kv_dtype in (DType.BF16, DType.FP16, DType.FP8) else DType.BF16

@@ -162,3 +162,27 @@ def test_decode_fit_keeps_a_per_step_kernel_time():
     shape = StepShape(tokens=1, logits=1, prefill_pairs=0.0, prefill_chunks=0, decode_seqs=1,
                       decode_kv=128, decode_q=1)
     assert tables.attention_parts(shape)[1] >= tables.decode_per_step_s
+
+
+def test_dense_cost_caps_16_bit_gemms_at_the_sustained_rate():
+    """With ``hw`` a 16-bit GEMM answered faster than the hardware's sustained rate (the
+    synthetic engine: 1,000 TFLOP/s, above the H100's 0.68 x 989) is priced at that rate, the
+    other ops keep their answers, and a GPU whose file sets no ceiling (A100) changes nothing."""
+    from analytical.ops import GemmSpec
+    from simulate.efficiency import sustained_floor_s
+
+    model = load_model("llama-3-8b")
+    shard = inference_sharding(tp=1, gpus_per_node=8)
+    h100, a100 = get_hardware("h100-sxm"), get_hardware("a100-sxm-80gb")
+    assert h100.efficiency.sustained_gemm < 1 and a100.efficiency.sustained_gemm == 1
+    ops = step_ops(model, tokens=4096, shard=shard, weight_dtype=DType.BF16)
+    expected = sum(n * max(_answer(op).latency_s, sustained_floor_s(op, h100)) for op, n in ops)
+    free = sum(n * _answer(op).latency_s for op, n in ops)
+    capped = DenseCost(model, shard, DType.BF16, _Estimator([]), None, hw=h100).get(
+        "dense", 4096)[0]
+    assert capped == pytest.approx(expected, rel=1e-12) and capped > 1.2 * free
+    gemm = next(op for op, _ in ops if isinstance(op, GemmSpec))
+    assert sustained_floor_s(gemm, h100) == pytest.approx(
+        gemm.flops / (h100.peak_flops(DType.BF16) * h100.efficiency.sustained_gemm))
+    assert DenseCost(model, shard, DType.BF16, _Estimator([]), None, hw=a100).get(
+        "dense", 4096)[0] == pytest.approx(free, rel=1e-12)
