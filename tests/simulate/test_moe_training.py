@@ -75,9 +75,13 @@ def _scenario(*, gpus: int, parallel: dict, gpu: str = "h100-sxm",
                          "recompute": "full", "framework": "megatron"}}
 
 
-def test_job_inside_one_nvlink_domain_keeps_all_to_all_on_nvlink():
+def test_job_inside_one_nvlink_domain_keeps_all_to_all_on_nvlink(monkeypatch):
+    from simulate import moe_host
+
     # 64 GPUs of a 72-GPU NVL72 domain: the EP-64 all-to-all is all NVLink. Declaring 8-GPU
-    # nodes puts 56 of the 64 peers behind the network, which must be slower.
+    # nodes puts 56 of the 64 peers behind the network, which must be slower. (Without the
+    # host floor, which at one 2k-token micro-batch on a Grace host would hide the network.)
+    monkeypatch.setattr(moe_host, "HOST_BOUND_FRAMEWORKS", frozenset())
     parallel = {"tp": 1, "pp": 1, "dp": 64, "ep": 64}
     one_domain = _data(_scenario(gpus=64, parallel=parallel, gpu="gb200"))
     eight = _data(_scenario(gpus=64, parallel=parallel, gpu="gb200", gpus_per_node=8))
@@ -131,11 +135,11 @@ def test_small_micro_batches_of_moe_layers_are_host_bound(monkeypatch):
     with_floor = [_data(s)["iteration_time_s"] for s in (small, large)]
     monkeypatch.setattr(moe_host, "HOST_BOUND_FRAMEWORKS", frozenset())
     without = [_data(s)["iteration_time_s"] for s in (small, large)]
-    # 512 tokens per micro-batch: ~300 kernels per layer at 15 us outlast the GPU work.
+    # 512 tokens per micro-batch: ~300 kernels per layer at ~2.4 x 13.5 us outlast the GPU.
     assert with_floor[0] > 1.5 * without[0]
     # 16k tokens per micro-batch: the GPU is the bottleneck, the CPU keeps ahead (but for
-    # the odd half-layer around a sync: under 1%).
-    assert with_floor[1] == pytest.approx(without[1], rel=0.01)
+    # the odd half-layer around a sync: a few %).
+    assert with_floor[1] == pytest.approx(without[1], rel=0.06)
     assert with_floor[0] / without[0] > 50 * (with_floor[1] / without[1] - 1)
 
 
