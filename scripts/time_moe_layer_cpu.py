@@ -30,7 +30,8 @@ unfused math in their place, so their CPU time would not be TE's). Must run in a
     nice /tmp/mcore-venv/bin/python scripts/time_moe_layer_cpu.py --ep 1 2 4 --tokens 64 128 \
         --repeats 40 --out datasets/measurements/llmsim/cpu/moe-layer-cpu/qwen3-moe-layer.csv
 
-run twice, the second time with ``--append`` (the shipped file: two runs, column ``run``).
+run twice, the second time with ``--append`` (the shipped file: two runs, column ``run``,
+written to /tmp/moecpu/pooled.csv as its ``command`` column says, then copied here).
 """
 
 from __future__ import annotations
