@@ -72,7 +72,8 @@ host ops per kernel at EP 1 / 2 / 4 (median 2.61; forward 3.7-4.7, backward 1.7-
 forward runs Megatron-Core's Python per module, the backward mostly autograd's C++; four runs
 of the script gave 2.15-2.73 on the shared machine), where the blog's "~5-25 us of CPU-side
 work per op" (jiahuanglin.xyz, "From PyTorch op to kernel launch") had been taken as 15 us, 1.1
-host ops. The model's kernels are still counted as the graph lists them (TE's grouped GEMM per
+host ops. A forward kernel (a recomputed one included) and a backward kernel each take their
+pass's measured share of that mean (`pass_shares`: 4.22 / 2.61 and 1.84 / 2.61). The model's kernels are still counted as the graph lists them (TE's grouped GEMM per
 expert, the fused router and permutation); the local spec's Python is not Transformer Engine's
 (`TE_EXTRA_OPS` adds TE's per call), and the ratio assumes the same mix of Python and dispatch
 on the GPU hosts (a CUDA launch is inside the Linear's 13.48 us there, so a kernel with more
@@ -120,8 +121,8 @@ from simulate.moe_graphs import (
 )
 
 __all__ = ["HOST_S_PER_KERNEL", "MEASURED_CPU", "HostIssue", "host_kernel_s",
-           "host_ops_per_kernel", "pass_with_sync", "host_bound_costs", "pass_kernels",
-           "te_module_calls"]
+           "host_ops_per_kernel", "pass_shares", "pass_with_sync", "host_bound_costs",
+           "pass_kernels", "node_kernels", "te_module_calls"]
 
 # CPU time of one eager PyTorch op (a bf16 Linear forward) on an x86 host without its own
 # ``node.host_op_us``: a DGX H100's Xeon Platinum 8480C (TE issue 2053).
@@ -142,24 +143,26 @@ def _at_zero(t: Mapping[int, float]) -> float:
     return ta - (tb - ta) * a / (b - a)
 
 
-def host_ops_per_kernel(path: Path | None = None) -> float:
+def host_ops_per_kernel(path: Path | None = None, passes: tuple[str, ...] = ("fwd", "bwd")
+                        ) -> float:
     """Host ops (a ``torch.nn.Linear`` forward's CPU time) per kernel of an eager Megatron-Core
-    MoE layer's forward plus backward, measured at ``path`` (default `MEASURED_CPU`): per EP
-    size, the layer's CPU time (median over ranks) and the Linear's, each extrapolated to zero
-    work (`_at_zero`; the Linear's mean before and after the layer), over the kernels,
-    collectives and device-to-host copies of the same passes; the median over EP sizes."""
-    return _host_ops_per_kernel(path or MEASURED_CPU)
+    MoE layer's ``passes`` (forward plus backward, or one of them), measured at ``path``
+    (default `MEASURED_CPU`): per EP size, the layer's CPU time (median over ranks) and the
+    Linear's, each extrapolated to zero work (`_at_zero`; the Linear's mean before and after the
+    layer), over the kernels, collectives and device-to-host copies of the same passes; the
+    median over EP sizes."""
+    return _host_ops_per_kernel(path or MEASURED_CPU, passes)
 
 
 @cache
-def _host_ops_per_kernel(path: Path) -> float:
+def _host_ops_per_kernel(path: Path, passes: tuple[str, ...]) -> float:
     cpu: defaultdict[tuple[int, str, str, int], list[float]] = defaultdict(list)
     kernels: defaultdict[int, dict[tuple[int, str], int]] = defaultdict(dict)
     with path.open(newline="") as f:
         for r in csv.DictReader(f):  # one or more runs: the op counts are the same in each
             ep, tokens = int(r["ep"]), int(r["tokens"])
             cpu[(ep, r["pass_"], r["part"], tokens)].append(float(r["cpu_us"]))
-            if r["part"] == "layer" and int(r["rank"]) == 0:
+            if r["part"] == "layer" and int(r["rank"]) == 0 and r["pass_"] in passes:
                 kernels[ep][(tokens, r["pass_"])] = sum(
                     int(r[c]) for c in ("kernel", "collective", "d2h_copy"))
     ratios = []
@@ -168,10 +171,18 @@ def _host_ops_per_kernel(path: Path) -> float:
             return _at_zero({t: _median(v) for (e, p, pt, t), v in cpu.items()
                              if (e, p, pt) == (ep, pass_, part)})
         op = (at_zero("ref_before", "ref.linear_fwd") + at_zero("ref_after", "ref.linear_fwd")) / 2
-        layer = at_zero("fwd", "layer") + at_zero("bwd", "layer")
+        layer = sum(at_zero(p, "layer") for p in passes)
         fewest = min(t for t, _ in counts)
         ratios.append(layer / op / sum(n for (t, _), n in counts.items() if t == fewest))
     return _median(ratios)
+
+
+def pass_shares() -> tuple[float, float]:
+    """CPU time of a forward and of a backward kernel against the mean kernel of the measured
+    layer (`host_ops_per_kernel` of each pass over that of both): the forward runs Megatron-Core's
+    Python per module, the backward mostly autograd's C++."""
+    both = host_ops_per_kernel()
+    return host_ops_per_kernel(passes=("fwd",)) / both, host_ops_per_kernel(passes=("bwd",)) / both
 
 
 # CPU seconds per kernel on an x86 host without a measured per-op time (`host_kernel_s`).
@@ -260,16 +271,18 @@ def te_module_calls(nodes: Iterable[Node]) -> int:
                for _, base in calls)
 
 
-def pass_kernels(nodes: Iterable[Node], local_experts: int, routing: int) -> float:
-    """Kernels the CPU issues for one pass of an MoE layer (see the module docstring)."""
+def node_kernels(nodes: Iterable[Node], local_experts: int) -> list[float]:
+    """Kernels the CPU issues for each node of one pass of an MoE layer (module docstring)."""
     nodes = list(nodes)
     fp8 = any(".fp8_cast" in n.name for n in nodes)
     biased_bf16 = not fp8 and any(n.name.endswith("experts.down_bias.bwd") for n in nodes)
-    total = float(routing)
-    for n in nodes:
-        per = _per_expert(n, biased_bf16)
-        total += n.count * (local_experts * per if per else 1.0)
-    return total
+    return [n.count * (local_experts * per if (per := _per_expert(n, biased_bf16)) else 1.0)
+            for n in nodes]
+
+
+def pass_kernels(nodes: Iterable[Node], local_experts: int, routing: int) -> float:
+    """Kernels the CPU issues for one pass of an MoE layer (see the module docstring)."""
+    return float(routing) + sum(node_kernels(nodes, local_experts))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -283,13 +296,19 @@ class HostIssue:
     router_fusion: bool = True  # `--moe-router-fusion` (`moe_graphs.UNFUSED_ROUTER`)
 
     def cpu_s(self, nodes: Iterable[Node], local_experts: int, *, backward: bool,
-              routing: bool = True) -> float:
-        """CPU seconds to issue ``nodes`` (and the routing bookkeeping of the pass)."""
+              routing: bool = True, in_backward: bool = False) -> float:
+        """CPU seconds to issue ``nodes`` (and the routing bookkeeping of the pass, forward or
+        ``backward``), each kernel at its pass's share (`pass_shares`): in a backward pass
+        (``in_backward``) a recomputed forward node (``recompute.``) is a forward kernel."""
         eager, launches = eager_nodes(list(nodes), self.graphs, self.attention)
         kernels = eager_routing(self.graphs, backward=backward,
                                 router_fusion=self.router_fusion) if routing else 0
+        fwd, bwd = pass_shares()
+        issued = (kernels * (bwd if backward else fwd) + launches * fwd
+                  + sum(k * (bwd if in_backward and not n.name.startswith("recompute.") else fwd)
+                        for n, k in zip(eager, node_kernels(eager, local_experts), strict=True)))
         te = te_module_calls(eager) * TE_EXTRA_OPS / host_ops_per_kernel()  # in kernels
-        return (pass_kernels(eager, local_experts, kernels) + launches + te) * self.kernel_s
+        return (issued + te) * self.kernel_s
 
 
 def host_kernel_s(hw: HardwareSpec) -> float:
@@ -326,10 +345,12 @@ def pass_with_sync(p: PassCost, nodes: Sequence[Node], est: Mapping[str, Estimat
     sync = f"recompute.{SYNC_NODE}" if backward else SYNC_NODE
     pre, post = _split(nodes, sync)
     if not post:  # no sync in this pass (a backward without recompute of the dispatcher)
-        return _raise(p, issue.cpu_s(nodes, local_experts, backward=backward))
+        return _raise(p, issue.cpu_s(nodes, local_experts, backward=backward,
+                                     in_backward=backward))
     gpu_pre = min(p.elapsed_s, sum(est[n.op.key].latency_s * n.count for n in pre))
-    cpu_pre = issue.cpu_s(pre, local_experts, backward=False)
-    cpu_post = issue.cpu_s(post, local_experts, backward=True, routing=backward)
+    cpu_pre = issue.cpu_s(pre, local_experts, backward=False, in_backward=backward)
+    cpu_post = issue.cpu_s(post, local_experts, backward=True, routing=backward,
+                           in_backward=backward)
     return _raise(p, max(cpu_pre, gpu_pre) + max(cpu_post, p.elapsed_s - gpu_pre))
 
 

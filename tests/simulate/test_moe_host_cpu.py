@@ -37,6 +37,8 @@ def test_host_ops_per_kernel_reads_the_measurement(tmp_path):
 
     assert host_ops_per_kernel(_measurement(tmp_path / "a.csv")) == \
         pytest.approx(1300 / 4 / 300)
+    assert host_ops_per_kernel(tmp_path / "a.csv", ("fwd",)) == pytest.approx(800 / 4 / 100)
+    assert host_ops_per_kernel(tmp_path / "a.csv", ("bwd",)) == pytest.approx(500 / 4 / 200)
     assert host_ops_per_kernel(_measurement(tmp_path / "b.csv", 2.0)) == \
         pytest.approx(2 * 1300 / 4 / 300)
 
@@ -66,6 +68,9 @@ def test_a_pass_cpu_time_follows_the_measurement(tmp_path, monkeypatch):
         assert moe_host.host_kernel_s(h100) == pytest.approx(ops * moe_host.X86_HOST_OP_S)
         assert moe_host.host_kernel_s(gb200) == pytest.approx(ops * 37.08e-6)
         issue = moe_host.HostIssue(kernel_s=moe_host.host_kernel_s(gb200))
-        times.append(issue.cpu_s(nodes, 1, backward=False, routing=False))
-    assert times[0] == pytest.approx(7 * 1300 / 4 / 300 * 37.08e-6)
-    assert times[1] == pytest.approx(3 * times[0])
+        times.append([issue.cpu_s(nodes, 1, backward=False, routing=False, in_backward=b)
+                      for b in (False, True)])
+    # a forward kernel at the forward's 800 / 4 / 100 host ops, a backward one at 500 / 4 / 200
+    assert times[0][0] == pytest.approx(7 * 2.0 * 37.08e-6)
+    assert times[0][1] == pytest.approx(7 * 0.625 * 37.08e-6)
+    assert times[1] == pytest.approx([3 * t for t in times[0]])
