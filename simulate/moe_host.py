@@ -73,8 +73,9 @@ forward runs Megatron-Core's Python per module, the backward mostly autograd's C
 of the script gave 2.15-2.73 on the shared machine), where the blog's "~5-25 us of CPU-side
 work per op" (jiahuanglin.xyz, "From PyTorch op to kernel launch") had been taken as 15 us, 1.1
 host ops. A forward kernel (a recomputed one included) and a backward kernel each take their
-pass's measured share of that mean (`pass_shares`: 4.22 / 2.61 and 1.84 / 2.61). The model's kernels are still counted as the graph lists them (TE's grouped GEMM per
-expert, the fused router and permutation); the local spec's Python is not Transformer Engine's
+pass's measured share of that mean (`pass_shares`: 4.22 / 2.61 and 1.84 / 2.61). The model's
+kernels are still counted as the graph lists them (TE's grouped GEMM per expert, the fused
+router and permutation); the local spec's Python is not Transformer Engine's
 (`TE_EXTRA_OPS` adds TE's per call), and the ratio assumes the same mix of Python and dispatch
 on the GPU hosts (a CUDA launch is inside the Linear's 13.48 us there, so a kernel with more
 Python than a Linear is priced slightly high).
