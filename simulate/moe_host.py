@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Host-bound MoE layers: the CPU launches the kernels of an eager Megatron-Core MoE layer no
-faster than one per `HOST_S_PER_KERNEL`, and the layer cannot hide that behind the GPU.
+faster than one per `host_kernel_s`, and the layer cannot hide that behind the GPU.
 
 Why it cannot: Megatron-Core's all-to-all token dispatcher copies the per-expert token counts to
 the host and synchronises on them in every MoE layer's forward (``MoEAlltoAllTokenDispatcher``:
@@ -56,11 +56,29 @@ full-iteration CUDA graphs (``set_full_iter_cg_configs``, scripts/performance/co
 {deepseek,gpt_oss}/*_llm_pretrain.py v0.5.0), where no host floor applies anyway. So the
 sync model holds for every dispatcher a corpus row runs; there is no dispatcher switch.
 
-The issue rate follows the host CPU (`host_kernel_s`): `HOST_S_PER_KERNEL` is an x86 host's,
-and a node whose hardware file states ``node.host_op_us`` scales it by that CPU's time per
-eager PyTorch op against the DGX H100's Xeon (`X86_HOST_OP_S`). Transformer Engine issue 2053
-measured one bf16 ``torch.nn.Linear`` forward at 37.08 us of CPU on GB200 and 33.17 on GH200
-(Grace) against 13.48 on a DGX H100 (Xeon Platinum 8480C): 2.75x on a GB200/GB300 host.
+The CPU time per kernel (`host_kernel_s`) is the measured host ops per kernel of an eager
+Megatron-Core layer (`host_ops_per_kernel`, read from `MEASURED_CPU`) times the host's time per
+eager PyTorch op: ``node.host_op_us`` where the hardware file states it, else the DGX H100's
+Xeon (`X86_HOST_OP_S`). Transformer Engine issue 2053 measured one bf16 ``torch.nn.Linear``
+forward at 37.08 us of CPU on GB200 and 33.17 on GH200 (Grace) against 13.48 on a DGX H100
+(Xeon Platinum 8480C): 2.75x on a GB200/GB300 host. The ratio was measured on CPU by
+scripts/time_moe_layer_cpu.py: megatron-core 0.15.0's real ``TransformerLayer`` (local spec:
+attention, ``TopKRouter``, all-to-all dispatcher, ``SequentialMLP``; unfused router and
+permutation, the fused ones being Transformer Engine kernels) forward and backward on EP 1/2/4
+gloo ranks at hidden 64, its thread CPU time extrapolated to zero tokens, over a trainable
+``torch.nn.Linear`` forward timed in the same process (extrapolated to zero rows), over the
+ATen kernels, collectives and device-to-host copies the same pass issues: 2.61 / 2.37 / 3.00
+host ops per kernel at EP 1 / 2 / 4 (median 2.61; forward 3.7-4.7, backward 1.7-2.1: the
+forward runs Megatron-Core's Python per module, the backward mostly autograd's C++; four runs
+of the script gave 2.15-2.73 on the shared machine), where the blog's "~5-25 us of CPU-side
+work per op" (jiahuanglin.xyz, "From PyTorch op to kernel launch") had been taken as 15 us, 1.1
+host ops. A forward kernel (a recomputed one included) and a backward kernel each take their
+pass's measured share of that mean (`pass_shares`: 4.22 / 2.61 and 1.84 / 2.61). The model's
+kernels are still counted as the graph lists them (TE's grouped GEMM per expert, the fused
+router and permutation); the local spec's Python is not Transformer Engine's
+(`TE_EXTRA_OPS` adds TE's per call), and the ratio assumes the same mix of Python and dispatch
+on the GPU hosts (a CUDA launch is inside the Linear's 13.48 us there, so a kernel with more
+Python than a Linear is priced slightly high).
 
 Each Transformer Engine module call costs CPU time beyond the kernels it issues
 (`TE_EXTRA_OPS` host ops per call, TE issue 2053's ``te.Linear`` against ``torch.nn.Linear``;
@@ -77,14 +95,20 @@ applies to MoE layer blocks only (dense layers have no sync, so the CPU runs ahe
 
 from __future__ import annotations
 
+import csv
+import statistics
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 from analytical.hardware import HardwareSpec
 from analytical.layer_spec import Node
 from analytical.memory import Framework
 from analytical.ops import GemmSpec, MoESpec
+from analytical.paths import DATASETS_DIR
 from simulate.costs import BlockCost, PassCost
 from simulate.engines import Estimate
 from simulate.graph import Block, TrainStep
@@ -97,18 +121,73 @@ from simulate.moe_graphs import (
     forward_base,
 )
 
-__all__ = ["HOST_S_PER_KERNEL", "HostIssue", "host_kernel_s", "pass_with_sync",
-           "host_bound_costs", "pass_kernels", "te_module_calls"]
+__all__ = ["HOST_S_PER_KERNEL", "MEASURED_CPU", "HostIssue", "host_kernel_s",
+           "host_ops_per_kernel", "pass_shares", "pass_with_sync", "host_bound_costs",
+           "pass_kernels", "node_kernels", "te_module_calls"]
 
-# CPU time to issue one kernel from eager PyTorch: Python, autograd and ATen dispatch and
-# cudaLaunchKernel together take "~5-25 us of CPU-side work per op" ("From PyTorch op to kernel
-# launch", https://jiahuanglin.xyz/all_lessons/gpu_kernel_serving/18_pytorch_to_kernel.html, its
-# per-layer table); the middle of that range.
-HOST_S_PER_KERNEL = 15e-6
-
-# CPU time of one eager PyTorch op (a bf16 Linear forward) on the x86 host that
-# `HOST_S_PER_KERNEL` stands for: a DGX H100's Xeon Platinum 8480C (TE issue 2053).
+# CPU time of one eager PyTorch op (a bf16 Linear forward) on an x86 host without its own
+# ``node.host_op_us``: a DGX H100's Xeon Platinum 8480C (TE issue 2053).
 X86_HOST_OP_S = 13.48e-6
+
+# CPU time of an eager Megatron-Core MoE layer, measured (module docstring).
+MEASURED_CPU = DATASETS_DIR / "measurements" / "llmsim" / "cpu" / "moe-layer-cpu" / \
+    "qwen3-moe-layer.csv"
+
+
+def _median(xs: Iterable[float]) -> float:
+    return statistics.median(list(xs))
+
+
+def _at_zero(t: Mapping[int, float]) -> float:
+    """``t`` (size -> seconds) at size 0, by the line through its two smallest sizes."""
+    (a, ta), (b, tb) = sorted(t.items())[:2]
+    return ta - (tb - ta) * a / (b - a)
+
+
+def host_ops_per_kernel(path: Path | None = None, passes: tuple[str, ...] = ("fwd", "bwd")
+                        ) -> float:
+    """Host ops (a ``torch.nn.Linear`` forward's CPU time) per kernel of an eager Megatron-Core
+    MoE layer's ``passes`` (forward plus backward, or one of them), measured at ``path``
+    (default `MEASURED_CPU`): per EP size, the layer's CPU time (median over ranks) and the
+    Linear's, each extrapolated to zero work (`_at_zero`; the Linear's mean before and after the
+    layer), over the kernels, collectives and device-to-host copies of the same passes; the
+    median over EP sizes."""
+    return _host_ops_per_kernel(path or MEASURED_CPU, passes)
+
+
+@cache
+def _host_ops_per_kernel(path: Path, passes: tuple[str, ...]) -> float:
+    cpu: defaultdict[tuple[int, str, str, int], list[float]] = defaultdict(list)
+    kernels: defaultdict[int, dict[tuple[int, str], int]] = defaultdict(dict)
+    with path.open(newline="") as f:
+        for r in csv.DictReader(f):  # one or more runs: the op counts are the same in each
+            ep, tokens = int(r["ep"]), int(r["tokens"])
+            cpu[(ep, r["pass_"], r["part"], tokens)].append(float(r["cpu_us"]))
+            if r["part"] == "layer" and int(r["rank"]) == 0 and r["pass_"] in passes:
+                kernels[ep][(tokens, r["pass_"])] = sum(
+                    int(r[c]) for c in ("kernel", "collective", "d2h_copy"))
+    ratios = []
+    for ep, counts in sorted(kernels.items()):
+        def at_zero(pass_: str, part: str, ep: int = ep) -> float:
+            return _at_zero({t: _median(v) for (e, p, pt, t), v in cpu.items()
+                             if (e, p, pt) == (ep, pass_, part)})
+        op = (at_zero("ref_before", "ref.linear_fwd") + at_zero("ref_after", "ref.linear_fwd")) / 2
+        layer = sum(at_zero(p, "layer") for p in passes)
+        fewest = min(t for t, _ in counts)
+        ratios.append(layer / op / sum(n for (t, _), n in counts.items() if t == fewest))
+    return _median(ratios)
+
+
+def pass_shares() -> tuple[float, float]:
+    """CPU time of a forward and of a backward kernel against the mean kernel of the measured
+    layer (`host_ops_per_kernel` of each pass over that of both): the forward runs Megatron-Core's
+    Python per module, the backward mostly autograd's C++."""
+    both = host_ops_per_kernel()
+    return host_ops_per_kernel(passes=("fwd",)) / both, host_ops_per_kernel(passes=("bwd",)) / both
+
+
+# CPU seconds per kernel on an x86 host without a measured per-op time (`host_kernel_s`).
+HOST_S_PER_KERNEL = host_ops_per_kernel() * X86_HOST_OP_S
 
 # Kernels of the unfused routing path per MoE layer (forward, backward) that the operator graph
 # does not list: router, preprocess and permutation bookkeeping (`moe_graphs.ROUTING_PARTS`).
@@ -193,16 +272,18 @@ def te_module_calls(nodes: Iterable[Node]) -> int:
                for _, base in calls)
 
 
-def pass_kernels(nodes: Iterable[Node], local_experts: int, routing: int) -> float:
-    """Kernels the CPU issues for one pass of an MoE layer (see the module docstring)."""
+def node_kernels(nodes: Iterable[Node], local_experts: int) -> list[float]:
+    """Kernels the CPU issues for each node of one pass of an MoE layer (module docstring)."""
     nodes = list(nodes)
     fp8 = any(".fp8_cast" in n.name for n in nodes)
     biased_bf16 = not fp8 and any(n.name.endswith("experts.down_bias.bwd") for n in nodes)
-    total = float(routing)
-    for n in nodes:
-        per = _per_expert(n, biased_bf16)
-        total += n.count * (local_experts * per if per else 1.0)
-    return total
+    return [n.count * (local_experts * per if (per := _per_expert(n, biased_bf16)) else 1.0)
+            for n in nodes]
+
+
+def pass_kernels(nodes: Iterable[Node], local_experts: int, routing: int) -> float:
+    """Kernels the CPU issues for one pass of an MoE layer (see the module docstring)."""
+    return float(routing) + sum(node_kernels(nodes, local_experts))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -216,22 +297,26 @@ class HostIssue:
     router_fusion: bool = True  # `--moe-router-fusion` (`moe_graphs.UNFUSED_ROUTER`)
 
     def cpu_s(self, nodes: Iterable[Node], local_experts: int, *, backward: bool,
-              routing: bool = True) -> float:
-        """CPU seconds to issue ``nodes`` (and the routing bookkeeping of the pass)."""
+              routing: bool = True, in_backward: bool = False) -> float:
+        """CPU seconds to issue ``nodes`` (and the routing bookkeeping of the pass, forward or
+        ``backward``), each kernel at its pass's share (`pass_shares`): in a backward pass
+        (``in_backward``) a recomputed forward node (``recompute.``) is a forward kernel."""
         eager, launches = eager_nodes(list(nodes), self.graphs, self.attention)
         kernels = eager_routing(self.graphs, backward=backward,
                                 router_fusion=self.router_fusion) if routing else 0
-        te = te_module_calls(eager) * TE_EXTRA_OPS * X86_HOST_OP_S / HOST_S_PER_KERNEL
-        return (pass_kernels(eager, local_experts, kernels) + launches + te) * self.kernel_s
+        fwd, bwd = pass_shares()
+        issued = (kernels * (bwd if backward else fwd) + launches * fwd
+                  + sum(k * (bwd if in_backward and not n.name.startswith("recompute.") else fwd)
+                        for n, k in zip(eager, node_kernels(eager, local_experts), strict=True)))
+        te = te_module_calls(eager) * TE_EXTRA_OPS / host_ops_per_kernel()  # in kernels
+        return (issued + te) * self.kernel_s
 
 
 def host_kernel_s(hw: HardwareSpec) -> float:
-    """CPU seconds to issue one kernel on ``hw``'s host: `HOST_S_PER_KERNEL` scaled by the
-    host's measured time per PyTorch op against the x86 reference (module docstring); the x86
-    rate where the hardware file has no measurement."""
-    if not hw.host_op_s:
-        return HOST_S_PER_KERNEL
-    return HOST_S_PER_KERNEL * hw.host_op_s / X86_HOST_OP_S
+    """CPU seconds to issue one kernel on ``hw``'s host: the measured host ops per kernel
+    (`host_ops_per_kernel`) times the host's time per PyTorch op (``node.host_op_us``; the x86
+    reference `X86_HOST_OP_S` where the hardware file has no measurement)."""
+    return host_ops_per_kernel() * (hw.host_op_s or X86_HOST_OP_S)
 
 
 def _raise(p: PassCost, elapsed_s: float) -> PassCost:
@@ -261,10 +346,12 @@ def pass_with_sync(p: PassCost, nodes: Sequence[Node], est: Mapping[str, Estimat
     sync = f"recompute.{SYNC_NODE}" if backward else SYNC_NODE
     pre, post = _split(nodes, sync)
     if not post:  # no sync in this pass (a backward without recompute of the dispatcher)
-        return _raise(p, issue.cpu_s(nodes, local_experts, backward=backward))
+        return _raise(p, issue.cpu_s(nodes, local_experts, backward=backward,
+                                     in_backward=backward))
     gpu_pre = min(p.elapsed_s, sum(est[n.op.key].latency_s * n.count for n in pre))
-    cpu_pre = issue.cpu_s(pre, local_experts, backward=False)
-    cpu_post = issue.cpu_s(post, local_experts, backward=True, routing=backward)
+    cpu_pre = issue.cpu_s(pre, local_experts, backward=False, in_backward=backward)
+    cpu_post = issue.cpu_s(post, local_experts, backward=True, routing=backward,
+                           in_backward=backward)
     return _raise(p, max(cpu_pre, gpu_pre) + max(cpu_post, p.elapsed_s - gpu_pre))
 
 
