@@ -30,7 +30,8 @@ smaller of its two PCI links: the store's L40S bus bandwidth falls from 20 GB/s 
 on 4 and 1.4 on 8, which no term here reproduces; `intra_transport` names the transport, SHM
 there, for the transfer predictor to tell such a box from one with PCIe switches). all_to_all and send_recv
 are point-to-point sends outside the tuning model: priced as n-1 (one) ring steps of the same
-link, protocol and latency classes.
+link, protocol and latency classes; a send_recv inside a node over NVLink at that path's own
+bandwidth (`_p2p_bandwidth`), not the ring graph's.
 """
 
 from __future__ import annotations
@@ -230,6 +231,8 @@ def _ring(spec: CollectiveSpec, hw: HardwareSpec, p: int) -> tuple[float, float]
         bw = min(bw, _per_channel_cap(spec, hw, _PER_CH_RING_LL128))
     steps, inter = ring_steps(spec)
     base = _BASE_US[NcclAlgorithm.RING][p]
+    if spec.kind == CK.SEND_RECV and spec.nodes == 1 and fabric == "nvlink":
+        bw = _p2p_bandwidth(spec, hw) * (0.5, 0.92, 1.0)[p]
     if spec.kind in (CK.BROADCAST, CK.SEND_RECV):
         return base + _HW_US["net" if spec.nodes > 1 else fabric][NcclAlgorithm.RING][p], bw
     intra = _HW_US[fabric][NcclAlgorithm.RING][p]
@@ -242,6 +245,19 @@ def _ring(spec: CollectiveSpec, hw: HardwareSpec, p: int) -> tuple[float, float]
             and spec.size_bytes / (_PLATEAU_CHANNELS * spec.group_size) >= 64):
         latency *= _RING_PLATEAU
     return latency, bw
+
+
+def _p2p_bandwidth(spec: CollectiveSpec, hw: HardwareSpec) -> float:
+    """Bytes/s of a send/recv between two GPUs of a node joined by NVLink: the path's own links
+    (the bridge of a bridged pair, else the GPU's NVLink to the switches, per direction, as the
+    hardware file states them). NCCL does not run point-to-point operations on the ring graph:
+    it gives a peer two channels per NVLink of the path (src/graph/paths.cc v2.29.2-1,
+    ``ncclTopoGetNchannels``: ``2 * (path->bw / nvlBw)`` for PATH_NVL / PATH_NVB; 24 on a
+    12-link A100 bridge against the ring graph's 12), enough to fill the links. Vidur's
+    send_recv tables measure 286-323 GB/s over A100 PCIe's 300 GB/s bridge between 16 and 64
+    MB, where the ring graph's 240 GB/s had NCCL's model +50% too slow (signed median, n=993);
+    over NVSwitch 228-258 (A100, 300 GB/s of links) and 314-348 GB/s (H100, 450)."""
+    return node_link(spec, hw)[0].bandwidth_bytes_per_s
 
 
 def _tree(spec: CollectiveSpec, hw: HardwareSpec, p: int) -> tuple[float, float]:

@@ -49,8 +49,9 @@ from analytical.ops import (
 )
 
 # collective 2: the roofline (and the ratio targets' normaliser) is NCCL's own model; 3: on the
-# graphs NCCL's search finds, with NVLS (`analytical.nccl_graph`, hardware `topology`)
-SCHEMA_VERSIONS: dict[str, int] = {"gemm": 2, "attention": 2, "collective": 3, "memory": 1,
+# graphs NCCL's search finds, with NVLS (`analytical.nccl_graph`, hardware `topology`); 4: a
+# send_recv over NVLink inside a node at its path's own bandwidth (`analytical.nccl._p2p_bandwidth`)
+SCHEMA_VERSIONS: dict[str, int] = {"gemm": 2, "attention": 2, "collective": 4, "memory": 1,
                                    "moe": 1}
 
 # GEMM kernels on NVIDIA GPUs tile the output in CTA tiles; the two most common are listed

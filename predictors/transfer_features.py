@@ -71,7 +71,7 @@ from predictors.transfer_kernels import (
     smem_tiles,
 )
 
-TRANSFER_SCHEMA_VERSION = 12  # 2: vendor-peak roofline target; 3: dtype as bits, floor per class;
+TRANSFER_SCHEMA_VERSION = 13  # 2: vendor-peak roofline target; 3: dtype as bits, floor per class;
 # 4: collectives relative to NCCL's own ring model; 5: NCCL's ring + tree model on its topology's
 # link credit (`analytical.nccl`); 6: and the warm-L2 memory bound for GEMM and attention;
 # 7: the stack's release as a column (`predictors.transfer_data.version_of`); 8: the floor in
@@ -80,7 +80,9 @@ TRANSFER_SCHEMA_VERSION = 12  # 2: vendor-peak roofline target; 3: dtype as bits
 # tiles against the SM's shared memory and the async-MMA architectures
 # (`predictors.transfer_kernels.smem_tiles`); 11: no message size over L2 for collectives
 # (`collective_row`); 12: TensorRT-LLM's generation kernel (masked MHA or XQA) and its fp8-KV
-# dequantization (`predictors.transfer_kernels.decode_kernel`)
+# dequantization (`predictors.transfer_kernels.decode_kernel`); 13: a send_recv over NVLink
+# inside a node at its path's own bandwidth, NCCL's denominator and columns
+# (`analytical.nccl._p2p_bandwidth`)
 TRANSFER_FAMILIES = ("gemm", "attention", "collective", "memory")
 # Families whose target denominator serves the L2-resident share of the operands from L2
 # (`warm_roofline_s`): the curated GEMM and attention rows are TensorRT-LLM's and Vidur's

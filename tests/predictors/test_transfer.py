@@ -603,6 +603,22 @@ def test_the_collective_correction_is_shrunk_where_it_does_not_transfer() -> Non
         own, rows.select(rows.gpu != "h100-sxm"), CONFIG)
 
 
+def test_the_correction_share_is_the_smallest_within_one_standard_error() -> None:
+    """A correction that every inner fold agrees on is kept; one whose gain over a smaller share
+    is within the folds' spread gives way to the smaller share."""
+    from predictors.transfer_eval import WEIGHTS, parsimonious_weight
+
+    agreed = np.array([[0.30, 0.20, 0.12, 0.06, 0.02]] * 3) + np.array([[0.0], [0.01], [0.02]])
+    assert parsimonious_weight(agreed) == 1.0
+    # the whole correction is best on average (0.20 against 0.24 without it), but one fold
+    # gains 0.26 and the other two lose 0.06 and 0.08
+    noisy = np.array([[0.40, 0.34, 0.28, 0.22, 0.14],
+                      [0.16, 0.18, 0.19, 0.20, 0.22],
+                      [0.16, 0.17, 0.19, 0.21, 0.24]])
+    assert float(np.argmin(noisy.mean(axis=0))) == 4
+    assert parsimonious_weight(noisy) == WEIGHTS[0]
+
+
 def test_the_correction_weight_is_saved_and_scales_the_log_ratio(model, data, tmp_path):
     ops = list(data.gpus["b200"].ops[:20])
     hw = get_hardware("b200")
