@@ -20,8 +20,8 @@ the L2's size, not as L2 / footprint: RRZE-HPC gpu-l2-cache (the source of the Y
 ``l2_bandwidth_gb_per_s``) reads L2 speed up to about the L2's size and DRAM speed from 110 MB
 on the L40's 96 MB and from 70 MB on the H200's 50 MB, i.e. by 1.15-1.4x the L2. The share is
 taken as falling linearly from 1 at the L2's size to 0 at `RAMP_END` times it. The store's
-TensorRT-LLM bf16 GEMMs with m <= 16 on L40S show the same: 1.0-1.7x its GDDR6 bandwidth while
-the harness's copies fit the L2, 0.80-0.83x once they exceed it by 1.4x or more, flat from there
+TensorRT-LLM bf16 GEMMs with m <= 16 on L40S show the same: 0.9-1.7x its GDDR6 bandwidth while
+the harness's copies fit the L2, 0.80-0.84x once they exceed it by 1.4x or more, flat from there
 (docs/validation/transfer-effects.md).
 """
 
