@@ -10,10 +10,15 @@ still holds when the next repetition reads them (the GEMM target's warm-L2 denom
   rule (2dfdd3cad, 2026-03-17; the store's B200, H100 and L40S ``trtllm-1.3.0rc20`` rows are
   dec5f4cd2's, 2026-08-03) ``max(1, min(5, ceil(L2 / weight bytes)))``: 5 copies that fit
   the L2 for a weight under a fifth of it, just enough copies to overflow it for a weight
-  between a fifth of the L2 and the L2, one copy above;
+  between a fifth of the L2 and the L2, one copy above (the collector reads the L2 size from
+  the CUDA runtime; here the YAML's ``l2_mb``, the same figure within 5%: 96 MiB against 96 MB);
 - our own ``profiled`` rows flush the L2 before every repetition (`profiler.timers`: a 256 MB
   buffer zeroed first), so nothing is resident;
-- Vidur's PyTorch GEMMs repeat one weight: one copy.
+- Vidur's profiler (microsoft/vidur ``vidur/profiling/mlp``: ``--profile_method`` defaults to
+  ``record_function``, for which ``MlpWrapper`` builds a model of ``ACTIVE_STEPS = 20``
+  blocks and times one forward after an untimed one) reaches a block's weight again only
+  after the 19 other blocks' weights: nothing of it is resident either;
+- any other stack repeats one weight: one copy.
 
 The share of a repeated sweep that the L2 keeps falls from all of it to none a little past
 the L2's size, not as L2 / footprint: RRZE-HPC gpu-l2-cache (the source of the YAMLs'
@@ -36,8 +41,8 @@ from analytical.ops import GemmSpec, OpSpec
 COPYING_STACK = "trtllm"  # `predictors.transfer_data.stack_of` of aiconfigurator's rows
 ADAPTIVE_RELEASE = 1.03  # `version_of` of TensorRT-LLM 1.3, collected with the adaptive rule
 MAX_COPIES = 5
-FLUSHING_STACKS = ("profiled",)
-FLUSHED = 0  # copies of a harness that empties the L2 before every repetition
+FLUSHING_STACKS = ("profiled", "vidur")
+FLUSHED = 0  # copies of a harness whose weight is out of the L2 when a repetition starts
 RAMP_END = 1.4  # footprint / L2 from which nothing is resident (H200: DRAM speed from 70 MB)
 
 

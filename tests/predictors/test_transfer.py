@@ -341,9 +341,10 @@ def test_warm_l2_serves_the_resident_share_from_l2():
 
 def test_gemm_harness_copies_set_the_resident_share():
     """aiconfigurator's TensorRT-LLM 1.3 collector cycles through max(1, min(5, ceil(L2 /
-    weight))) weight copies, its 1.0 collector through 5, our profiler empties the L2 first and
-    Vidur repeats one weight; what the round touches against the L2 (full below it, none from
-    1.4x it) sets the share the GEMM denominator reads at L2 speed."""
+    weight))) weight copies, its 1.0 collector through 5, our profiler empties the L2 first,
+    Vidur times 20 blocks' weights in turn, another stack repeats one weight; what the round
+    touches against the L2 (full below it, none from 1.4x it) sets the share the GEMM
+    denominator reads at L2 speed."""
     from predictors.transfer_harness import FLUSHED, gemm_copies, harness_copies, resident_share
 
     l40s, a100 = get_hardware("l40s"), get_hardware("a100-sxm-80gb")
@@ -355,7 +356,8 @@ def test_gemm_harness_copies_set_the_resident_share():
                        1.03) == 1
     assert gemm_copies(over, l40s, "trtllm", 1.0) == 5
     assert gemm_copies(over, l40s, "profiled", 0.0) == FLUSHED
-    assert gemm_copies(over, l40s, "vidur", 0.0) == 1
+    assert gemm_copies(over, l40s, "vidur", 0.0) == FLUSHED  # 20 blocks between two uses
+    assert gemm_copies(over, l40s, "kernels", 2.1) == 1
     assert resident_share(fits, l40s, 5) == 1.0
     assert resident_share(fits, a100, 5) == 0.0  # 84 MB against A100's 40 MB
     assert resident_share(over, l40s, 2) == 0.0
