@@ -50,13 +50,14 @@ from analytical.hardware import HardwareSpec
 from analytical.ops import AttentionSpec, OpSpec
 from predictors.domain import Domain, outside_domain, training_domain
 from predictors.model import HyperParams, fit_booster
-from predictors.transfer_data import TransferData
+from predictors.transfer_data import TransferData, stack_columns
 from predictors.transfer_features import (
     TRANSFER_SCHEMA_VERSION,
     ideal_seconds,
     transfer_feature_names,
     transfer_matrix,
 )
+from predictors.transfer_harness import harness_copies
 
 if TYPE_CHECKING:  # imported where used: xgboost is an optional extra
     import xgboost as xgb
@@ -78,16 +79,6 @@ class TransferConfig:
     seed: int = 0
     nthread: int = 1
     params: HyperParams = DEFAULT_PARAMS
-
-
-def stack_columns(stacks: Sequence[str], vocabulary: Sequence[str]) -> np.ndarray:
-    """One-hot [rows, len(vocabulary)]; a stack outside the vocabulary is all zeros."""
-    out = np.zeros((len(stacks), len(vocabulary)))
-    index = {s: i for i, s in enumerate(vocabulary)}
-    for row, stack in enumerate(stacks):
-        if stack in index:
-            out[row, index[stack]] = 1.0
-    return out
 
 
 class TransferModel:
@@ -132,11 +123,17 @@ class TransferModel:
                  stacks: Sequence[str] | None = None,
                  versions: Sequence[float] | None = None) -> np.ndarray:
         stacks = [self.default_stack] * len(ops) if stacks is None else stacks
-        asked = [self.release(s, None if versions is None else versions[i])
-                 for i, s in enumerate(stacks)]
-        return np.hstack([transfer_matrix(self.family, ops, hw),
+        asked, copies = self.asked(ops, hw, stacks, versions)
+        return np.hstack([transfer_matrix(self.family, ops, hw, copies),
                           stack_columns(stacks, self.stacks),
                           np.asarray(asked, dtype=np.float64).reshape(-1, 1)])
+
+    def asked(self, ops: Sequence[OpSpec], hw: HardwareSpec, stacks: Sequence[str],
+              versions: Sequence[float] | None) -> tuple[list[float], list[int]]:
+        """Each row's release as asked (`release`) and its harness's weight copies there."""
+        asked = [self.release(s, None if versions is None else versions[i])
+                 for i, s in enumerate(stacks)]
+        return asked, harness_copies(self.family, ops, hw, stacks, asked)
 
     def release(self, stack: str, version: float | None) -> float:
         """The training release of ``stack`` nearest ``version`` (the newer on a tie; the
@@ -165,7 +162,8 @@ class TransferModel:
             return np.empty(0), np.empty(0)
         matrix = xgb.DMatrix(self.features(ops, hw, stacks, versions), nthread=1)
         raw = self.booster.predict(matrix).astype(np.float64)
-        return raw, ideal_seconds(ops, hw) + self.floor_seconds(ops, stacks, hw)
+        copies = self.asked(ops, hw, stacks, versions)[1]
+        return raw, ideal_seconds(ops, hw, copies) + self.floor_seconds(ops, stacks, hw)
 
     def floor_seconds(self, ops: Sequence[OpSpec], stacks: Sequence[str],
                       hw: HardwareSpec) -> np.ndarray:
@@ -289,18 +287,20 @@ class Rows:
 
 def all_rows(data: TransferData) -> Rows:
     """Every GPU's rows of ``data``, GPUs in name order."""
-    gpu, ops, feats = [], [], []
+    gpu, ops, feats, ideal = [], [], [], []
     for name, g in data.gpus.items():
         gpu += [name] * len(g)
         ops += list(g.ops)
-        feats.append(transfer_matrix(data.family, g.ops, g.hardware))
+        copies = harness_copies(data.family, g.ops, g.hardware, g.stacks.tolist(),
+                                g.versions.tolist())
+        feats.append(transfer_matrix(data.family, g.ops, g.hardware, copies))
+        ideal.append(ideal_seconds(g.ops, g.hardware, copies))
     return Rows(gpu=np.array(gpu, dtype=str), ops=tuple(ops),
                 stacks=np.concatenate([g.stacks for g in data.gpus.values()]),
                 versions=np.concatenate([g.versions for g in data.gpus.values()]),
                 features=np.vstack(feats),
                 latency_s=np.concatenate([g.latency_s for g in data.gpus.values()]),
-                ideal_s=np.concatenate([ideal_seconds(g.ops, g.hardware)
-                                        for g in data.gpus.values()]),
+                ideal_s=np.concatenate(ideal),
                 clock_hz=np.concatenate([np.full(len(g), g.hardware.boost_clock_hz)
                                          for g in data.gpus.values()]))
 

@@ -18,6 +18,7 @@ GEMM and attention rows faster than their DRAM traffic allows are left out and c
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -43,6 +44,16 @@ def stack_of(provenance: str) -> str:
     ``imported:vidur@7d47513`` -> ``vidur``, ``profiled`` -> ``profiled``."""
     name = provenance.split(":", 1)[-1].rsplit("/", 1)[-1].split("@", 1)[0]
     return _VERSION.sub("", name) or name
+
+
+def stack_columns(stacks: Sequence[str], vocabulary: Sequence[str]) -> np.ndarray:
+    """One-hot [rows, len(vocabulary)]; a stack outside the vocabulary is all zeros."""
+    out = np.zeros((len(stacks), len(vocabulary)))
+    index = {s: i for i, s in enumerate(vocabulary)}
+    for row, stack in enumerate(stacks):
+        if stack in index:
+            out[row, index[stack]] = 1.0
+    return out
 
 
 def version_of(provenance: str) -> float:

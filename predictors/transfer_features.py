@@ -63,6 +63,7 @@ from predictors.features import (
     ideal_time_s,
     row_alignment_log2,
 )
+from predictors.transfer_harness import footprint, resident_share
 from predictors.transfer_kernels import (
     ATTN_Q_BLOCK,
     DECODE_KERNEL_NAMES,
@@ -71,7 +72,7 @@ from predictors.transfer_kernels import (
     smem_tiles,
 )
 
-TRANSFER_SCHEMA_VERSION = 13  # 2: vendor-peak roofline target; 3: dtype as bits, floor per class;
+TRANSFER_SCHEMA_VERSION = 14  # 2: vendor-peak roofline target; 3: dtype as bits, floor per class;
 # 4: collectives relative to NCCL's own ring model; 5: NCCL's ring + tree model on its topology's
 # link credit (`analytical.nccl`); 6: and the warm-L2 memory bound for GEMM and attention;
 # 7: the stack's release as a column (`predictors.transfer_data.version_of`); 8: the floor in
@@ -82,7 +83,8 @@ TRANSFER_SCHEMA_VERSION = 13  # 2: vendor-peak roofline target; 3: dtype as bits
 # (`collective_row`); 12: TensorRT-LLM's generation kernel (masked MHA or XQA) and its fp8-KV
 # dequantization (`predictors.transfer_kernels.decode_kernel`); 13: a send_recv over NVLink
 # inside a node at its path's own bandwidth, NCCL's denominator and columns
-# (`analytical.nccl._p2p_bandwidth`)
+# (`analytical.nccl._p2p_bandwidth`); 14: GEMMs as their harness repeats them, copies of the
+# weight or an emptied L2 (`predictors.transfer_harness`)
 TRANSFER_FAMILIES = ("gemm", "attention", "collective", "memory")
 # Families whose target denominator serves the L2-resident share of the operands from L2
 # (`warm_roofline_s`): the curated GEMM and attention rows are TensorRT-LLM's and Vidur's
@@ -111,26 +113,31 @@ def _wave_names(prefix: str) -> list[str]:
     return [f"{prefix}_log2_ctas", f"{prefix}_log2_waves", f"{prefix}_wave_busy"]
 
 
-def warm_memory_s(nbytes: float, hw: HardwareSpec) -> float:
+def warm_memory_s(nbytes: float, hw: HardwareSpec, share: float | None = None) -> float:
     """Time to move ``nbytes`` when the share of them that fits in L2 is already there: the
     benchmarks repeat the same kernel on the same buffers without flushing L2, so what fits
     stays resident between repetitions and is read at the L2's bandwidth, the rest at DRAM's.
     The L2 bandwidth is the YAML's measured one (``memory.l2_bandwidth_gb_per_s``, RRZE-HPC
     gpu-benches `gpu-l2-cache`: L40 5.2 TB/s against 0.86 of GDDR6, H200 9.7 against 4.8);
-    a GPU without a published figure gets its DRAM bandwidth, i.e. no L2 effect."""
+    a GPU without a published figure gets its DRAM bandwidth, i.e. no L2 effect. ``share``:
+    the resident share where the harness cycles through copies of the weight
+    (`predictors.transfer_harness.resident_share`)."""
     dram = hw.memory_bw_bytes_per_s
     l2_bw = hw.l2_bw_bytes_per_s or dram
-    share = min(1.0, hw.l2_bytes / nbytes) if nbytes > 0 else 1.0
+    if share is None:
+        share = min(1.0, hw.l2_bytes / nbytes) if nbytes > 0 else 1.0
     return nbytes * (share / l2_bw + (1.0 - share) / dram)
 
 
-def warm_roofline_s(op: OpSpec, hw: HardwareSpec) -> float:
-    """The vendor-peak roofline with `warm_memory_s` as its memory term."""
-    return max(op.flops / _peak_flops(op, hw), warm_memory_s(op.bytes, hw))
+def warm_roofline_s(op: OpSpec, hw: HardwareSpec, copies: int = 1) -> float:
+    """The vendor-peak roofline with `warm_memory_s` as its memory term, the harness cycling
+    through ``copies`` weights (`predictors.transfer_harness`)."""
+    return max(op.flops / _peak_flops(op, hw),
+               warm_memory_s(op.bytes, hw, resident_share(op, hw, copies)))
 
 
-def _work(op: OpSpec, hw: HardwareSpec, working_set: float, *, warm: bool = False
-          ) -> list[float]:
+def _work(op: OpSpec, hw: HardwareSpec, working_set: float, *, warm: bool = False,
+          copies: int = 1) -> list[float]:
     """FLOPs, bytes, intensity over the ridge point, the three time bounds, working set / L2.
     With ``warm`` the memory and roofline bounds (and the bandwidth of the ridge point) are
     the warm-L2 ones the target is divided by (`warm_roofline_s`), so the columns describe
@@ -145,7 +152,8 @@ def _work(op: OpSpec, hw: HardwareSpec, working_set: float, *, warm: bool = Fals
     memory_s = op.bytes / hw.memory_bw_bytes_per_s
     roofline_s = ideal_time_s(op, hw)
     if warm:
-        memory_s, roofline_s = warm_memory_s(op.bytes, hw), warm_roofline_s(op, hw)
+        share = resident_share(op, hw, copies)
+        memory_s, roofline_s = warm_memory_s(op.bytes, hw, share), warm_roofline_s(op, hw, copies)
     bw = op.bytes / memory_s if memory_s > 0 else hw.memory_bw_bytes_per_s
     return [_log2(op.flops), _log2(op.bytes), _log2(intensity), _log2(intensity * bw / peak),
             _log2(op.flops / peak), _log2(memory_s), _log2(roofline_s),
@@ -168,10 +176,10 @@ def _dtype(op: OpSpec) -> list[float]:
 _DTYPE = ["dtype_bits", "dtype_quantised"]
 
 
-def gemm_row(op: GemmSpec, hw: HardwareSpec) -> list[float]:
+def gemm_row(op: GemmSpec, hw: HardwareSpec, copies: int = 1) -> list[float]:
     e = op.dtype.bytes
     row = [_log2(d) for d in (op.m, op.n, op.k, op.batch)]
-    row += _work(op, hw, op.bytes, warm=True)
+    row += _work(op, hw, footprint(op, copies), warm=True, copies=copies)
     for tile_m, tile_n in _GEMM_TILES:
         m_tiles, n_tiles = math.ceil(op.m / tile_m), math.ceil(op.n / tile_n)
         ctas = op.batch * m_tiles * n_tiles
@@ -322,13 +330,20 @@ def transfer_feature_names(family: str) -> list[str]:
         raise UnknownNameError("transfer family", family, list(TRANSFER_FEATURES)) from None
 
 
-def transfer_matrix(family: str, ops: Sequence[OpSpec], hw: HardwareSpec) -> np.ndarray:
-    """[len(ops), len(names)] float64 matrix of one family on one GPU."""
+def transfer_matrix(family: str, ops: Sequence[OpSpec], hw: HardwareSpec,
+                    copies: Sequence[int] | None = None) -> np.ndarray:
+    """[len(ops), len(names)] float64 matrix of one family on one GPU (GEMMs as their harness
+    ran them: ``copies`` per op, `predictors.transfer_harness.harness_copies`)."""
     cls, fn = _ROWS[family]
-    return fill_rows(family, cls, fn, ops, hw, len(transfer_feature_names(family)))
+    out = fill_rows(family, cls, fn, ops, hw, len(transfer_feature_names(family)))
+    for i, (op, n) in enumerate(zip(ops, copies or [], strict=False)):
+        if n != 1 and isinstance(op, GemmSpec):
+            out[i] = gemm_row(op, hw, n)
+    return out
 
 
-def ideal_seconds(ops: Sequence[OpSpec], hw: HardwareSpec) -> np.ndarray:
+def ideal_seconds(ops: Sequence[OpSpec], hw: HardwareSpec,
+                  copies: Sequence[int] | None = None) -> np.ndarray:
     """The target's normaliser before the floor: the vendor-peak roofline
     (`predictors.features.ideal_time_s`: max(FLOPs / datasheet peak for the dtype, bytes /
     datasheet memory bandwidth), for GEMM and attention with the L2-resident share of the bytes
@@ -346,7 +361,9 @@ def ideal_seconds(ops: Sequence[OpSpec], hw: HardwareSpec) -> np.ndarray:
     for op in ops:
         if op.family in ("gemm", "attention") and not hw.supports(op.dtype):
             raise SpecError(f"{op.family}.dtype", f"{op.dtype} is not supported on {hw.name}")
+    copies = [1] * len(ops) if copies is None else copies
     return np.array([nccl_time(op, hw) if isinstance(op, CollectiveSpec)
-                     else warm_roofline_s(op, hw) if op.family in WARM_L2_FAMILIES
-                     else ideal_time_s(op, hw) for op in ops], dtype=np.float64)
+                     else warm_roofline_s(op, hw, n) if op.family in WARM_L2_FAMILIES
+                     else ideal_time_s(op, hw) for op, n in zip(ops, copies, strict=True)],
+                    dtype=np.float64)
 
