@@ -139,9 +139,6 @@ def grad_bytes(t: TrainingSpec) -> float:
     return float((t.grad_reduce_dtype or grad_reduce_dtype(t.framework, act_dtype(t))).bytes)
 
 
-_collective = collective_spec
-
-
 def run_training(scenario: Scenario, *, chain: EngineChain | None = None,
                  store_path: str | None = None, use_store: bool = True,
                  use_predictors: bool = True, tracking_uri: str | None = None,
@@ -178,7 +175,7 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
     ops = [n.op for b in blocks.values() for n in (*b.fwd, *b.bwd)]
     act_bytes = step.tokens * model.hidden * step.precision.act.bytes / (par.tp if par.sp else 1)
     pp_stride = par.tp * par.cp * par.dp
-    p2p = _collective(CollectiveKind.SEND_RECV, act_bytes, 2, 2 if pp_stride * 2 <= gpn else 1)
+    p2p = collective_spec(CollectiveKind.SEND_RECV, act_bytes, 2, 2 if pp_stride * 2 <= gpn else 1)
     ops.append(p2p)
     est = dict(zip((o.key for o in ops),
                    framework_estimates(ops, sliced_estimates(chain, ops), hw, t.framework,

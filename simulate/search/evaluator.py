@@ -24,7 +24,7 @@ from analytical.hardware import GIB, HardwareSpec
 from analytical.ops import CollectiveKind
 from analytical.stage import StageParams, stage_params
 from simulate.costs import BlockCost, add_engine_time, block_cost
-from simulate.dp_sync import grad_bucket_queues, param_gathers
+from simulate.dp_sync import collective_spec, grad_bucket_queues, param_gathers
 from simulate.efficiency import framework_estimates, optimizer_estimate, tp_overlap_args
 from simulate.engines import ENGINE_ORDER, EngineChain
 from simulate.extrapolation import sliced_estimates
@@ -38,7 +38,6 @@ from simulate.search.batch_pipeline import batch_pipeline
 from simulate.training import (
     _blocks,
     _chunk_blocks,
-    _collective,
     _train_step,
     grad_bytes,
     run_training,
@@ -178,7 +177,7 @@ class LayoutEvaluator:
                               model, t, hw)
         act_bytes = step.tokens * model.hidden * step.precision.act.bytes
         act_bytes /= par.tp if par.sp else 1
-        p2p = _collective(CollectiveKind.SEND_RECV, act_bytes, 2,
+        p2p = collective_spec(CollectiveKind.SEND_RECV, act_bytes, 2,
                           2 if par.tp * par.cp * par.dp * 2 <= gpn else 1)
         p2p_e = self.chain.estimate(p2p)
         fwd = [[0.0] * par.vpp for _ in range(par.pp)]
