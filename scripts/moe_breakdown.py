@@ -20,11 +20,9 @@ import argparse
 import csv
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 from unittest import mock
 
-CORPUS = Path(__file__).resolve().parents[1] / "datasets/validation/training/published_runs.csv"
 KINDS = ("attention", "dense_gemm", "expert_gemm", "permute", "elementwise", "recompute")
 _DENSE = ("qkv_proj", "out_proj", "lm_head", "router", "shared_experts", "mlp.", "q_", "kv_")
 _PERMUTE = ("dispatch", "combine", "sort_chunks", "permute")
@@ -63,7 +61,9 @@ def stage_seconds(trace: Mapping[str, Any], stage: int) -> dict[str, float]:
 
 
 def _rows(source: str, indices: Iterable[int]) -> list[tuple[int, dict[str, str]]]:
-    with CORPUS.open() as f:
+    from simulate.validate.published import TRAINING_CORPUS
+
+    with TRAINING_CORPUS.open() as f:
         rows = [r for r in csv.DictReader(f) if r["source"] == source]
     return [(i, rows[i]) for i in indices]
 
