@@ -25,24 +25,37 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from profiler.fingerprint import current_fingerprint  # noqa: E402
 from profiler.timers import Budget, time_cuda  # noqa: E402
 
 TOKENS = 8192  # one micro-batch of sequence 8,192 (Llama 3 pre-training context)
-# (hidden, ffn, q_heads, kv_heads, head_dim, tp): Llama 3 model cards / paper, Table 3.
-LAYERS = {
+# (hidden, ffn, q_heads, kv_heads, head_dim, tp[, tokens, gated]): Llama 3 model cards / paper,
+# Table 3; the MPT layers (datasets/models/mpt-*.json: GELU MLP of 4 x hidden, no gate) at the
+# tokens per micro-batch of llm-foundry's H100 benchmark rows (micro-batch x 2,048), the shapes
+# of the small-model training rows the H200's sustained rate was borrowed for.
+LAYERS: dict[str, tuple[int, ...]] = {
     "llama3-8b-tp1": (4096, 14336, 32, 8, 128, 1),
     "llama3-70b-tp8": (8192, 28672, 64, 8, 128, 8),
     "llama3-405b-tp8": (16384, 53248, 128, 8, 128, 8),
+    "mpt-760m-mb24": (1536, 6144, 12, 12, 128, 1, 24 * 2048, False),
+    "mpt-1b-mb12": (2048, 8192, 16, 16, 128, 1, 12 * 2048, False),
+    "mpt-3b-mb8": (2560, 10240, 20, 20, 128, 1, 8 * 2048, False),
+    "mpt-7b-mb6": (4096, 16384, 32, 32, 128, 1, 6 * 2048, False),
+    "mpt-13b-mb2": (5120, 20480, 40, 40, 128, 1, 2 * 2048, False),
 }
+DEFAULT_LAYERS = ("llama3-8b-tp1", "llama3-70b-tp8", "llama3-405b-tp8")
 PROFILER_BUDGET = Budget(warmup_s=0.005, measure_s=0.015, min_reps=5, max_reps=200)  # gpu-h100.yaml
 
 
 def layer_gemms(hidden: int, ffn: int, q_heads: int, kv_heads: int, head_dim: int,
-                tp: int) -> list[tuple[str, int, int, int]]:
-    """(name, m, n, k) of one layer's Megatron tensor-parallel GEMMs: forward, dgrad, wgrad."""
+                tp: int, tokens: int = TOKENS, gated: bool = True
+                ) -> list[tuple[str, int, int, int]]:
+    """(name, m, n, k) of one layer's Megatron tensor-parallel GEMMs: forward, dgrad, wgrad.
+    ``gated``: fc1 computes the gate and the up projection at once (SwiGLU), 2 x ffn columns."""
     qkv = (q_heads + 2 * kv_heads) * head_dim // tp
-    fwd = [("qkv", TOKENS, qkv, hidden), ("proj", TOKENS, hidden, q_heads * head_dim // tp),
-           ("fc1", TOKENS, 2 * ffn // tp, hidden), ("fc2", TOKENS, hidden, ffn // tp)]
+    fc1 = (2 if gated else 1) * ffn // tp
+    fwd = [("qkv", tokens, qkv, hidden), ("proj", tokens, hidden, q_heads * head_dim // tp),
+           ("fc1", tokens, fc1, hidden), ("fc2", tokens, hidden, ffn // tp)]
     out = []
     for name, m, n, k in fwd:
         out += [(f"{name}.fwd", m, n, k), (f"{name}.dgrad", m, k, n), (f"{name}.wgrad", n, k, m)]
@@ -136,14 +149,17 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
     parser.add_argument("--seconds", type=float, default=25.0)
+    parser.add_argument("--layers", nargs="+", choices=sorted(LAYERS), default=DEFAULT_LAYERS)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     smi_path = args.out / "smi.csv"
     smi = smi_start(smi_path)
     result: dict[str, object] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+                                 "fingerprint": current_fingerprint("cuda").id,
                                  "tokens": TOKENS, "seconds": args.seconds, "layers": {}}
     try:
-        for label, dims in LAYERS.items():
+        for label in args.layers:
+            dims = LAYERS[label]
             gemms = layer_gemms(*dims)
             calls = make_calls(gemms)
             time.sleep(3.0)  # let the clock fall back as between profiler points
@@ -160,7 +176,7 @@ def main() -> None:
                         "tflops_sustained_last_10s": flops / run["last_10s_median_s"] / 1e12,
                         "smi_last_10s": smi_window(smi_path, t1 - 10.0, t1),
                         "smi_first_2s": smi_window(smi_path, t0, t0 + 2.0),
-                        "gemms": [list(g) for g in gemms]})
+                        "gemms": [list(g) for g in gemms], "dims": list(dims)})
             result["layers"][label] = run
             print(label, f"isolated {iso_sum*1e3:.3f} ms, sustained first 2 s "
                   f"{run['first_2s_median_s']*1e3:.3f} ms, last 10 s {run['last_10s_median_s']*1e3:.3f} ms, "

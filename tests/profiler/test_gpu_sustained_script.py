@@ -52,3 +52,13 @@ def test_smi_window_takes_medians_inside_the_window_and_skips_bad_lines(tmp_path
     assert window["temp_c_max"] == pytest.approx(58.0)
     assert window["throttle_reasons"] == ["0x0000000000000004"]
     assert gpu_sustained.smi_window(path, t0 + 10, t0 + 20) == {"samples": 0}
+
+
+def test_mpt_layers_have_an_ungated_mlp_at_their_micro_batch_tokens():
+    gemms = gpu_sustained.layer_gemms(*gpu_sustained.LAYERS["mpt-1b-mb12"])
+    shapes = {name: (m, n, k) for name, m, n, k in gemms}
+    # MPT-1B: hidden 2,048, MLP 4 x 2,048 with GELU (one fc1 output, not a gate and an up).
+    assert shapes["fc1.fwd"] == (12 * 2048, 8192, 2048)
+    assert shapes["fc2.fwd"] == (12 * 2048, 2048, 8192)
+    assert shapes["qkv.fwd"] == (12 * 2048, 3 * 2048, 2048)
+    assert set(gpu_sustained.DEFAULT_LAYERS) <= set(gpu_sustained.LAYERS)
