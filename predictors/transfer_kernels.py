@@ -132,7 +132,9 @@ def fp8_context_spills(op: AttentionSpec, hw: HardwareSpec) -> bool:
     learn it from any other (check only, not the source of the rule): the L40S's fp8 / bf16
     prefill latency on the same shape is a median 1.3 at head_dim 64 and 1.9 at 256 against
     0.55 and 0.40 at 128 and 192, where H100 and B200 run fp8 at 0.66-0.96 of bf16 at every
-    head_dim."""
+    head_dim. NOTE: the tile is TensorRT-LLM's, the only stack with fp8 attention rows; the
+    denominator does not see the stack, so another stack's fp8 prefill on SM 8.9 is priced the
+    same way."""
     cc = hw.topology.compute_capability if hw.topology is not None else None
     return (op.phase == Phase.PREFILL and op.dtype.bytes < 2 and cc == _QMMA_CC
             and qmma_tile_registers(op.head_dim, op.dtype.bytes) > _MAX_REGISTERS)
