@@ -69,10 +69,11 @@ from predictors.transfer_kernels import (
     DECODE_KERNEL_NAMES,
     SMEM_TILE_NAMES,
     decode_kernel,
+    fp8_context_spills,
     smem_tiles,
 )
 
-TRANSFER_SCHEMA_VERSION = 14  # 2: vendor-peak roofline target; 3: dtype as bits, floor per class;
+TRANSFER_SCHEMA_VERSION = 15  # 2: vendor-peak roofline target; 3: dtype as bits, floor per class;
 # 4: collectives relative to NCCL's own ring model; 5: NCCL's ring + tree model on its topology's
 # link credit (`analytical.nccl`); 6: and the warm-L2 memory bound for GEMM and attention;
 # 7: the stack's release as a column (`predictors.transfer_data.version_of`); 8: the floor in
@@ -84,7 +85,8 @@ TRANSFER_SCHEMA_VERSION = 14  # 2: vendor-peak roofline target; 3: dtype as bits
 # dequantization (`predictors.transfer_kernels.decode_kernel`); 13: a send_recv over NVLink
 # inside a node at its path's own bandwidth, NCCL's denominator and columns
 # (`analytical.nccl._p2p_bandwidth`); 14: GEMMs as their harness repeats them, copies of the
-# weight or an emptied L2 (`predictors.transfer_harness`)
+# weight or an emptied L2 (`predictors.transfer_harness`); 15: the Ada fp8 context kernel that
+# spills its tile at the 16-bit peak (`predictors.transfer_kernels.fp8_context_spills`)
 TRANSFER_FAMILIES = ("gemm", "attention", "collective", "memory")
 # Families whose target denominator serves the L2-resident share of the operands from L2
 # (`warm_roofline_s`): the curated GEMM and attention rows are TensorRT-LLM's and Vidur's
@@ -131,9 +133,12 @@ def warm_memory_s(nbytes: float, hw: HardwareSpec, share: float | None = None) -
 
 def warm_roofline_s(op: OpSpec, hw: HardwareSpec, copies: int = 1) -> float:
     """The vendor-peak roofline with `warm_memory_s` as its memory term, the harness cycling
-    through ``copies`` weights (`predictors.transfer_harness`)."""
-    return max(op.flops / _peak_flops(op, hw),
-               warm_memory_s(op.bytes, hw, resident_share(op, hw, copies)))
+    through ``copies`` weights (`predictors.transfer_harness`); an fp8 context kernel that
+    spills its tile (`predictors.transfer_kernels.fp8_context_spills`) at the 16-bit peak."""
+    peak = _peak_flops(op, hw)
+    if isinstance(op, AttentionSpec) and fp8_context_spills(op, hw):
+        peak = hw.peak_flops_bf16
+    return max(op.flops / peak, warm_memory_s(op.bytes, hw, resident_share(op, hw, copies)))
 
 
 def _work(op: OpSpec, hw: HardwareSpec, working_set: float, *, warm: bool = False,

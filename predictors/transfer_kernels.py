@@ -96,3 +96,45 @@ def decode_kernel(op: AttentionSpec, hw: HardwareSpec) -> list[float]:
 
 
 DECODE_KERNEL_NAMES = ["decode_masked_mha", "kv_fp8_dequantized"]
+
+# TensorRT-LLM's Ada e4m3 context FMHA (NVIDIA/TensorRT-LLM cpp/kernels/fmha_v2/setup.py,
+# ``enumerate_qmma_flash_kernels``, built for sm89 under ``ENABLE_SM89_QMMA``): query x key loop
+# steps of (128, 128) up to head_size 64 and (64, 32) from 72 to 256, 4 warps along the queries
+# (``warps_m=4, warps_n=1``), no fragment limiting (``limit_qk_fragments`` and
+# ``limit_v_fragments`` False, where the bf16 kernels limit them at head_size 256 and step the
+# keys by 16 above 128). A thread holds at most 255 registers (CUDA C++ Programming Guide,
+# "Technical Specifications per Compute Capability", maximum number of 32-bit registers per
+# thread, every compute capability here).
+_QMMA_CC = 89
+_QMMA_WARPS_M = 4
+_QMMA_WIDE_HEAD = 64  # head sizes up to this one take the (128, 128) tile
+_MAX_REGISTERS = 255
+
+
+def qmma_tile_registers(head_dim: int, elem_bytes: float) -> float:
+    """32-bit registers per thread that the sm89 e4m3 context tile keeps live (`_QMMA_CC`): one
+    warp's query rows against the key step as fp32 scores S, against the head as the fp32
+    output O, and the Q, K, V and P operand fragments at ``elem_bytes`` each, spread over the
+    warp's 32 lanes: head_dim 64 368, 128 164, 192 236, 256 308."""
+    q_step, kv_step = (128, 128) if head_dim <= _QMMA_WIDE_HEAD else (64, 32)
+    rows = q_step / _QMMA_WARPS_M
+    accumulators = rows * (kv_step + head_dim) / 32
+    fragments = (rows * head_dim + 2 * kv_step * head_dim + rows * kv_step) * elem_bytes / 128
+    return accumulators + fragments
+
+
+def fp8_context_spills(op: AttentionSpec, hw: HardwareSpec) -> bool:
+    """Whether TensorRT-LLM's fp8 context kernel on this GPU needs more registers than a thread
+    has (`qmma_tile_registers`), so that the compiler spills its tile to local memory: on SM
+    8.9 at head_dim 64 and 256, not at 128 and 192. Such a kernel is priced at the 16-bit MMA
+    peak (`predictors.transfer_features.warm_roofline_s`): its fp8 MMAs no longer set its
+    pace. The store shows it on the one SM 8.9 GPU with attention rows, which held out cannot
+    learn it from any other (check only, not the source of the rule): the L40S's fp8 / bf16
+    prefill latency on the same shape is a median 1.3 at head_dim 64 and 1.9 at 256 against
+    0.55 and 0.40 at 128 and 192, where H100 and B200 run fp8 at 0.66-0.96 of bf16 at every
+    head_dim. NOTE: the tile is TensorRT-LLM's, the only stack with fp8 attention rows; the
+    denominator does not see the stack, so another stack's fp8 prefill on SM 8.9 is priced the
+    same way."""
+    cc = hw.topology.compute_capability if hw.topology is not None else None
+    return (op.phase == Phase.PREFILL and op.dtype.bytes < 2 and cc == _QMMA_CC
+            and qmma_tile_registers(op.head_dim, op.dtype.bytes) > _MAX_REGISTERS)

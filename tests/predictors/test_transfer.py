@@ -580,6 +580,33 @@ def test_decode_kernel_follows_tensorrt_llms_dispatch():
     assert kernel("l40s", 8, DType.FP8, Phase.PREFILL) == [0.0, 0.0]
 
 
+def test_an_ada_fp8_context_tile_that_spills_is_priced_at_the_16_bit_peak():
+    """TensorRT-LLM's sm89 e4m3 context tiles (fmha_v2 setup.py: 128 x 128 up to head_dim 64,
+    64 x 32 above, four warps along the queries) keep 368, 164, 236 and 308 registers per thread
+    live at head_dim 64, 128, 192 and 256: over the 255 a thread has at 64 and 256, so those
+    rows' denominator takes the bf16 peak; not on Hopper, not in bf16, not for decode."""
+    from analytical.ops import AttentionSpec, Phase
+    from predictors.transfer_kernels import fp8_context_spills, qmma_tile_registers
+
+    assert [qmma_tile_registers(d, 1.0) for d in (64, 128, 192, 256)] == [368, 164, 236, 308]
+    l40s, h100 = get_hardware("l40s"), get_hardware("h100-sxm")
+
+    def op(head_dim: int, dtype: DType = DType.FP8, phase: Phase = Phase.PREFILL):
+        q = 1 if phase == Phase.DECODE else 8192
+        return AttentionSpec(batch=4, q_len=q, kv_len=8192, heads=32, kv_heads=8,
+                             head_dim=head_dim, phase=phase, dtype=dtype)
+
+    assert [fp8_context_spills(op(d), l40s) for d in (64, 128, 192, 256)] == [
+        True, False, False, True]
+    assert not fp8_context_spills(op(64), h100)
+    assert not fp8_context_spills(op(64, DType.BF16), l40s)
+    assert not fp8_context_spills(op(64, phase=Phase.DECODE), l40s)
+    spills, holds = op(64), op(128)
+    assert ideal_seconds([spills], l40s)[0] == pytest.approx(spills.flops / l40s.peak_flops_bf16)
+    assert ideal_seconds([holds], l40s)[0] == pytest.approx(holds.flops / l40s.peak_flops_fp8)
+    assert ideal_seconds([spills], h100)[0] == pytest.approx(spills.flops / h100.peak_flops_fp8)
+
+
 def test_rows_faster_than_their_dram_traffic_are_left_out():
     """A GEMM or attention row faster than its bytes beyond the L2 take from DRAM at the
     datasheet bandwidth did not move them (aiconfigurator's K-only A100 KV cache): left out;
