@@ -50,6 +50,7 @@ from simulate.torch_kernels import (
     Fp8Recipe,
     eager_traffic,
     fp8_weight_gemm,
+    fused_in_store,
     optimizer_traffic,
     rowwise_backward,
 )
@@ -246,15 +247,15 @@ _SIXTEEN_BIT = frozenset({DType.BF16, DType.FP16})
 def framework_estimates(ops: Sequence[OpSpec], estimates: Sequence[Estimate],
                         hw: HardwareSpec, framework: str, *, kernel: str = "flash",
                         compiled: bool = True) -> list[Estimate]:
-    """``estimates`` of ``ops`` with roofline (or `_foreign_kernel`) attention re-timed at the
-    fraction of peak of the framework's backend (or ``kernel``'s; compute term only, the memory
-    term stays the roofline's), roofline reductions at the framework's bandwidth (or, not
-    ``compiled``, at the eager composite's traffic), and 16-bit GEMMs no faster than the
-    hardware's sustained rate (`sustained`: a training step is long back-to-back compute)."""
+    """``estimates`` with roofline (or `_foreign_kernel`) attention at the framework backend's
+    fraction of peak (compute term), reductions at its bandwidth (eager: the composite's traffic,
+    also over a fused store kernel: `fused_in_store`), 16-bit GEMMs no faster than `sustained`."""
     return [sustained(op, _retimed(op, e, hw, framework, kernel, compiled)
                       if e.engine == "roofline" or _foreign_kernel(op, e, hw, framework, kernel)
+                      or fused_in_store(op, framework, compiled)
                       else e, hw)
             for op, e in zip(ops, estimates, strict=True)]
+
 
 
 # Measured attention that is not the framework's kernel. No store holds FlashAttention's Triton

@@ -15,7 +15,7 @@ from analytical.layers import layer_ops
 from analytical.model import load_model
 from analytical.ops import MemoryBoundSpec, MemoryOpKind
 from simulate.efficiency import fp8_cast_nodes, framework_estimates
-from simulate.engines import EngineChain, EngineOptions
+from simulate.engines import EngineChain, EngineOptions, Estimate
 from simulate.scenario import load_scenario
 from simulate.search.training_search import search_training
 from simulate.torch_kernels import eager_traffic, unfused_loss_nodes
@@ -58,6 +58,23 @@ def test_eager_rmsnorm_moves_nine_times_the_fused_traffic():
     eager = framework_estimates([op], [roof], hw, "torchtitan", compiled=False)[0]
     alpha = hw.efficiency.kernel_latency_s  # the roofline's fixed time of one kernel
     assert eager.latency_s == pytest.approx(9.0 * (roof.latency_s - alpha) + alpha, rel=1e-6)
+
+
+def test_a_measured_fused_rmsnorm_is_repriced_as_the_eager_composite():
+    """The store's RMSNorm is one fused kernel (`F.rms_norm`); eager torchtitan runs the
+    composite, so its answer is re-priced as the roofline of 9x the traffic, as a roofline
+    answer is. Compiled, or a composite the store measured as such (SwiGLU), it stands."""
+    hw = get_hardware("h100-sxm")
+    norm = MemoryBoundSpec(kind=MemoryOpKind.RMSNORM, rows=8192, cols=4096, dtype=DType.BF16)
+    glu = MemoryBoundSpec(kind=MemoryOpKind.SWIGLU, rows=8192, cols=4096, dtype=DType.BF16)
+    roof = EngineChain.from_options(hw, ENGINES).estimate(norm)
+    measured = Estimate(latency_s=5e-5, engine="store")
+    eager = framework_estimates([norm], [measured], hw, "torchtitan", compiled=False)[0]
+    alpha = hw.efficiency.kernel_latency_s
+    assert eager.latency_s == pytest.approx(9.0 * (roof.latency_s - alpha) + alpha, rel=1e-6)
+    assert framework_estimates([norm], [measured], hw, "torchtitan")[0] == measured
+    assert framework_estimates([norm], [measured], hw, "megatron", compiled=False)[0] == measured
+    assert framework_estimates([glu], [measured], hw, "torchtitan", compiled=False)[0] == measured
 
 
 def test_eager_torchtitan_is_slower_and_megatron_does_not_care():
