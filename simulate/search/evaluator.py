@@ -85,10 +85,12 @@ class LayoutEvaluator:
                      ) -> dict[Any, BlockCost]:
         """Layer / embedding / head costs of one layer shape (cached): `_blocks`' blocks, one
         `estimate_many` call for their distinct operators, then `_simulate`'s passes over them
-        (the a2a overlap of the paired share of passes, the MoE host floor)."""
+        (the a2a overlap of the paired share of passes, the MoE host floor with ``t``'s CUDA
+        graphs)."""
         par, ov = t.parallel, t.overlap
         paired = paired_fraction(t.num_microbatches, par.pp, par.vpp) if ov.moe_a2a else None
-        key = (step, par.tp, par.pp, par.ep, par.etp, ov.tp_comm, slowdown, paired)
+        key = (step, par.tp, par.pp, par.ep, par.etp, ov.tp_comm, slowdown, paired,
+               t.cuda_graph)
         if key in self._blocks:
             return self._blocks[key]
         blocks = _blocks(self.model, par, step)
@@ -102,7 +104,7 @@ class LayoutEvaluator:
         costs = {k: block_cost(b, est, tp_overlap=ov.tp_comm, slowdown=slowdown, **tpo)
                  for k, b in blocks.items()}
         costs = a2a_overlap_costs(costs, blocks, est, t, slowdown)
-        costs = host_bound_costs(costs, blocks, step, est, self.hw)
+        costs = host_bound_costs(costs, blocks, step, est, self.hw, t.cuda_graph)
         self._blocks[key] = costs
         self.stats["block_shapes"] += 1
         return costs
@@ -172,7 +174,7 @@ class LayoutEvaluator:
                t.seq_len, t.precision, t.recompute,
                t.attention, t.cp_algorithm, t.framework, t.compile, t.fp8_recipe,
                t.lora_rank, t.lora_targets,
-               ov.tp_comm, ov.compute_slowdown, ov.comm_sms, t.offload, gpn,
+               ov.tp_comm, ov.compute_slowdown, ov.comm_sms, t.offload, gpn, t.cuda_graph,
                t.num_microbatches if ov.moe_a2a else None)
         hit = self._shapes.get(key)
         if hit is None:

@@ -214,3 +214,12 @@ def test_a2a_overlap_best_candidate_prices_as_simulate_json(tmp_path, capsys):
     assert main(["simulate", str(path), "--json", "--no-store", "--no-predictors"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["iteration_time_s"] == pytest.approx(res.rows[0]["iteration_time_s"], rel=REL)
+
+
+def test_cuda_graph_scopes_search_equals_run_training():
+    """The MoE host floor sees the scenario's CUDA-graph scopes in the search as in simulate."""
+    doc = {**MOE, "name": "moe-graphs",
+           "training": {**MOE["training"], "parallel": {"tp": 2, "pp": 2, "ep": [2, 8],
+                                                        "sp": True, "zero": 1},
+                        "recompute": "selective", "cuda_graph": ["attn", "moe_router"]}}
+    _check_rows_equal_simulate(doc, search_training(doc, executor="serial", engines=ENGINES))
