@@ -177,6 +177,18 @@ def _inflight_factor(parallel: ParallelConfig, schedule: Schedule, num_microbatc
     return float(min(pp - stage, num_microbatches))
 
 
+def _merged_passes(parallel: ParallelConfig, num_microbatches: int, stage: int) -> bool:
+    """Whether pipeline ``stage`` runs any merged forward-and-backward pass of Megatron-Core's
+    combined 1F1B (``overlap_moe_expert_parallel_comm``; Megatron-Core only runs it without a
+    pipeline or interleaved: TransformerConfig.__post_init__, NVIDIA/Megatron-LM b0cc2706): its
+    warm-up, the interleaved one plus one more forward (``get_pp_rank_microbatches``) or with
+    pp = 1 the first forward alone (``combined_1f1b_schedule_for_no_pipelining``), leaves some
+    of its m * vpp chunks for the steady state."""
+    pp, vpp = parallel.pp, parallel.vpp
+    warmup = 1 if pp == 1 else (pp - stage - 1) * 2 + (vpp - 1) * pp + 1
+    return warmup < num_microbatches * vpp
+
+
 def _positive(value: int, field: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise SpecError(field, f"must be an integer >= 1, got {value!r}")
@@ -190,7 +202,7 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
                     framework: Framework = Framework.MEGATRON,
                     fp8: bool = False,
                     recompute_modules: tuple[RecomputeModule, ...] = (),
-                    compiled_loss: bool = False) -> TrainingMemory:
+                    compiled_loss: bool = False, combined_1f1b: bool = False) -> TrainingMemory:
     """Training memory of the most loaded pipeline stage's GPU: the first, or under an
     ``embedding-loss`` pipeline split (one layer less on the first stage) the first or second.
 
@@ -202,7 +214,9 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
     loss working set); ``fp8`` with Megatron/NeMo saves linear inputs in fp8 (Transformer
     Engine); ``recompute_modules`` under selective recompute: Megatron-Core's modules
     (`recompute_modules_freed`; empty: the attention core); ``compiled_loss``: torchtitan's
-    loss under torch.compile. Raises SpecError for a layout the model cannot take.
+    loss under torch.compile; ``combined_1f1b``: Megatron-Core's combined 1F1B order of the
+    EP all-to-all overlap (`_stage_activations`). Raises SpecError for a layout the model
+    cannot take.
     """
     _positive(micro_batch, "training.micro_batch")
     _positive(seq_len, "training.seq_len")
@@ -226,7 +240,7 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
         out.append(TrainingMemory(
             weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=opt,
             activations_bytes=_stage_activations(layer, stage, recompute, schedule,
-                                                 num_microbatches, rank),
+                                                 num_microbatches, rank, combined_1f1b),
             other_bytes=_gathered_weights(parallel, stage, framework, param_dtype_bytes)))
     return max(out, key=lambda m: m.total_bytes)
 
@@ -259,9 +273,20 @@ def _model_states(model: ModelSpec, parallel: ParallelConfig, stage: StageParams
 
 
 def _stage_activations(layer: _LayerActivations, stage: StageParams, recompute: Recompute,
-                       schedule: Schedule, num_microbatches: int, rank: int = 0) -> float:
+                       schedule: Schedule, num_microbatches: int, rank: int = 0,
+                       combined_1f1b: bool = False) -> float:
     """Peak activations: stored tensors of the stage's layers, embedding and head times the
-    micro-batches in flight, plus one layer's recomputed tensors during its backward."""
+    micro-batches in flight, plus one layer's recomputed tensors during its backward.
+
+    The combined 1F1B order holds the same chunks as the plain one when a step starts: its
+    extra warm-up forward is the plain step's forward that runs before the first backward.
+    What it adds is inside a merged pass: layer by layer, the forward micro-batch's layer runs
+    its attention, dispatch, experts and combine before the paired backward layer's attention
+    backward and ``release_state`` free that layer (``TransformerLayerSchedulePlan.run`` and
+    ``TransformerModelChunkSchedulePlan.run``, megatron/core/models/common/
+    model_chunk_schedule_plan.py at NVIDIA/Megatron-LM b0cc2706), so one more layer's stored
+    tensors at most (`_merged_passes`: on stages that run a merged pass).
+    """
     model, parallel = layer.model, layer.parallel
     per_mb = _stored_by_layer(layer, stage.layer_is_moe, recompute)
     per_mb += _embedding_and_head_activations(model, parallel, stage, layer.micro_batch,
@@ -269,6 +294,9 @@ def _stage_activations(layer: _LayerActivations, stage: StageParams, recompute: 
                                               _logit_bytes(layer.framework,
                                                            layer.compiled_loss))
     activations = per_mb * _inflight_factor(parallel, schedule, num_microbatches, rank)
+    if combined_1f1b and _merged_passes(parallel, num_microbatches, rank):
+        activations += max((layer.stored(is_moe, recompute) for is_moe in set(stage.layer_is_moe)),
+                           default=0.0)
     if recompute != Recompute.NONE:
         # Backward re-runs one layer at a time, so what recompute dropped exists for one layer.
         activations += max(layer.stored(is_moe, Recompute.NONE) - layer.stored(is_moe, recompute)

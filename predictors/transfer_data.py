@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -91,6 +91,9 @@ class TransferData:
     cap: int
     seed: int
     fingerprint: Fingerprint
+    # hardware name -> measurements left out by `below_dram_bound` (GPUs with any), counted
+    # once here for the outcome's record and summary
+    below_bound: dict[str, int] = field(default_factory=dict)
 
     def names(self) -> list[str]:
         return list(self.gpus)
@@ -204,4 +207,5 @@ def load_transfer_data(store: Store, family: str, *, cap: int | None = None, see
                                                                           strict=True)]
     latency = np.concatenate([g.latency_s for g in gpus.values()])
     return TransferData(family=family, gpus=gpus, skipped=skipped, cap=cap, seed=seed,
-                        fingerprint=fingerprint(keys, latency))
+                        fingerprint=fingerprint(keys, latency),
+                        below_bound={n: g.below_bound for n, g in gpus.items() if g.below_bound})

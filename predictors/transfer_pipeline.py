@@ -32,8 +32,7 @@ class TransferOutcome:
                 "rows": self.model.rows, "rows_per_gpu": {n: len(g) for n, g in
                                                           self.data.gpus.items()},
                 "skipped": dict(self.data.skipped), "stacks": list(self.model.stacks),
-                "below_dram_bound": {n: g.below_bound for n, g in self.data.gpus.items()
-                                     if g.below_bound},
+                "below_dram_bound": dict(self.data.below_bound),
                 "default_stack": self.model.default_stack,
                 "data_fingerprint": str(self.data.fingerprint), "n_trees": self.model.n_trees,
                 "fit_s": round(self.fit_s, 2), "run_id": self.run_id, "version": self.version,
@@ -45,8 +44,8 @@ class TransferOutcome:
                   f"run {self.run_id}, version {self.version}"
                   f"{' (champion)' if self.champion else ' (not champion)'}: {self.gate}")
         skipped = "; ".join([f"{k}: {v}" for k, v in self.data.skipped.items()]
-                            + [f"{k}: {g.below_bound} rows below their DRAM bound"
-                               for k, g in self.data.gpus.items() if g.below_bound]) or "none"
+                            + [f"{k}: {n} rows below their DRAM bound"
+                               for k, n in self.data.below_bound.items()]) or "none"
         return (f"transfer {d['family']}: trained on {', '.join(self.model.gpus)} "
                 f"({d['rows']} rows: {d['rows_per_gpu']}), stacks {d['stacks']} (asked as "
                 f"{d['default_stack']}), {d['n_trees']} trees in {d['fit_s']} s; data "

@@ -26,14 +26,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import os
 import sys
 from collections import Counter
-from pathlib import Path
 
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+from moe_cpu_harness import add_layer_options, gloo_rank, moe_config, run_ranks
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
@@ -303,23 +300,10 @@ def _patch_fused_permute() -> None:
 
 
 def _layer(args: argparse.Namespace, ep: int, fusion: bool):  # noqa: ANN202
-    from megatron.core import parallel_state
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer.moe.moe_layer import MoELayer
-    from megatron.core.transformer.transformer_config import TransformerConfig
 
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=1,
-                                             expert_model_parallel_size=ep)
-    cfg = TransformerConfig(
-        num_layers=1, hidden_size=args.hidden, num_attention_heads=4,
-        ffn_hidden_size=args.ffn, moe_ffn_hidden_size=args.ffn, num_moe_experts=args.experts,
-        moe_router_topk=args.topk, moe_token_dispatcher_type="alltoall",
-        moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-3,
-        moe_grouped_gemm=False, moe_permute_fusion=False, moe_router_fusion=fusion,
-        moe_router_dtype="fp32", expert_model_parallel_size=ep, bf16=True,
-        params_dtype=torch.bfloat16, use_cpu_initialization=True, perform_initialization=True,
-        add_bias_linear=False, gated_linear_unit=True, activation_func=torch.nn.functional.silu,
-        bias_activation_fusion=False, sequence_parallel=False)
+    cfg = moe_config(args, ep, moe_router_fusion=fusion, bf16=True, params_dtype=torch.bfloat16)
     spec = get_gpt_layer_local_spec(num_experts=args.experts, moe_grouped_gemm=False)
     layer = MoELayer(cfg, spec.submodules.mlp.submodules, layer_number=1)
     # the dispatcher puts its chunk-sort indices on CUDA under permute fusion: built unfused
@@ -355,10 +339,12 @@ def _step(layer, tokens: int, hidden: int) -> None:  # noqa: ANN001
 
 
 def _worker(rank: int, world: int, args: argparse.Namespace, fusion: bool, q) -> None:  # noqa: ANN001
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port + world * 2 + fusion))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    torch.manual_seed(1234 + rank)
-    torch.set_num_threads(1)
+    with gloo_rank(rank, world, args.port + world * 2 + fusion):
+        q.put(_count(rank, world, args, fusion))
+
+
+def _count(rank: int, world: int, args: argparse.Namespace, fusion: bool) -> list[dict]:
+    """This rank's op counts per token count (module docstring)."""
     _patch_cuda()
     if fusion:
         _patch_fused_router()
@@ -377,39 +363,22 @@ def _worker(rank: int, world: int, args: argparse.Namespace, fusion: bool, q) ->
         for (pass_, part, cls, op), n in sorted(STATE.ops.items()):
             rows.append(dict(rank=rank, ep=world, tokens=tokens, router_fusion=fusion,
                              pass_=pass_, part=part, op_class=cls, op=op, count=n))
-    q.put(rows)
-    dist.barrier()
-    dist.destroy_process_group()
+    return rows
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--ep", type=int, nargs="+", default=[2, 4, 8])
-    p.add_argument("--tokens", type=int, nargs="+", default=[4096, 16384])
-    p.add_argument("--experts", type=int, default=128)
-    p.add_argument("--topk", type=int, default=8)
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--ffn", type=int, default=32)
+    add_layer_options(p, ep=[2, 4, 8], tokens=[4096, 16384], port=29611)
     p.add_argument("--router-fusion", choices=["off", "on", "both"], default="off")
     p.add_argument("--permute-fusion", choices=["off", "on"], default="off")
-    p.add_argument("--port", type=int, default=29611)
-    p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     import megatron.core
 
     fusions = {"off": [False], "on": [True], "both": [False, True]}[args.router_fusion]
     rows: list[dict] = []
-    ctx = mp.get_context("spawn")
     for fusion in fusions:
         for ep in args.ep:
-            q = ctx.Queue()
-            procs = [ctx.Process(target=_worker, args=(r, ep, args, fusion, q))
-                     for r in range(ep)]
-            for pr in procs:
-                pr.start()
-            got = [q.get() for _ in procs]
-            for pr in procs:
-                pr.join()
+            got = run_ranks(_worker, ep, args, fusion)
             rows += [r for rs in got for r in rs if r["rank"] == 0]
     meta = dict(megatron_core=megatron.core.__version__, torch=torch.__version__,
                 permute_fusion=args.permute_fusion == "on", experts=args.experts, topk=args.topk, hidden=args.hidden, ffn=args.ffn,

@@ -128,7 +128,7 @@ EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
     ("sustained 16-bit GEMM ceiling under the power limit (hardware efficiency.sustained_gemm)",
      [(efficiency, "sustained", lambda op, e, hw: e)]),
     ("MoE host floor at the host CPU's op time (hardware node.host_op_us; Grace 2.75x)",
-     [(moe_host, "host_kernel_s", lambda hw: moe_host.HOST_S_PER_KERNEL)]),
+     [(moe_host, "host_kernel_s", lambda hw: moe_host.x86_kernel_s())]),
     ("recipes' CUDA graphs off the MoE host floor (column cuda_graph)",
      [(training, "host_bound_costs", _no_graphs)]),
     ("Megatron-Core unfused cross entropy (Megatron-LM default; column cross_entropy_fusion)",

@@ -7,7 +7,8 @@ Runs Megatron-Core's real ``TransformerLayer`` (local spec: ``SelfAttention`` wi
 layernorm and unfused RoPE, then ``MoELayer`` with ``TopKRouter``, ``MoEAlltoAllTokenDispatcher``
 and ``SequentialMLP``) on EP gloo ranks on CPU, at negligible shapes (hidden 64, a few hundred
 tokens, fp32, one thread), with the CUDA streams / events stubbed and the parts labelled as in
-``scripts/count_moe_ops.py`` (whose set-up this reuses). Per rank, per token count:
+``scripts/count_moe_ops.py`` (whose instrumentation this reuses; the ranks and the
+config are `scripts/moe_cpu_harness.py`'s). Per rank, per token count:
 1. uninstrumented, ``--repeats`` fwd+bwd of the layer (part ``layer``) and of its
    ``SequentialMLP`` alone on the arguments it got in the layer (part ``experts_alone``): thread
    CPU time and wall time per pass, and the ops per class of one more pass under
@@ -48,11 +49,10 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import count_moe_ops as com  # noqa: E402
+from moe_cpu_harness import add_layer_options, gloo_rank, moe_config, run_ranks  # noqa: E402
 
 CLOCK = time.thread_time_ns
 
@@ -101,26 +101,14 @@ def _patch_rng() -> None:
 
 
 def _layer(args: argparse.Namespace, ep: int):  # noqa: ANN202
-    from megatron.core import parallel_state
     from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-    from megatron.core.transformer.transformer_config import TransformerConfig
     from megatron.core.transformer.transformer_layer import TransformerLayer
 
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=1,
-                                             expert_model_parallel_size=ep)
-    cfg = TransformerConfig(
-        num_layers=1, hidden_size=args.hidden, num_attention_heads=4, num_query_groups=2,
-        ffn_hidden_size=args.ffn, moe_ffn_hidden_size=args.ffn, num_moe_experts=args.experts,
-        moe_router_topk=args.topk, moe_token_dispatcher_type="alltoall",
-        moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-3,
-        moe_grouped_gemm=False, moe_permute_fusion=False, moe_router_fusion=False,
-        moe_router_dtype="fp32", expert_model_parallel_size=ep, params_dtype=torch.float32,
-        use_cpu_initialization=True, perform_initialization=True, add_bias_linear=False,
-        gated_linear_unit=True, activation_func=torch.nn.functional.silu, qk_layernorm=True,
-        bias_activation_fusion=False, masked_softmax_fusion=False, bias_dropout_fusion=False,
-        apply_rope_fusion=False, attention_dropout=0.0, hidden_dropout=0.0,
-        sequence_parallel=False)
+    cfg = moe_config(args, ep, num_query_groups=2, moe_router_fusion=False,
+                     params_dtype=torch.float32, qk_layernorm=True, masked_softmax_fusion=False,
+                     bias_dropout_fusion=False, apply_rope_fusion=False, attention_dropout=0.0,
+                     hidden_dropout=0.0)
     spec = get_gpt_layer_local_spec(num_experts=args.experts, moe_grouped_gemm=False,
                                     qk_layernorm=True)
     layer = TransformerLayer(cfg, spec.submodules, layer_number=1).train()
@@ -280,10 +268,12 @@ def _part_rows(layer, tokens: int, args: argparse.Namespace, rope) -> list[dict]
 
 
 def _worker(rank: int, world: int, args: argparse.Namespace, q) -> None:  # noqa: ANN001
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port + world))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    torch.manual_seed(1234 + rank)
-    torch.set_num_threads(1)
+    with gloo_rank(rank, world, args.port + world):
+        q.put([dict(rank=rank, ep=world, **r) for r in _measure(args, world)])
+
+
+def _measure(args: argparse.Namespace, world: int) -> list[dict]:
+    """This rank's rows (module docstring): reference ops, the layer whole, its parts."""
     com.STATE = TimedState()
     com._patch_cuda()
     _patch_rng()
@@ -294,10 +284,7 @@ def _worker(rank: int, world: int, args: argparse.Namespace, q) -> None:  # noqa
     _instrument(layer)
     for tokens in args.tokens:
         rows += _part_rows(layer, tokens, args, rope)
-    rows += _reference(args, "ref_after")  # again after the layer: drift of the machine's speed
-    q.put([dict(rank=rank, ep=world, **r) for r in rows])
-    dist.barrier()
-    dist.destroy_process_group()
+    return rows + _reference(args, "ref_after")  # again after the layer: the machine's drift
 
 
 def _cpu_model() -> str:
@@ -319,15 +306,8 @@ FIELDS = ["rank", "ep", "tokens", "pass_", "part", "cpu_us", "wall_us", "kernel"
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--ep", type=int, nargs="+", default=[1, 2, 4])
-    p.add_argument("--tokens", type=int, nargs="+", default=[64, 128])
-    p.add_argument("--experts", type=int, default=128)
-    p.add_argument("--topk", type=int, default=8)
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--ffn", type=int, default=32)
+    add_layer_options(p, ep=[1, 2, 4], tokens=[64, 128], port=29711)
     p.add_argument("--repeats", type=int, default=30)
-    p.add_argument("--port", type=int, default=29711)
-    p.add_argument("--out", type=Path, required=True)
     p.add_argument("--append", action="store_true",
                    help="add the rows to --out (one more run, told apart by its start time)")
     args = p.parse_args()
@@ -335,15 +315,8 @@ def main() -> None:
     import megatron.core
 
     rows: list[dict] = []
-    ctx = mp.get_context("spawn")
     for ep in args.ep:
-        q = ctx.Queue()
-        procs = [ctx.Process(target=_worker, args=(r, ep, args, q)) for r in range(ep)]
-        for pr in procs:
-            pr.start()
-        rows += [r for _ in procs for r in q.get()]
-        for pr in procs:
-            pr.join()
+        rows += [r for got in run_ranks(_worker, ep, args) for r in got]
     meta = dict(run=started, cpu=_cpu_model(), cores=os.cpu_count(), threads=1, dtype="fp32",
                 megatron_core=megatron.core.__version__, torch=torch.__version__,
                 experts=args.experts, topk=args.topk, hidden=args.hidden, ffn=args.ffn,

@@ -99,7 +99,7 @@ import csv
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -121,7 +121,7 @@ from simulate.moe_graphs import (
     forward_base,
 )
 
-__all__ = ["HOST_S_PER_KERNEL", "MEASURED_CPU", "HostIssue", "host_kernel_s",
+__all__ = ["MEASURED_CPU", "x86_kernel_s", "HostIssue", "host_kernel_s",
            "host_ops_per_kernel", "pass_shares", "pass_with_sync", "host_bound_costs",
            "pass_kernels", "node_kernels", "te_module_calls"]
 
@@ -129,7 +129,8 @@ __all__ = ["HOST_S_PER_KERNEL", "MEASURED_CPU", "HostIssue", "host_kernel_s",
 # ``node.host_op_us``: a DGX H100's Xeon Platinum 8480C (TE issue 2053).
 X86_HOST_OP_S = 13.48e-6
 
-# CPU time of an eager Megatron-Core MoE layer, measured (module docstring).
+# CPU time of an eager Megatron-Core MoE layer, measured (module docstring); read on first use
+# (`host_ops_per_kernel`), so importing the simulator reads no file.
 MEASURED_CPU = DATASETS_DIR / "measurements" / "llmsim" / "cpu" / "moe-layer-cpu" / \
     "qwen3-moe-layer.csv"
 
@@ -157,6 +158,10 @@ def host_ops_per_kernel(path: Path | None = None, passes: tuple[str, ...] = ("fw
 
 @cache
 def _host_ops_per_kernel(path: Path, passes: tuple[str, ...]) -> float:
+    if not path.is_file():
+        raise FileNotFoundError(f"the MoE host floor needs the measured CPU time of an eager "
+                                f"Megatron-Core MoE layer, {path}, which is missing "
+                                f"(scripts/time_moe_layer_cpu.py writes it)")
     cpu: defaultdict[tuple[int, str, str, int], list[float]] = defaultdict(list)
     kernels: defaultdict[int, dict[tuple[int, str], int]] = defaultdict(dict)
     with path.open(newline="") as f:
@@ -186,8 +191,9 @@ def pass_shares() -> tuple[float, float]:
     return host_ops_per_kernel(passes=("fwd",)) / both, host_ops_per_kernel(passes=("bwd",)) / both
 
 
-# CPU seconds per kernel on an x86 host without a measured per-op time (`host_kernel_s`).
-HOST_S_PER_KERNEL = host_ops_per_kernel() * X86_HOST_OP_S
+def x86_kernel_s() -> float:
+    """CPU seconds per kernel on an x86 host without a measured per-op time (`host_kernel_s`)."""
+    return host_ops_per_kernel() * X86_HOST_OP_S
 
 # Kernels of the unfused routing path per MoE layer (forward, backward) that the operator graph
 # does not list: router, preprocess and permutation bookkeeping (`moe_graphs.ROUTING_PARTS`).
@@ -291,7 +297,7 @@ class HostIssue:
     """How the CPU issues an MoE layer: seconds per kernel (`host_kernel_s`), the parts
     captured in CUDA graphs and the forward node names of the attention part."""
 
-    kernel_s: float = HOST_S_PER_KERNEL
+    kernel_s: float = field(default_factory=x86_kernel_s)
     graphs: frozenset[CudaGraphScope] = frozenset()
     attention: frozenset[str] = frozenset()
     router_fusion: bool = True  # `--moe-router-fusion` (`moe_graphs.UNFUSED_ROUTER`)
@@ -337,12 +343,13 @@ def _split(nodes: Sequence[Node], sync: str) -> tuple[list[Node], list[Node]]:
 
 
 def pass_with_sync(p: PassCost, nodes: Sequence[Node], est: Mapping[str, Estimate],
-                   local_experts: int, *, backward: bool, issue: HostIssue = HostIssue()
+                   local_experts: int, *, backward: bool, issue: HostIssue | None = None
                    ) -> PassCost:
     """One pass of an MoE layer whose CPU waits on the GPU at the dispatcher's token-count
     copy: max(CPU, GPU) before the sync plus max(CPU, GPU) after it. The backward pass syncs
     only where it recomputes the dispatcher (full or ``moe`` recompute: ``recompute.dispatch``),
     which replays the forward's routing bookkeeping before the sync; else it is max(CPU, GPU)."""
+    issue = issue or HostIssue()
     sync = f"recompute.{SYNC_NODE}" if backward else SYNC_NODE
     pre, post = _split(nodes, sync)
     if not post:  # no sync in this pass (a backward without recompute of the dispatcher)

@@ -209,7 +209,11 @@ class _PipelineRun:
 
 def _steady_forwards(order: Sequence[tuple[int, int, int]]) -> frozenset[int]:
     """Positions of the steady state's forwards, each followed by the backward it runs with:
-    the forwards after the first backward, and the one right before it (``stage_order``)."""
+    the forwards after the first backward, and the one right before it (``stage_order``); none
+    when every forward is in the warm-up (Megatron-Core's ``are_all_microbatches_in_warmup``:
+    its steady loop runs no step, so the last forward and the first backward run apart)."""
     first_bwd = next((i for i, task in enumerate(order) if task[0] == BWD), len(order))
+    if first_bwd == sum(task[0] == FWD for task in order):
+        return frozenset()
     return frozenset(i for i in range(max(first_bwd - 1, 0), len(order) - 1)
                      if order[i][0] == FWD and order[i + 1][0] == BWD)

@@ -18,7 +18,7 @@ from analytical.layer_spec import LoraSpec, Precision, Sharding, Stream, ranks_p
 from analytical.memory import TrainingMemory, training_memory
 from analytical.model import load_model
 from analytical.ops import CollectiveKind
-from analytical.parallel import ParallelConfig
+from analytical.parallel import ParallelConfig, Schedule
 from analytical.stage import StageParams, chunk_layers, is_moe_layer, stage_params
 from simulate.costs import BlockCost, OpEvent, add_engine_time, block_cost, pass_timeline
 from simulate.dp_sync import collective_spec, grad_bucket_queues, param_gathers
@@ -97,8 +97,17 @@ def memory_before_offload(model, t: TrainingSpec) -> TrainingMemory:
                            flash_attention=t.fused_attention,
                            framework=t.framework, fp8=t.precision == DType.FP8,
                            grad_dtype_bytes=t.grad_buffer_bytes,
+                           combined_1f1b=combined_1f1b(t),
                            lora_params=(lora_trainable_params(model, t.lora_rank, t.lora_targets)
                                         if t.lora_rank else None))
+
+
+def combined_1f1b(t: TrainingSpec) -> bool:
+    """Whether Megatron-Core's combined 1F1B order runs: the a2a overlap
+    (``training.overlap.moe_a2a``) without a pipeline or interleaved, the only layouts it
+    takes (`analytical.memory._merged_passes`)."""
+    par = t.parallel
+    return t.overlap.moe_a2a and t.schedule != Schedule.GPIPE and (par.pp == 1 or par.vpp > 1)
 
 
 def _lora_stage(model, t: TrainingSpec, sp: StageParams) -> StageParams:

@@ -22,6 +22,7 @@ from typing import Any
 
 from analytical.hardware import GIB, HardwareSpec
 from analytical.ops import CollectiveKind
+from analytical.parallel import Schedule
 from analytical.stage import StageParams, stage_params
 from simulate.costs import BlockCost, add_engine_time, block_cost
 from simulate.dp_sync import collective_spec, grad_bucket_queues, param_gathers
@@ -31,9 +32,11 @@ from simulate.extrapolation import sliced_estimates
 from simulate.fsdp_root import has_fsdp_root
 from simulate.graph import TrainStep
 from simulate.moe_host import host_bound_costs
+from simulate.moe_overlap import a2a_overlap_costs, paired_fraction
 from simulate.offload import offload_costs
 from simulate.overlap import default_compute_slowdown, share_link
 from simulate.scenario import ClusterSpec, Scenario, TrainingSpec
+from simulate.schedule import simulate_pipeline
 from simulate.search.batch_pipeline import batch_pipeline
 from simulate.training import (
     _blocks,
@@ -78,11 +81,16 @@ class LayoutEvaluator:
                                              split=par.pipeline_split)
         return self._params[key]
 
-    def _block_costs(self, par, step: TrainStep, tp_overlap: bool, slowdown: float
+    def _block_costs(self, t: TrainingSpec, step: TrainStep, slowdown: float
                      ) -> dict[Any, BlockCost]:
         """Layer / embedding / head costs of one layer shape (cached): `_blocks`' blocks, one
-        `estimate_many` call for their distinct operators."""
-        key = (step, par.tp, par.pp, par.ep, par.etp, tp_overlap, slowdown)
+        `estimate_many` call for their distinct operators, then `_simulate`'s passes over them
+        (the a2a overlap of the paired share of passes, the MoE host floor with ``t``'s CUDA
+        graphs)."""
+        par, ov = t.parallel, t.overlap
+        paired = paired_fraction(t.num_microbatches, par.pp, par.vpp) if ov.moe_a2a else None
+        key = (step, par.tp, par.pp, par.ep, par.etp, ov.tp_comm, slowdown, paired,
+               t.cuda_graph)
         if key in self._blocks:
             return self._blocks[key]
         blocks = _blocks(self.model, par, step)
@@ -93,10 +101,10 @@ class LayoutEvaluator:
                                                 compiled=step.compiled),
                        strict=True))
         tpo = tp_overlap_args(step.framework, par.tp)
-        costs = host_bound_costs({k: block_cost(b, est, tp_overlap=tp_overlap,
-                                                slowdown=slowdown, **tpo)
-                                  for k, b in blocks.items()}, blocks, step, est,
-                                 self.hw)
+        costs = {k: block_cost(b, est, tp_overlap=ov.tp_comm, slowdown=slowdown, **tpo)
+                 for k, b in blocks.items()}
+        costs = a2a_overlap_costs(costs, blocks, est, t, slowdown)
+        costs = host_bound_costs(costs, blocks, step, est, self.hw, t.cuda_graph)
         self._blocks[key] = costs
         self.stats["block_shapes"] += 1
         return costs
@@ -111,16 +119,13 @@ class LayoutEvaluator:
     @staticmethod
     def _pipe_key(t: TrainingSpec, fwd, bwd, p2p_s: float) -> tuple[Any, ...]:
         par = t.parallel
-        return (t.schedule, par.pp, par.vpp, t.num_microbatches, fwd, bwd, p2p_s)
+        combined = (t.overlap.moe_a2a and t.schedule != Schedule.GPIPE and par.vpp > 1)
+        return (t.schedule, par.pp, par.vpp, t.num_microbatches, combined, fwd, bwd, p2p_s)
 
     def _pipeline(self, t: TrainingSpec, fwd, bwd, p2p_s: float):
-        par = t.parallel
         key = self._pipe_key(t, fwd, bwd, p2p_s)
         if key not in self._pipes:
-            self._pipes[key] = batch_pipeline(schedule=t.schedule, pp=par.pp, vpp=par.vpp,
-                                              num_microbatches=t.num_microbatches, fwd_s=[fwd],
-                                              bwd_s=[bwd], p2p_s=[p2p_s])[0]
-            self.stats["pipelines"] += 1
+            self._batch_pipelines([key])
         return self._pipes[key]
 
     def _batch_pipelines(self, keys: list[tuple[Any, ...]]) -> None:
@@ -130,12 +135,17 @@ class LayoutEvaluator:
         classes: dict[tuple[Any, ...], dict[tuple[Any, ...], None]] = {}
         for key in keys:
             if key not in self._pipes:
-                classes.setdefault(key[:4], {})[key] = None
-        for (schedule, pp, vpp, m), members in classes.items():
+                classes.setdefault(key[:5], {})[key] = None
+        for (schedule, pp, vpp, m, combined), members in classes.items():
             todo = list(members)
-            results = batch_pipeline(schedule=schedule, pp=pp, vpp=vpp, num_microbatches=m,
-                                     fwd_s=[k[4] for k in todo], bwd_s=[k[5] for k in todo],
-                                     p2p_s=[k[6] for k in todo])
+            if combined:  # merged passes, which `batch_pipeline`'s levels do not model
+                results = [simulate_pipeline(schedule=schedule, pp=pp, vpp=vpp,
+                                             num_microbatches=m, fwd_s=k[5], bwd_s=k[6],
+                                             p2p_s=k[7], combined=True) for k in todo]
+            else:
+                results = batch_pipeline(schedule=schedule, pp=pp, vpp=vpp, num_microbatches=m,
+                                         fwd_s=[k[5] for k in todo],
+                                         bwd_s=[k[6] for k in todo], p2p_s=[k[7] for k in todo])
             self._pipes.update(zip(todo, results, strict=True))
             self.stats["pipelines"] += len(todo)
 
@@ -154,8 +164,9 @@ class LayoutEvaluator:
     def _stages(self, cluster: ClusterSpec, t: TrainingSpec):
         """Block costs, per-stage per-chunk forward/backward times of one micro-batch (tuples)
         and the p2p estimate, as `_simulate` builds them; cached per layout shape (everything
-        but the batch, the schedule, the DP-side overlap switches and, without offload, the
-        ZeRO stage below 3)."""
+        but the batch (the micro-batch count only under the a2a overlap, whose paired share
+        it sets), the schedule, the DP-side overlap switches and, without offload, the ZeRO
+        stage below 3)."""
         gpn = cluster.node_size(self.hw.gpus_per_node)
         ov, par = t.overlap, t.parallel
         key = (par.tp, par.pp, par.dp, par.cp, par.ep, par.etp, par.vpp, par.sp,
@@ -163,7 +174,8 @@ class LayoutEvaluator:
                t.seq_len, t.precision, t.recompute,
                t.attention, t.cp_algorithm, t.framework, t.compile, t.fp8_recipe,
                t.lora_rank, t.lora_targets,
-               ov.tp_comm, ov.compute_slowdown, ov.comm_sms, t.offload, gpn)
+               ov.tp_comm, ov.compute_slowdown, ov.comm_sms, t.offload, gpn, t.cuda_graph,
+               t.num_microbatches if ov.moe_a2a else None)
         hit = self._shapes.get(key)
         if hit is None:
             hit = self._shapes[key] = self._build_stages(t, gpn)
@@ -173,8 +185,7 @@ class LayoutEvaluator:
         model, hw, par = self.model, self.hw, t.parallel
         slowdown = t.overlap.compute_slowdown or default_compute_slowdown(hw, t.overlap.comm_sms)
         step = _train_step(t, gpn)
-        costs = offload_costs(self._block_costs(par, step, t.overlap.tp_comm, slowdown),
-                              model, t, hw)
+        costs = offload_costs(self._block_costs(t, step, slowdown), model, t, hw)
         act_bytes = step.tokens * model.hidden * step.precision.act.bytes
         act_bytes /= par.tp if par.sp else 1
         p2p = collective_spec(CollectiveKind.SEND_RECV, act_bytes, 2,

@@ -692,3 +692,21 @@ def test_the_correction_weight_is_saved_and_scales_the_log_ratio(model, data, tm
     again = TransferModel.load(loaded.save(tmp_path / "half"))
     assert again.correction_weight == 0.5
     assert np.allclose(again.predict(ops, hw), np.sqrt(full * bare), rtol=1e-9)
+
+
+def test_outcome_reports_the_below_bound_counts_the_data_computed():
+    """`TransferData.below_bound` is counted once by `load_transfer_data`; the outcome's record
+    and its summary read it rather than recounting the GPUs' rows."""
+    from types import SimpleNamespace
+
+    from predictors.transfer_data import TransferData
+    from predictors.transfer_pipeline import TransferOutcome
+
+    data = TransferData(family="attention", gpus={}, skipped={"x": "left out"}, cap=1, seed=0,
+                        fingerprint="f", below_bound={"a100-sxm-80gb": 294})
+    model = SimpleNamespace(family="attention", gpus=("h100-sxm",), rows=0, stacks=("trtllm",),
+                            default_stack="trtllm", n_trees=1)
+    out = TransferOutcome(model=model, data=data)
+    assert out.as_dict()["below_dram_bound"] == {"a100-sxm-80gb": 294}
+    assert "skipped: x: left out; a100-sxm-80gb: 294 rows below their DRAM bound;" in \
+        out.summary()

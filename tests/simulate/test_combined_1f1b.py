@@ -57,3 +57,16 @@ def test_no_interleaving_no_change():
     """The combined order applies to the interleaved schedule only (what the code sets here)."""
     assert _run(4, 1, 8, 0.05, combined=True).span_s == _run(4, 1, 8, 0.05, combined=False).span_s
     assert stage_order(Schedule.ONE_F_ONE_B, 0, 4, 1, 8, combined=True)[0][0] == FWD
+
+
+def test_all_in_warmup_merges_nothing():
+    """pp 8, vpp 4, m 8: stage 0's warm-up, 14 + 24 + 1 chunks, covers all 32, so Megatron-Core's
+    steady loop runs no merged step; the last forward and first backward run apart (the
+    backward starts when its gradient arrives, not with the forward)."""
+    from simulate.schedule import _steady_forwards
+
+    assert _steady_forwards(stage_order(Schedule.INTERLEAVED, 0, 8, 4, 8, combined=True)) == \
+        frozenset()
+    assert _steady_forwards(stage_order(Schedule.INTERLEAVED, 7, 8, 4, 8, combined=True))
+    assert _run(8, 4, 8, 0.0, combined=True).span_s == pytest.approx(
+        _run(8, 4, 8, 0.0, combined=False).span_s, rel=1e-12)

@@ -44,11 +44,11 @@ def test_host_ops_per_kernel_reads_the_measurement(tmp_path):
 
 
 def test_the_shipped_measurement_is_above_one_host_op_per_kernel():
-    from simulate.moe_host import HOST_S_PER_KERNEL, X86_HOST_OP_S, host_ops_per_kernel
+    from simulate.moe_host import X86_HOST_OP_S, host_ops_per_kernel, x86_kernel_s
 
     ops = host_ops_per_kernel()
     assert 1.5 < ops < 5  # Megatron-Core's Python and autograd beyond the op itself
-    assert HOST_S_PER_KERNEL == pytest.approx(ops * X86_HOST_OP_S)
+    assert x86_kernel_s() == pytest.approx(ops * X86_HOST_OP_S)
 
 
 def test_a_pass_cpu_time_follows_the_measurement(tmp_path, monkeypatch):
@@ -74,3 +74,32 @@ def test_a_pass_cpu_time_follows_the_measurement(tmp_path, monkeypatch):
     assert times[0][0] == pytest.approx(7 * 2.0 * 37.08e-6)
     assert times[0][1] == pytest.approx(7 * 0.625 * 37.08e-6)
     assert times[1] == pytest.approx([3 * t for t in times[0]])
+
+
+def test_importing_the_simulator_reads_no_measurement():
+    """The measured CSV is read on first use, not when `simulate` is imported."""
+    import subprocess
+    import sys
+
+    code = ("import pathlib\n"
+            "opened = []\n"
+            "real = pathlib.Path.open\n"
+            "def spy(self, *a, **k):\n"
+            "    opened.append(self.name)\n"
+            "    return real(self, *a, **k)\n"
+            "pathlib.Path.open = spy\n"
+            "import simulate, simulate.training, simulate.moe_host, simulate.search.evaluator\n"
+            "assert simulate.moe_host.MEASURED_CPU.name not in opened, opened\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr
+
+
+def test_a_missing_measurement_is_named_at_use(tmp_path, monkeypatch):
+    from analytical.hardware import get_hardware
+    from simulate import moe_host
+
+    missing = tmp_path / "gone.csv"
+    monkeypatch.setattr(moe_host, "MEASURED_CPU", missing)
+    with pytest.raises(FileNotFoundError, match="gone.csv.*time_moe_layer_cpu.py"):
+        moe_host.host_kernel_s(get_hardware("h100-sxm"))

@@ -103,7 +103,7 @@ def _qwen_b200(seq_len: int, micro_batch: int, framework: str = "megatron",
 
 def test_an_unfused_router_issues_the_measured_extra_kernels():
     from simulate.moe_graphs import ROUTING_PARTS, UNFUSED_ROUTER, eager_routing
-    from simulate.moe_host import HOST_S_PER_KERNEL, pass_shares
+    from simulate.moe_host import pass_shares, x86_kernel_s
     from simulate.scenario import parse_scenario
 
     # Megatron-Core's default (no --moe-router-fusion): the measured unfused router.
@@ -125,7 +125,7 @@ def test_an_unfused_router_issues_the_measured_extra_kernels():
                       for f in (True, False))
     assert unfused > fused
     fwd, bwd = pass_shares()  # a forward kernel's CPU time, and a backward one's
-    bound = 48 * (2 * extra_fwd * fwd + extra_bwd * bwd) * 4 * HOST_S_PER_KERNEL
+    bound = 48 * (2 * extra_fwd * fwd + extra_bwd * bwd) * 4 * x86_kernel_s()
     assert unfused - fused == pytest.approx(bound, rel=0.01)
 
 
@@ -149,13 +149,13 @@ def test_a_grace_host_issues_kernels_slower_than_an_x86_host():
     from dataclasses import replace
 
     from analytical.hardware import get_hardware
-    from simulate.moe_host import HOST_S_PER_KERNEL, host_kernel_s
+    from simulate.moe_host import host_kernel_s, x86_kernel_s
 
     gb200, b200 = get_hardware("gb200"), get_hardware("b200")
-    assert host_kernel_s(b200) == HOST_S_PER_KERNEL  # no measurement: the x86 rate
-    assert host_kernel_s(get_hardware("h100-sxm")) == pytest.approx(HOST_S_PER_KERNEL)
-    assert host_kernel_s(gb200) == pytest.approx(HOST_S_PER_KERNEL * 37.08 / 13.48)
-    assert host_kernel_s(replace(gb200, host_op_s=0.0)) == HOST_S_PER_KERNEL
+    assert host_kernel_s(b200) == x86_kernel_s()  # no measurement: the x86 rate
+    assert host_kernel_s(get_hardware("h100-sxm")) == pytest.approx(x86_kernel_s())
+    assert host_kernel_s(gb200) == pytest.approx(x86_kernel_s() * 37.08 / 13.48)
+    assert host_kernel_s(replace(gb200, host_op_s=0.0)) == x86_kernel_s()
     # A host-bound micro-batch (512 tokens) on a GB200 node runs slower than on B200's x86.
     grace, x86 = _qwen_b200(512, 1), _qwen_b200(512, 1)
     grace["hardware"]["gpu"] = "gb200"
@@ -257,19 +257,19 @@ def _sync_layer(pre_gemm_s: float, post_gemm_s: float):
 
 def _te_call_kernels() -> float:
     """One Transformer Engine module call's extra CPU time, in x86 kernel issues."""
-    from simulate.moe_host import HOST_S_PER_KERNEL, TE_EXTRA_OPS, X86_HOST_OP_S
+    from simulate.moe_host import TE_EXTRA_OPS, X86_HOST_OP_S, x86_kernel_s
 
-    return TE_EXTRA_OPS * X86_HOST_OP_S / HOST_S_PER_KERNEL
+    return TE_EXTRA_OPS * X86_HOST_OP_S / x86_kernel_s()
 
 
 def test_the_dispatcher_sync_exposes_a_host_bound_half_of_the_forward():
-    from simulate.moe_host import HOST_S_PER_KERNEL, ROUTING_KERNELS, pass_shares, pass_with_sync
+    from simulate.moe_host import ROUTING_KERNELS, pass_shares, pass_with_sync, x86_kernel_s
 
     te = _te_call_kernels()  # qkv_proj before the sync, experts.up_gate after it
     fwd, _ = pass_shares()
-    cpu_pre = ((ROUTING_KERNELS[0] + 1) * fwd + te) * HOST_S_PER_KERNEL
+    cpu_pre = ((ROUTING_KERNELS[0] + 1) * fwd + te) * x86_kernel_s()
     # the dispatch node, one GEMM per local expert
-    cpu_post = ((1 + 4) * fwd + te) * HOST_S_PER_KERNEL
+    cpu_post = ((1 + 4) * fwd + te) * x86_kernel_s()
     # The GPU outlasts the CPU before the sync (attention) and the CPU outlasts it after it
     # (experts): the layer's CPU total is below its GPU total, yet the sync exposes the CPU.
     gpu_pre, gpu_post = 10 * cpu_pre, 0.2 * cpu_post
@@ -305,12 +305,12 @@ def test_host_kernels_follow_transformer_engine_grouped_linear_per_precision():
 def test_a_recomputed_dispatcher_syncs_the_backward_too():
     from dataclasses import replace
 
-    from simulate.moe_host import HOST_S_PER_KERNEL, ROUTING_KERNELS, pass_shares, pass_with_sync
+    from simulate.moe_host import ROUTING_KERNELS, pass_shares, pass_with_sync, x86_kernel_s
 
     te = _te_call_kernels()
     fwd, bwd = pass_shares()  # the replayed forward's kernels, the backward's routing
-    cpu_pre = ((ROUTING_KERNELS[0] + 1) * fwd + te) * HOST_S_PER_KERNEL
-    cpu_post = (ROUTING_KERNELS[1] * bwd + (1 + 4) * fwd + te) * HOST_S_PER_KERNEL
+    cpu_pre = ((ROUTING_KERNELS[0] + 1) * fwd + te) * x86_kernel_s()
+    cpu_post = (ROUTING_KERNELS[1] * bwd + (1 + 4) * fwd + te) * x86_kernel_s()
     nodes, est, p = _sync_layer(10 * cpu_pre, 0.2 * cpu_post)
     plain = pass_with_sync(p, nodes, est, 4, backward=True)  # no recompute.dispatch: no sync
     assert plain == p

@@ -182,3 +182,44 @@ def test_bad_offload_names_the_field(offload, field):
     with pytest.raises(SpecError) as exc:
         parse_training(block)
     assert exc.value.field == field
+
+
+# The a2a overlap (`simulate.moe_overlap`) and its combined 1F1B order (`simulate.schedule`):
+# interleaved layouts run merged passes, plain 1F1B ones only the hidden all-to-alls.
+MOE_A2A = {**MOE, "name": "moe-a2a",
+           "training": {**MOE["training"], "parallel": {"tp": 2, "pp": [2, 4], "vpp": [1, 2],
+                                                        "ep": [2, 8], "sp": True, "zero": 1},
+                        "recompute": "full", "schedule": ["1f1b", "interleaved"],
+                        "overlap": {"tp_comm": True, "moe_a2a": True}}}
+
+
+def test_a2a_overlap_search_equals_run_training():
+    res = search_training(MOE_A2A, executor="serial", engines=ENGINES)
+    assert {r["layout"]["schedule"] for r in res.rows} == {"1f1b", "interleaved"}
+    assert all(r["layout"]["overlap"]["moe_a2a"] for r in res.rows)
+    _check_rows_equal_simulate(MOE_A2A, res)
+
+
+def test_a2a_overlap_best_candidate_prices_as_simulate_json(tmp_path, capsys):
+    import json
+
+    import yaml
+
+    from simulate.cli.main import main
+    from simulate.search.answers import scenario_doc
+
+    res = search_training(MOE_A2A, executor="serial", engines=ENGINES)
+    path = tmp_path / "best.yaml"
+    path.write_text(yaml.safe_dump(scenario_doc(MOE_A2A, res.rows[0])))
+    assert main(["simulate", str(path), "--json", "--no-store", "--no-predictors"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["iteration_time_s"] == pytest.approx(res.rows[0]["iteration_time_s"], rel=REL)
+
+
+def test_cuda_graph_scopes_search_equals_run_training():
+    """The MoE host floor sees the scenario's CUDA-graph scopes in the search as in simulate."""
+    doc = {**MOE, "name": "moe-graphs",
+           "training": {**MOE["training"], "parallel": {"tp": 2, "pp": 2, "ep": [2, 8],
+                                                        "sp": True, "zero": 1},
+                        "recompute": "selective", "cuda_graph": ["attn", "moe_router"]}}
+    _check_rows_equal_simulate(doc, search_training(doc, executor="serial", engines=ENGINES))
