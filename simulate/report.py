@@ -24,7 +24,8 @@ def result_to_dict(result: TrainingResult) -> dict[str, Any]:
     mem = result.memory
     memory = {f"{f.name.removesuffix('_bytes')}_gib": getattr(mem, f.name) / GIB
               for f in fields(mem)}
-    memory["total_gib"] = mem.total_bytes / GIB
+    memory["allocated_gib"] = mem.allocated_bytes / GIB  # what must fit
+    memory["total_gib"] = mem.total_bytes / GIB  # reserved: allocated + allocator
     memory["capacity_gib"] = result.memory_capacity_bytes / GIB
     return {
         "mode": "training",

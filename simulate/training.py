@@ -73,6 +73,7 @@ class TrainingResult:
 
     @property
     def memory_per_gpu_gib(self) -> float:
+        """What torch.cuda reports as the reserved peak (torchtitan's memory line)."""
         return self.memory.total_bytes / GIB
 
 
@@ -158,7 +159,9 @@ def run_training(scenario: Scenario, *, chain: EngineChain | None = None,
     base = dict(name=scenario.name, model=model.name, hardware=hw.name, num_gpus=gpus,
                 memory=memory, memory_capacity_bytes=hw.memory_bytes, num_microbatches=m,
                 model_flops_per_iteration=flops, warnings=tuple(warnings))
-    if memory.total_bytes > hw.memory_bytes:
+    # What must fit is the allocated peak: the caching allocator hands its free cached segments
+    # back and retries before an OOM (`analytical.step_peak`); the reserved total is reported.
+    if memory.allocated_bytes > hw.memory_bytes:
         return TrainingResult(fits=False, **base)
     if chain is None:
         chain = EngineChain(hw, store_path=store_path, use_store=use_store,
