@@ -18,6 +18,7 @@ from enum import StrEnum
 from analytical.activations import (
     DROPOUT_MASK_BYTES,
     activation_bytes_per_layer,
+    eager_llama_extra_bytes,
     fp8_saved_input_savings,
     op_sac_bytes_per_layer,
     recompute_modules_freed,
@@ -185,7 +186,7 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
                     framework: Framework = Framework.MEGATRON,
                     fp8: bool = False,
                     recompute_modules: tuple[RecomputeModule, ...] = (),
-                    compiled_loss: bool = False) -> TrainingMemory:
+                    compiled_loss: bool = False, compiled: bool = True) -> TrainingMemory:
     """Training memory of the most loaded pipeline stage's GPU: the first, or under an
     ``embedding-loss`` pipeline split (one layer less on the first stage) the first or second.
 
@@ -197,7 +198,8 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
     loss working set); ``fp8`` with Megatron/NeMo saves linear inputs in fp8 (Transformer
     Engine); ``recompute_modules`` under selective recompute: Megatron-Core's modules
     (`recompute_modules_freed`; empty: the attention core); ``compiled_loss``: torchtitan's
-    loss under torch.compile. Raises SpecError for a layout the model cannot take.
+    loss under torch.compile; ``compiled``: its blocks (eager ones store more). Raises
+    SpecError for a layout the model cannot take.
     """
     _positive(micro_batch, "training.micro_batch")
     _positive(seq_len, "training.seq_len")
@@ -213,7 +215,7 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
     layer = _LayerActivations(model=model, parallel=parallel, micro_batch=micro_batch,
                               seq_len=seq_len, flash_attention=flash_attention, dropout=dropout,
                               framework=framework, fp8=fp8, modules=recompute_modules,
-                              compiled_loss=compiled_loss)
+                              compiled_loss=compiled_loss, compiled=compiled)
     stored, grad_bytes = param_dtype_bytes, grad_dtype_bytes
     if framework == Framework.TORCHTITAN:
         stored = grad_bytes = TORCHTITAN_PARAM_BYTES
@@ -328,6 +330,7 @@ class _LayerActivations:
     fp8: bool
     modules: tuple[RecomputeModule, ...] = ()
     compiled_loss: bool = False  # torchtitan's loss under torch.compile (`_logit_bytes`)
+    compiled: bool = True  # torchtitan's blocks under torch.compile (`eager_llama_extra_bytes`)
 
     def stored(self, is_moe: bool, policy: Recompute) -> float:
         kw = dict(micro_batch=self.micro_batch, seq_len=self.seq_len)
@@ -344,6 +347,9 @@ class _LayerActivations:
         out = activation_bytes_per_layer(self.model, self.parallel, recompute=policy,
                                          moe_layer=is_moe, flash_attention=self.flash_attention,
                                          dropout=self.dropout, **kw)
+        if (self.framework == Framework.TORCHTITAN and policy == Recompute.NONE
+                and not self.compiled):
+            out += eager_llama_extra_bytes(self.model, self.parallel, moe_layer=is_moe, **kw)
         if self.fp8 and policy != Recompute.FULL and _saves_fp8_inputs(self.framework):
             out -= fp8_saved_input_savings(self.model, self.parallel, moe_layer=is_moe, **kw)
         return out

@@ -95,6 +95,7 @@ def memory_before_offload(model, t: TrainingSpec) -> TrainingMemory:
                            recompute=t.recompute, recompute_modules=t.recompute_modules,
                            schedule=t.schedule, num_microbatches=t.num_microbatches,
                            dropout=model.norm == "layernorm", compiled_loss=t.compiled_loss,
+                           compiled=t.compile,
                            flash_attention=t.fused_attention,
                            framework=t.framework, fp8=t.precision == DType.FP8,
                            grad_dtype_bytes=t.grad_buffer_bytes,
