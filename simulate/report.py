@@ -62,6 +62,7 @@ def summary_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
         {"field": "hardware", "value": f"{data['num_gpus']:,} x {data['hardware']}"},
         {"field": "memory per GPU",
          "value": f"{data['memory_per_gpu_gib']:.1f} of {data['memory']['capacity_gib']:.1f} GiB"},
+        {"field": "allocated peak (must fit)", "value": f"{data['memory']['allocated_gib']:.1f} GiB"},
     ]
     if not data["fits"]:
         return rows

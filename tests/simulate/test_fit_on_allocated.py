@@ -10,7 +10,7 @@ import simulate.training as training
 from analytical.hardware import GIB, get_hardware
 from analytical.step_peak import TrainingMemory
 from simulate.engines import EngineChain
-from simulate.report import result_to_dict
+from simulate.report import result_to_dict, summary_rows
 from simulate.scenario import load_scenario
 
 DOC = {"name": "t", "model": "gpt2-xl", "hardware": {"gpu": "h100-sxm", "num_gpus": 1},
@@ -46,3 +46,10 @@ def test_reserved_over_capacity_still_fits(monkeypatch):
 def test_allocated_over_capacity_does_not_fit(monkeypatch):
     capacity = get_hardware("h100-sxm").memory_bytes / GIB
     assert not _run(monkeypatch, capacity + 1.0, 0.0).fits
+
+
+def test_summary_shows_the_allocated_peak_beside_the_reserved(monkeypatch):
+    rows = {r["field"]: r["value"] for r in summary_rows(result_to_dict(_run(monkeypatch,
+                                                                             30.0, 5.0)))}
+    assert rows["allocated peak (must fit)"] == "30.0 GiB"
+    assert rows["memory per GPU"].startswith("35.0 of")
