@@ -164,6 +164,31 @@ def _moe_stored(model: ModelSpec, parallel: ParallelConfig, e: float) -> float:
     return stored
 
 
+def eager_llama_extra_bytes(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: int,
+                            seq_len: int, moe_layer: bool = False,
+                            activation_dtype_bytes: float = 2.0) -> float:
+    """Bytes torchtitan's eager Llama block stores beyond `activation_bytes_per_layer` (NONE).
+
+    torchtitan at 9dec370 (torchtitan/models/norms.py, models/llama/model.py): ``RMSNorm``
+    computes ``_norm(x.float()).type_as(x) * weight``, so each of the two norms saves its fp32
+    upcast (for ``pow``) and the bf16 normalised tensor (for ``* weight``) instead of a bf16
+    input; ``repeat_kv`` materialises K and V at the query heads' width before SDPA, which
+    saves them; ``w2(F.silu(w1(x)) * w3(x))`` keeps the SiLU input besides its output, the up
+    projection and the product (four widths, not three). Under torch.compile Inductor fuses
+    the element-wise ops and recomputes them, so none of this applies.
+    """
+    e, h = float(activation_dtype_bytes), model.hidden
+    tokens = micro_batch * seq_len / parallel.cp
+    rep = 1.0 / parallel.tp if parallel.sp else 1.0
+    per_token = 2 * (4.0 + e - e) * h * rep  # two norms: fp32 upcast + normalised - bf16 input
+    if not model.is_mla:
+        q, k, v, _ = _attention_widths(model, parallel.tp)
+        per_token += e * (2 * q - k - v)  # K and V repeated to the query heads
+    if model.gated_mlp and not moe_layer:
+        per_token += e * model.ffn_hidden / parallel.tp  # the SiLU input
+    return per_token * tokens
+
+
 def op_sac_bytes_per_layer(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: int, seq_len: int,
                            activation_dtype_bytes: float = 2.0) -> float:
     """Bytes one dense layer keeps under torchtitan's per-op selective activation checkpointing.

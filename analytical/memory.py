@@ -18,6 +18,7 @@ from enum import StrEnum
 from analytical.activations import (
     DROPOUT_MASK_BYTES,
     activation_bytes_per_layer,
+    eager_llama_extra_bytes,
     fp8_saved_input_savings,
     op_sac_bytes_per_layer,
     recompute_modules_freed,
@@ -31,6 +32,12 @@ from analytical.inference_memory import (  # re-exported: inference callers impo
 from analytical.model_spec import ModelSpec
 from analytical.parallel import ParallelConfig, PipelineSplit, Recompute, RecomputeModule, Schedule
 from analytical.stage import StageParams, stage_params
+from analytical.step_peak import (
+    LOSS_FREE_BLOCK_BYTES,
+    TrainingMemory,
+    adam_step_temporary_bytes,
+    reserved_bytes,
+)
 
 __all__ = [
     "Framework",
@@ -66,6 +73,11 @@ MASTER_WEIGHT_BYTES = 4.0  # fp32 master copy kept when weights are stored in fe
 # next one (BackwardPrefetch.BACKWARD_PRE, forward_prefetch).
 ZERO3_GATHERED_LAYERS = 2
 TORCHTITAN_REDUCE_BYTES = 4.0  # FSDP2 reduce dtype in torchtitan: fp32 (mixed_precision_reduce)
+# torchtitan builds the model in fp32 and FSDP2 casts to bf16 only for compute
+# (MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), parallelize_llama.py at 9dec370):
+# the sharded parameters are fp32 and are the optimizer's weights (no master copy), and
+# foreach_reduce casts the reduced gradients back to them: 4 + 4 + 8 bytes, the ZeRO paper's 16.
+TORCHTITAN_PARAM_BYTES = 4.0
 LOGITS_BYTES = 4.0  # fp32 logits kept for the vocab-parallel cross entropy (Megatron-LM)
 # Loss working set per logit where the framework runs a plain fp32 cross entropy on the whole
 # logits: torchtitan's loss_fn is cross_entropy(pred.float(), labels) (train.py at 9dec370). The
@@ -110,22 +122,6 @@ def _logit_bytes(framework: Framework, compiled_loss: bool = False) -> float:
     if framework == Framework.COMPOSER:
         return FUSED_BF16_CROSS_ENTROPY_BYTES
     return LOGITS_BYTES
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TrainingMemory:
-    """Bytes on the most-loaded GPU (first pipeline stage) during training."""
-
-    weights_bytes: float
-    gradients_bytes: float
-    optimizer_bytes: float  # master weights + optimizer moments
-    activations_bytes: float  # all in-flight micro-batches, plus the recompute working set
-    other_bytes: float  # ZeRO-3/FSDP gathered-weight buffers
-
-    @property
-    def total_bytes(self) -> float:
-        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
-                + self.activations_bytes + self.other_bytes)
 
 
 def model_states_bytes(params: float, *, zero_stage: int, shard: int,
@@ -202,7 +198,8 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
                     framework: Framework = Framework.MEGATRON,
                     fp8: bool = False,
                     recompute_modules: tuple[RecomputeModule, ...] = (),
-                    compiled_loss: bool = False, combined_1f1b: bool = False) -> TrainingMemory:
+                    compiled_loss: bool = False, combined_1f1b: bool = False,
+                    compiled: bool = True) -> TrainingMemory:
     """Training memory of the most loaded pipeline stage's GPU: the first, or under an
     ``embedding-loss`` pipeline split (one layer less on the first stage) the first or second.
 
@@ -214,9 +211,9 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
     loss working set); ``fp8`` with Megatron/NeMo saves linear inputs in fp8 (Transformer
     Engine); ``recompute_modules`` under selective recompute: Megatron-Core's modules
     (`recompute_modules_freed`; empty: the attention core); ``compiled_loss``: torchtitan's
-    loss under torch.compile; ``combined_1f1b``: Megatron-Core's combined 1F1B order of the
-    EP all-to-all overlap (`_stage_activations`). Raises SpecError for a layout the model
-    cannot take.
+    loss under torch.compile; ``compiled``: its blocks (eager ones store more);
+    ``combined_1f1b``: Megatron-Core's combined 1F1B order of the EP all-to-all overlap
+    (`_stage_activations`). Raises SpecError for a layout the model cannot take.
     """
     _positive(micro_batch, "training.micro_batch")
     _positive(seq_len, "training.seq_len")
@@ -232,17 +229,52 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
     layer = _LayerActivations(model=model, parallel=parallel, micro_batch=micro_batch,
                               seq_len=seq_len, flash_attention=flash_attention, dropout=dropout,
                               framework=framework, fp8=fp8, modules=recompute_modules,
-                              compiled_loss=compiled_loss)
+                              compiled_loss=compiled_loss, compiled=compiled)
+    stored, grad_bytes = param_dtype_bytes, grad_dtype_bytes
+    if framework == Framework.TORCHTITAN:
+        stored = grad_bytes = TORCHTITAN_PARAM_BYTES
     out = []
     for rank, stage in zip(ranks, stages, strict=True):
-        weights, grads, opt = _model_states(model, parallel, stage, param_dtype_bytes,
-                                            grad_dtype_bytes, optimizer, lora_params)
-        out.append(TrainingMemory(
+        weights, grads, opt = _model_states(model, parallel, stage, stored, grad_bytes,
+                                            optimizer, lora_params)
+        mem = TrainingMemory(
             weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=opt,
             activations_bytes=_stage_activations(layer, stage, recompute, schedule,
                                                  num_microbatches, rank, combined_1f1b),
-            other_bytes=_gathered_weights(parallel, stage, framework, param_dtype_bytes)))
+            other_bytes=_gathered_weights(parallel, stage, framework, param_dtype_bytes))
+        if framework == Framework.TORCHTITAN:
+            mem = _torchtitan_phases(mem, layer, stage, num_microbatches, optimizer,
+                                     param_dtype_bytes)
+        out.append(mem)
     return max(out, key=lambda m: m.total_bytes)
+
+
+def _torchtitan_phases(mem: TrainingMemory, layer: _LayerActivations, stage: StageParams,
+                       num_microbatches: int, optimizer: str,
+                       param_dtype_bytes: float) -> TrainingMemory:
+    """torchtitan's step phases and reserved memory (`analytical.step_peak`).
+
+    train.py at 9dec370 calls ``optimizers.zero_grad()`` (set_to_none) before the forward, so
+    with one micro-batch and no pipeline no gradient exists in the forward; build_optimizers
+    makes AdamW with ``foreach=not fused`` (``--optimizer.fused`` off by default).
+    """
+    parallel = layer.parallel
+    freed = mem.gradients_bytes if parallel.pp == 1 and num_microbatches == 1 else 0.0
+    second_moment = mem.optimizer_bytes / 2 if optimizer in ("adam", "adamw") else 0.0
+    mem = replace(mem, gradients_freed_bytes=freed,
+                  optimizer_step_bytes=adam_step_temporary_bytes(second_moment, foreach=True))
+    fsdp = parallel.zero_stage >= 3
+    side = mem.gradients_bytes if fsdp else 0.0
+    buffers = (ZERO3_GATHERED_LAYERS * stage.largest_layer * param_dtype_bytes
+               if fsdp and parallel.shard_group > 1 else 0.0)
+    logits = (layer.micro_batch * layer.seq_len / parallel.cp * layer.model.vocab / parallel.tp
+              if stage.has_lm_head and not layer.compiled_loss else 0.0)
+    reserved = reserved_bytes(forward_bytes=mem.forward_bytes, step_bytes=mem.step_bytes,
+                              side_gradients_bytes=side,
+                              forward_side_gradients_bytes=side - freed if fsdp else 0.0,
+                              side_buffers_bytes=buffers,
+                              loss_free_bytes=LOSS_FREE_BLOCK_BYTES * logits)
+    return replace(mem, allocator_bytes=max(0.0, reserved - mem.allocated_bytes))
 
 
 def _model_states(model: ModelSpec, parallel: ParallelConfig, stage: StageParams,
@@ -326,6 +358,7 @@ class _LayerActivations:
     fp8: bool
     modules: tuple[RecomputeModule, ...] = ()
     compiled_loss: bool = False  # torchtitan's loss under torch.compile (`_logit_bytes`)
+    compiled: bool = True  # torchtitan's blocks under torch.compile (`eager_llama_extra_bytes`)
 
     def stored(self, is_moe: bool, policy: Recompute) -> float:
         kw = dict(micro_batch=self.micro_batch, seq_len=self.seq_len)
@@ -342,6 +375,9 @@ class _LayerActivations:
         out = activation_bytes_per_layer(self.model, self.parallel, recompute=policy,
                                          moe_layer=is_moe, flash_attention=self.flash_attention,
                                          dropout=self.dropout, **kw)
+        if (self.framework == Framework.TORCHTITAN and policy == Recompute.NONE
+                and not self.compiled):
+            out += eager_llama_extra_bytes(self.model, self.parallel, moe_layer=is_moe, **kw)
         if self.fp8 and policy != Recompute.FULL and _saves_fp8_inputs(self.framework):
             out -= fp8_saved_input_savings(self.model, self.parallel, moe_layer=is_moe, **kw)
         return out

@@ -28,7 +28,7 @@ prefetched while the previous layer computes):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from analytical.errors import SpecError
 from analytical.memory import TrainingMemory
@@ -90,11 +90,12 @@ def offloaded_memory(mem: TrainingMemory, layer: LayerBytes, layers: int,
         moved = offload.activation_layers_of(layers)  # RESIDENT_LAYERS of them stay in flight
         act = floor if moved >= layers else max(
             floor, act - max(0, moved - RESIDENT_LAYERS) * layer.activations)
-    return TrainingMemory(
-        weights_bytes=mem.weights_bytes * keep if offload.weights else mem.weights_bytes,
-        gradients_bytes=mem.gradients_bytes * keep if offload.optimizer else mem.gradients_bytes,
-        optimizer_bytes=mem.optimizer_bytes * keep if offload.optimizer else mem.optimizer_bytes,
-        activations_bytes=act, other_bytes=mem.other_bytes)
+    states = keep if offload.optimizer else 1.0  # gradients, states and the step's temporaries
+    return replace(
+        mem, weights_bytes=mem.weights_bytes * keep if offload.weights else mem.weights_bytes,
+        gradients_bytes=mem.gradients_bytes * states, optimizer_bytes=mem.optimizer_bytes * states,
+        gradients_freed_bytes=mem.gradients_freed_bytes * states,
+        optimizer_step_bytes=mem.optimizer_step_bytes * states, activations_bytes=act)
 
 
 def transfer_bytes(layer: LayerBytes, offload: Offload) -> tuple[float, float]:

@@ -24,7 +24,8 @@ def result_to_dict(result: TrainingResult) -> dict[str, Any]:
     mem = result.memory
     memory = {f"{f.name.removesuffix('_bytes')}_gib": getattr(mem, f.name) / GIB
               for f in fields(mem)}
-    memory["total_gib"] = mem.total_bytes / GIB
+    memory["allocated_gib"] = mem.allocated_bytes / GIB  # what must fit
+    memory["total_gib"] = mem.total_bytes / GIB  # reserved: allocated + allocator
     memory["capacity_gib"] = result.memory_capacity_bytes / GIB
     return {
         "mode": "training",
@@ -61,6 +62,7 @@ def summary_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
         {"field": "hardware", "value": f"{data['num_gpus']:,} x {data['hardware']}"},
         {"field": "memory per GPU",
          "value": f"{data['memory_per_gpu_gib']:.1f} of {data['memory']['capacity_gib']:.1f} GiB"},
+        {"field": "allocated peak (must fit)", "value": f"{data['memory']['allocated_gib']:.1f} GiB"},
     ]
     if not data["fits"]:
         return rows

@@ -73,6 +73,7 @@ class TrainingResult:
 
     @property
     def memory_per_gpu_gib(self) -> float:
+        """What torch.cuda reports as the reserved peak (torchtitan's memory line)."""
         return self.memory.total_bytes / GIB
 
 
@@ -94,6 +95,7 @@ def memory_before_offload(model, t: TrainingSpec) -> TrainingMemory:
                            recompute=t.recompute, recompute_modules=t.recompute_modules,
                            schedule=t.schedule, num_microbatches=t.num_microbatches,
                            dropout=model.norm == "layernorm", compiled_loss=t.compiled_loss,
+                           compiled=t.compile,
                            flash_attention=t.fused_attention,
                            framework=t.framework, fp8=t.precision == DType.FP8,
                            grad_dtype_bytes=t.grad_buffer_bytes,
@@ -167,7 +169,9 @@ def run_training(scenario: Scenario, *, chain: EngineChain | None = None,
     base = dict(name=scenario.name, model=model.name, hardware=hw.name, num_gpus=gpus,
                 memory=memory, memory_capacity_bytes=hw.memory_bytes, num_microbatches=m,
                 model_flops_per_iteration=flops, warnings=tuple(warnings))
-    if memory.total_bytes > hw.memory_bytes:
+    # What must fit is the allocated peak: the caching allocator hands its free cached segments
+    # back and retries before an OOM (`analytical.step_peak`); the reserved total is reported.
+    if memory.allocated_bytes > hw.memory_bytes:
         return TrainingResult(fits=False, **base)
     if chain is None:
         chain = EngineChain(hw, store_path=store_path, use_store=use_store,

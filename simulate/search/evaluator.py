@@ -70,8 +70,8 @@ class LayoutEvaluator:
         self.stats = {"block_shapes": 0, "pipelines": 0, "stage_tails": 0}
 
     def memory_bytes(self, t: TrainingSpec) -> float:
-        """Per-GPU memory as `run_training` computes it (closed form, nothing timed)."""
-        return spec_memory(self.model, t).total_bytes
+        """Per-GPU memory as `run_training` judges its fit (closed form, nothing timed)."""
+        return spec_memory(self.model, t).allocated_bytes
 
     def _sp(self, par, stage: int) -> StageParams:
         key = (par.tp, par.pp, par.vpp, par.ep, par.etp, stage, par.pipeline_split)
@@ -366,6 +366,6 @@ def _row(result, num_gpus: int) -> dict[str, Any] | None:
         return None
     return {"tokens_per_s": result.tokens_per_s, "mfu": result.mfu,
             "tflops_per_gpu": result.tflops_per_gpu, "iteration_time_s": result.iteration_time_s,
-            "memory_per_gpu_gib": result.memory_per_gpu_gib,
+            "memory_per_gpu_gib": result.memory.allocated_bytes / GIB,  # as `memory_bytes`
             "bubble_fraction": result.bubble_fraction, "breakdown_s": dict(result.breakdown_s),
             "engine_coverage": dict(result.engine_coverage)}

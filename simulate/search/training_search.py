@@ -233,7 +233,7 @@ def _enumerate(doc, model, model_ref: str, name: str, engines: EngineOptions, ru
                 for setting, p in zip(settings, parsed, strict=True):
                     for (block, spec, mem0), layer in zip(valid, layers, strict=True):
                         mem = (offloaded_memory(mem0, *layer, p.offload) if p.offload.any
-                               else mem0).total_bytes
+                               else mem0).allocated_bytes
                         if mem <= hw.memory_bytes:
                             blocks.append((index, {**block, **setting}, mem,
                                            _with_switches(spec, p)))
