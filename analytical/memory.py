@@ -32,12 +32,7 @@ from analytical.inference_memory import (  # re-exported: inference callers impo
 from analytical.model_spec import ModelSpec
 from analytical.parallel import ParallelConfig, PipelineSplit, Recompute, RecomputeModule, Schedule
 from analytical.stage import StageParams, stage_params
-from analytical.step_peak import (
-    LOSS_FREE_BLOCK_BYTES,
-    TrainingMemory,
-    adam_step_temporary_bytes,
-    reserved_bytes,
-)
+from analytical.step_peak import TrainingMemory, torchtitan_phases
 
 __all__ = [
     "Framework",
@@ -243,38 +238,10 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
                                                  num_microbatches, rank, combined_1f1b),
             other_bytes=_gathered_weights(parallel, stage, framework, param_dtype_bytes))
         if framework == Framework.TORCHTITAN:
-            mem = _torchtitan_phases(mem, layer, stage, num_microbatches, optimizer,
-                                     param_dtype_bytes)
+            mem = torchtitan_phases(mem, layer, stage, num_microbatches, optimizer,
+                                    param_dtype_bytes, ZERO3_GATHERED_LAYERS)
         out.append(mem)
     return max(out, key=lambda m: m.total_bytes)
-
-
-def _torchtitan_phases(mem: TrainingMemory, layer: _LayerActivations, stage: StageParams,
-                       num_microbatches: int, optimizer: str,
-                       param_dtype_bytes: float) -> TrainingMemory:
-    """torchtitan's step phases and reserved memory (`analytical.step_peak`).
-
-    train.py at 9dec370 calls ``optimizers.zero_grad()`` (set_to_none) before the forward, so
-    with one micro-batch and no pipeline no gradient exists in the forward; build_optimizers
-    makes AdamW with ``foreach=not fused`` (``--optimizer.fused`` off by default).
-    """
-    parallel = layer.parallel
-    freed = mem.gradients_bytes if parallel.pp == 1 and num_microbatches == 1 else 0.0
-    second_moment = mem.optimizer_bytes / 2 if optimizer in ("adam", "adamw") else 0.0
-    mem = replace(mem, gradients_freed_bytes=freed,
-                  optimizer_step_bytes=adam_step_temporary_bytes(second_moment, foreach=True))
-    fsdp = parallel.zero_stage >= 3
-    side = mem.gradients_bytes if fsdp else 0.0
-    buffers = (ZERO3_GATHERED_LAYERS * stage.largest_layer * param_dtype_bytes
-               if fsdp and parallel.shard_group > 1 else 0.0)
-    logits = (layer.micro_batch * layer.seq_len / parallel.cp * layer.model.vocab / parallel.tp
-              if stage.has_lm_head and not layer.compiled_loss else 0.0)
-    reserved = reserved_bytes(forward_bytes=mem.forward_bytes, step_bytes=mem.step_bytes,
-                              side_gradients_bytes=side,
-                              forward_side_gradients_bytes=side - freed if fsdp else 0.0,
-                              side_buffers_bytes=buffers,
-                              loss_free_bytes=LOSS_FREE_BLOCK_BYTES * logits)
-    return replace(mem, allocator_bytes=max(0.0, reserved - mem.allocated_bytes))
 
 
 def _model_states(model: ModelSpec, parallel: ParallelConfig, stage: StageParams,

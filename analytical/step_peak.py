@@ -29,13 +29,18 @@ under 2 MiB per large tensor and is not counted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from analytical.stage import StageParams
 
 __all__ = [
     "LOSS_FREE_BLOCK_BYTES",
     "TrainingMemory",
     "adam_step_temporary_bytes",
     "reserved_bytes",
+    "torchtitan_phases",
 ]
 
 # torchtitan's loss cross_entropy(pred.float(), labels) (train.py at 9dec370) allocates, per
@@ -114,3 +119,31 @@ def reserved_bytes(*, forward_bytes: float, step_bytes: float, side_gradients_by
     forward_default = forward_bytes - forward_side_gradients_bytes + loss_free_bytes
     step_default = step_bytes - side_gradients_bytes
     return max(forward_default, step_default) + side_gradients_bytes + side_buffers_bytes
+
+
+def torchtitan_phases(mem: TrainingMemory, layer: Any, stage: StageParams,
+                      num_microbatches: int, optimizer: str, param_dtype_bytes: float,
+                      gathered_layers: int) -> TrainingMemory:
+    """torchtitan's step phases and reserved memory (`analytical.step_peak`).
+
+    train.py at 9dec370 calls ``optimizers.zero_grad()`` (set_to_none) before the forward, so
+    with one micro-batch and no pipeline no gradient exists in the forward; build_optimizers
+    makes AdamW with ``foreach=not fused`` (``--optimizer.fused`` off by default).
+    """
+    parallel = layer.parallel
+    freed = mem.gradients_bytes if parallel.pp == 1 and num_microbatches == 1 else 0.0
+    second_moment = mem.optimizer_bytes / 2 if optimizer in ("adam", "adamw") else 0.0
+    mem = replace(mem, gradients_freed_bytes=freed,
+                  optimizer_step_bytes=adam_step_temporary_bytes(second_moment, foreach=True))
+    fsdp = parallel.zero_stage >= 3
+    side = mem.gradients_bytes if fsdp else 0.0
+    buffers = (gathered_layers * stage.largest_layer * param_dtype_bytes
+               if fsdp and parallel.shard_group > 1 else 0.0)
+    logits = (layer.micro_batch * layer.seq_len / parallel.cp * layer.model.vocab / parallel.tp
+              if stage.has_lm_head and not layer.compiled_loss else 0.0)
+    reserved = reserved_bytes(forward_bytes=mem.forward_bytes, step_bytes=mem.step_bytes,
+                              side_gradients_bytes=side,
+                              forward_side_gradients_bytes=side - freed if fsdp else 0.0,
+                              side_buffers_bytes=buffers,
+                              loss_free_bytes=LOSS_FREE_BLOCK_BYTES * logits)
+    return replace(mem, allocator_bytes=max(0.0, reserved - mem.allocated_bytes))
