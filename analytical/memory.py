@@ -238,8 +238,11 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
                                                  num_microbatches, rank, combined_1f1b),
             other_bytes=_gathered_weights(parallel, stage, framework, param_dtype_bytes))
         if framework == Framework.TORCHTITAN:
-            mem = torchtitan_phases(mem, layer, stage, num_microbatches, optimizer,
-                                    param_dtype_bytes, ZERO3_GATHERED_LAYERS)
+            logits = (micro_batch * seq_len / parallel.cp * model.vocab / parallel.tp
+                      if stage.has_lm_head and not compiled_loss else 0.0)
+            mem = torchtitan_phases(mem, parallel, stage, num_microbatches=num_microbatches,
+                                    optimizer=optimizer, param_dtype_bytes=param_dtype_bytes,
+                                    gathered_layers=ZERO3_GATHERED_LAYERS, loss_logits=logits)
         out.append(mem)
     return max(out, key=lambda m: m.total_bytes)
 

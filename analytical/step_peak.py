@@ -30,9 +30,10 @@ under 2 MiB per large tensor and is not counted.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from analytical.parallel import ParallelConfig
     from analytical.stage import StageParams
 
 __all__ = [
@@ -121,16 +122,16 @@ def reserved_bytes(*, forward_bytes: float, step_bytes: float, side_gradients_by
     return max(forward_default, step_default) + side_gradients_bytes + side_buffers_bytes
 
 
-def torchtitan_phases(mem: TrainingMemory, layer: Any, stage: StageParams,
+def torchtitan_phases(mem: TrainingMemory, parallel: ParallelConfig, stage: StageParams, *,
                       num_microbatches: int, optimizer: str, param_dtype_bytes: float,
-                      gathered_layers: int) -> TrainingMemory:
-    """torchtitan's step phases and reserved memory (`analytical.step_peak`).
+                      gathered_layers: int, loss_logits: float) -> TrainingMemory:
+    """torchtitan's step phases and reserved memory (rules above); ``loss_logits``: logits
+    this GPU's eager fp32 loss holds (0 with a compiled loss or no LM head).
 
     train.py at 9dec370 calls ``optimizers.zero_grad()`` (set_to_none) before the forward, so
     with one micro-batch and no pipeline no gradient exists in the forward; build_optimizers
     makes AdamW with ``foreach=not fused`` (``--optimizer.fused`` off by default).
     """
-    parallel = layer.parallel
     freed = mem.gradients_bytes if parallel.pp == 1 and num_microbatches == 1 else 0.0
     second_moment = mem.optimizer_bytes / 2 if optimizer in ("adam", "adamw") else 0.0
     mem = replace(mem, gradients_freed_bytes=freed,
@@ -139,11 +140,9 @@ def torchtitan_phases(mem: TrainingMemory, layer: Any, stage: StageParams,
     side = mem.gradients_bytes if fsdp else 0.0
     buffers = (gathered_layers * stage.largest_layer * param_dtype_bytes
                if fsdp and parallel.shard_group > 1 else 0.0)
-    logits = (layer.micro_batch * layer.seq_len / parallel.cp * layer.model.vocab / parallel.tp
-              if stage.has_lm_head and not layer.compiled_loss else 0.0)
     reserved = reserved_bytes(forward_bytes=mem.forward_bytes, step_bytes=mem.step_bytes,
                               side_gradients_bytes=side,
                               forward_side_gradients_bytes=side - freed if fsdp else 0.0,
                               side_buffers_bytes=buffers,
-                              loss_free_bytes=LOSS_FREE_BLOCK_BYTES * logits)
+                              loss_free_bytes=LOSS_FREE_BLOCK_BYTES * loss_logits)
     return replace(mem, allocator_bytes=max(0.0, reserved - mem.allocated_bytes))
