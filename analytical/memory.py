@@ -63,6 +63,8 @@ OPTIMIZER_STATE_BYTES: dict[str, float] = {
     "adamw": 8.0,
     "sgd": 4.0,  # momentum
 }
+# Of those, the fp32 second moment (``exp_avg_sq``), the operand of foreach AdamW's sqrt temporary.
+SECOND_MOMENT_BYTES: dict[str, float] = {"adam": 4.0, "adamw": 4.0}
 MASTER_WEIGHT_BYTES = 4.0  # fp32 master copy kept when weights are stored in fewer bytes
 # PyTorch FSDP (and ZeRO-3) materialise the current layer's full weights plus the prefetched
 # next one (BackwardPrefetch.BACKWARD_PRE, forward_prefetch).
@@ -139,6 +141,15 @@ def model_states_bytes(params: float, *, zero_stage: int, shard: int,
     return (weights / shard if zero_stage >= 3 else weights,
             grads / shard if zero_stage >= 2 else grads,
             states / shard if zero_stage >= 1 else states)
+
+
+def second_moment_bytes(optimizer_bytes: float, *, optimizer: str,
+                        param_dtype_bytes: float) -> float:
+    """The second-moment share of ``optimizer_bytes`` (`model_states_bytes`'s third value, same
+    sharding): 0 for an optimizer without one."""
+    master = MASTER_WEIGHT_BYTES if param_dtype_bytes < MASTER_WEIGHT_BYTES else 0.0
+    per_param = OPTIMIZER_STATE_BYTES[optimizer] + master
+    return optimizer_bytes * SECOND_MOMENT_BYTES.get(optimizer, 0.0) / per_param
 
 
 def _inflight_factor(parallel: ParallelConfig, schedule: Schedule, num_microbatches: int,
@@ -240,8 +251,10 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
         if framework == Framework.TORCHTITAN:
             logits = (micro_batch * seq_len / parallel.cp * model.vocab / parallel.tp
                       if stage.has_lm_head and not compiled_loss else 0.0)
+            moment = second_moment_bytes(opt, optimizer=optimizer, param_dtype_bytes=stored)
             mem = torchtitan_phases(mem, parallel, stage, num_microbatches=num_microbatches,
-                                    optimizer=optimizer, param_dtype_bytes=param_dtype_bytes,
+                                    second_moment_bytes=moment,
+                                    param_dtype_bytes=param_dtype_bytes,
                                     gathered_layers=ZERO3_GATHERED_LAYERS, loss_logits=logits)
         out.append(mem)
     return max(out, key=lambda m: m.total_bytes)

@@ -123,19 +123,22 @@ def reserved_bytes(*, forward_bytes: float, step_bytes: float, side_gradients_by
 
 
 def torchtitan_phases(mem: TrainingMemory, parallel: ParallelConfig, stage: StageParams, *,
-                      num_microbatches: int, optimizer: str, param_dtype_bytes: float,
+                      num_microbatches: int, second_moment_bytes: float,
+                      param_dtype_bytes: float,
                       gathered_layers: int, loss_logits: float) -> TrainingMemory:
-    """torchtitan's step phases and reserved memory (rules above); ``loss_logits``: logits
-    this GPU's eager fp32 loss holds (0 with a compiled loss or no LM head).
+    """torchtitan's step phases and reserved memory (rules above); ``second_moment_bytes``: this
+    GPU's AdamW ``exp_avg_sq`` (`analytical.memory.second_moment_bytes`, 0 for SGD);
+    ``loss_logits``: logits this GPU's eager fp32 loss holds (0 with a compiled loss or no LM
+    head).
 
     train.py at 9dec370 calls ``optimizers.zero_grad()`` (set_to_none) before the forward, so
     with one micro-batch and no pipeline no gradient exists in the forward; build_optimizers
     makes AdamW with ``foreach=not fused`` (``--optimizer.fused`` off by default).
     """
     freed = mem.gradients_bytes if parallel.pp == 1 and num_microbatches == 1 else 0.0
-    second_moment = mem.optimizer_bytes / 2 if optimizer in ("adam", "adamw") else 0.0
     mem = replace(mem, gradients_freed_bytes=freed,
-                  optimizer_step_bytes=adam_step_temporary_bytes(second_moment, foreach=True))
+                  optimizer_step_bytes=adam_step_temporary_bytes(second_moment_bytes,
+                                                                 foreach=True))
     fsdp = parallel.zero_stage >= 3
     side = mem.gradients_bytes if fsdp else 0.0
     buffers = (gathered_layers * stage.largest_layer * param_dtype_bytes

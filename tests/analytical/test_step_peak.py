@@ -7,7 +7,12 @@ from __future__ import annotations
 import pytest
 
 from analytical.activations import eager_llama_extra_bytes
-from analytical.memory import Framework, training_memory
+from analytical.memory import (
+    Framework,
+    model_states_bytes,
+    second_moment_bytes,
+    training_memory,
+)
 from analytical.model import load_model
 from analytical.offload import LayerBytes, Offload, offloaded_memory
 from analytical.parallel import ParallelConfig, Recompute, Schedule
@@ -138,3 +143,17 @@ def test_torchtitan_eager_blocks_store_fp32_norms_repeated_kv_and_the_silu_input
     megatron = (_mem(Framework.MEGATRON, dp=1, model=SMALL, compiled=False).activations_bytes
                 - _mem(Framework.MEGATRON, dp=1, model=SMALL, compiled=True).activations_bytes)
     assert megatron == 0.0
+
+
+def test_second_moment_is_the_variance_share_of_the_optimizer_states() -> None:
+    """exp_avg_sq is 4 bytes per parameter whatever else the optimizer keeps: 4 of 8 with fp32
+    weights (torchtitan), 4 of 12 with a master copy (bf16 weights), none for SGD."""
+    params = 1e9
+    for stored, per_param in ((4.0, 8.0), (2.0, 12.0)):
+        _, _, opt = model_states_bytes(params, zero_stage=3, shard=8, param_dtype_bytes=stored,
+                                       optimizer="adamw")
+        assert opt == params * per_param / 8
+        assert second_moment_bytes(opt, optimizer="adamw",
+                                   param_dtype_bytes=stored) == params * 4.0 / 8
+    _, _, sgd = model_states_bytes(params, zero_stage=1, shard=8, optimizer="sgd")
+    assert second_moment_bytes(sgd, optimizer="sgd", param_dtype_bytes=2.0) == 0.0
