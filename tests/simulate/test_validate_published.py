@@ -191,3 +191,23 @@ def test_megatron_bridge_rows_fuse_the_router_and_other_rows_keep_megatron_core_
     assert pub.row_scenario(bridge, "x")["training"]["moe_router_fusion"] is True
     plain = {**ROW, "framework": "megatron", "framework_version": "Megatron-Core r0.8.0"}
     assert "moe_router_fusion" not in pub.row_scenario(plain, "x")["training"]
+
+
+def test_nemo_sft_rows_carry_the_launcher_layout():
+    """NeMo 24.07's SFT table gives no VP; NeMo-Framework-Launcher tag 24.07
+    examples/peft/llama/h100/13b_1node.sh and 70b_2node.sh (the table's GPUs, GBS, MBS, TP/PP
+    and packed length) set VP 10 / 20 and, on the 70B, TP communication overlap."""
+    sft = {r["model"]: r for r in pub.load_corpus()
+           if r["source"] == "nemo-24.07" and "SFT" in r["section"]}
+    assert sft["llama-2-13b"]["vpp"] == "10" and sft["llama-2-70b"]["vpp"] == "20"
+    assert sft["llama-2-70b"]["tp_comm_overlap"] == "true"
+    assert sft["llama-2-7b"]["vpp"] == "" and sft["llama-2-13b"]["tp_comm_overlap"] == ""
+
+
+def test_nemo_llama2_70b_pretraining_row_overlaps_tp_communication():
+    """NeMo-Framework-Launcher tag 24.07 conf/training/llama/llama2_70b.yaml
+    (ub_tp_comm_overlap: true), run by examples/training/llama/h100/llama2_70b_fp8.sh at the
+    table's 8 nodes and GBS 128."""
+    row = next(r for r in pub.load_corpus() if r["source"] == "nemo-24.07"
+               and r["model"] == "llama-2-70b" and "Pretraining" in r["section"])
+    assert row["tp_comm_overlap"] == "true" and row["vpp"] == "20"
