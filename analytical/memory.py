@@ -23,13 +23,14 @@ from analytical.activations import (
     op_sac_bytes_per_layer,
     recompute_modules_freed,
 )
-from analytical.errors import SpecError, UnknownNameError
+from analytical.errors import SpecError
 from analytical.inference_memory import (  # re-exported: inference callers import them here
     kv_cache_bytes,
     kv_cache_capacity_tokens,
     weight_bytes,
 )
 from analytical.model_spec import ModelSpec
+from analytical.optimizer_states import model_states_bytes, second_moment_bytes
 from analytical.parallel import ParallelConfig, PipelineSplit, Recompute, RecomputeModule, Schedule
 from analytical.stage import StageParams, stage_params
 from analytical.step_peak import TrainingMemory, torchtitan_phases
@@ -57,15 +58,6 @@ class Framework(StrEnum):
     COMPOSER = "composer"  # MosaicML Composer / llm-foundry (PyTorch FSDP1)
 
 
-# fp32 optimizer state bytes per trainable parameter, without the master copy.
-OPTIMIZER_STATE_BYTES: dict[str, float] = {
-    "adam": 8.0,  # momentum + variance (Kingma & Ba 2015), fp32
-    "adamw": 8.0,
-    "sgd": 4.0,  # momentum
-}
-# Of those, the fp32 second moment (``exp_avg_sq``), the operand of foreach AdamW's sqrt temporary.
-SECOND_MOMENT_BYTES: dict[str, float] = {"adam": 4.0, "adamw": 4.0}
-MASTER_WEIGHT_BYTES = 4.0  # fp32 master copy kept when weights are stored in fewer bytes
 # PyTorch FSDP (and ZeRO-3) materialise the current layer's full weights plus the prefetched
 # next one (BackwardPrefetch.BACKWARD_PRE, forward_prefetch).
 ZERO3_GATHERED_LAYERS = 2
@@ -119,37 +111,6 @@ def _logit_bytes(framework: Framework, compiled_loss: bool = False) -> float:
     if framework == Framework.COMPOSER:
         return FUSED_BF16_CROSS_ENTROPY_BYTES
     return LOGITS_BYTES
-
-
-def model_states_bytes(params: float, *, zero_stage: int, shard: int,
-                       param_dtype_bytes: float = 2.0, grad_dtype_bytes: float = 2.0,
-                       optimizer: str = "adam") -> tuple[float, float, float]:
-    """(weights, gradients, optimizer) bytes per GPU for ``params`` trainable parameters.
-
-    Optimizer bytes are the moments plus an fp32 master copy when weights are stored in fewer
-    than 4 bytes (mixed precision Adam: 12 per parameter). ZeRO stage 1 divides the optimizer
-    bytes by ``shard``, stage 2 also the gradients, stage 3 also the weights.
-    """
-    if optimizer not in OPTIMIZER_STATE_BYTES:
-        raise UnknownNameError("optimizer", optimizer, list(OPTIMIZER_STATE_BYTES))
-    if zero_stage not in (0, 1, 2, 3):
-        raise SpecError("parallel.zero", f"must be 0, 1, 2 or 3, got {zero_stage!r}")
-    master = MASTER_WEIGHT_BYTES if param_dtype_bytes < MASTER_WEIGHT_BYTES else 0.0
-    weights = params * param_dtype_bytes
-    grads = params * grad_dtype_bytes
-    states = params * (OPTIMIZER_STATE_BYTES[optimizer] + master)
-    return (weights / shard if zero_stage >= 3 else weights,
-            grads / shard if zero_stage >= 2 else grads,
-            states / shard if zero_stage >= 1 else states)
-
-
-def second_moment_bytes(optimizer_bytes: float, *, optimizer: str,
-                        param_dtype_bytes: float) -> float:
-    """The second-moment share of ``optimizer_bytes`` (`model_states_bytes`'s third value, same
-    sharding): 0 for an optimizer without one."""
-    master = MASTER_WEIGHT_BYTES if param_dtype_bytes < MASTER_WEIGHT_BYTES else 0.0
-    per_param = OPTIMIZER_STATE_BYTES[optimizer] + master
-    return optimizer_bytes * SECOND_MOMENT_BYTES.get(optimizer, 0.0) / per_param
 
 
 def _inflight_factor(parallel: ParallelConfig, schedule: Schedule, num_microbatches: int,
@@ -249,15 +210,25 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
                                                  num_microbatches, rank, combined_1f1b),
             other_bytes=_gathered_weights(parallel, stage, framework, param_dtype_bytes))
         if framework == Framework.TORCHTITAN:
-            logits = (micro_batch * seq_len / parallel.cp * model.vocab / parallel.tp
-                      if stage.has_lm_head and not compiled_loss else 0.0)
-            moment = second_moment_bytes(opt, optimizer=optimizer, param_dtype_bytes=stored)
-            mem = torchtitan_phases(mem, parallel, stage, num_microbatches=num_microbatches,
-                                    second_moment_bytes=moment,
-                                    param_dtype_bytes=param_dtype_bytes,
-                                    gathered_layers=ZERO3_GATHERED_LAYERS, loss_logits=logits)
+            mem = _torchtitan_step(mem, layer, stage, optimizer, num_microbatches,
+                                   param_dtype_bytes)
         out.append(mem)
     return max(out, key=lambda m: m.total_bytes)
+
+
+def _torchtitan_step(mem: TrainingMemory, layer: _LayerActivations, stage: StageParams,
+                     optimizer: str, num_microbatches: int,
+                     param_dtype_bytes: float) -> TrainingMemory:
+    """``mem`` with torchtitan's step phases (`torchtitan_phases`): its fp32 states' second
+    moment, and the logits its eager fp32 loss holds on the stage with the LM head."""
+    parallel = layer.parallel
+    logits = (layer.micro_batch * layer.seq_len / parallel.cp * layer.model.vocab / parallel.tp
+              if stage.has_lm_head and not layer.compiled_loss else 0.0)
+    moment = second_moment_bytes(mem.optimizer_bytes, optimizer=optimizer,
+                                 param_dtype_bytes=TORCHTITAN_PARAM_BYTES)
+    return torchtitan_phases(mem, parallel, stage, num_microbatches=num_microbatches,
+                             second_moment_bytes=moment, param_dtype_bytes=param_dtype_bytes,
+                             gathered_layers=ZERO3_GATHERED_LAYERS, loss_logits=logits)
 
 
 def _model_states(model: ModelSpec, parallel: ParallelConfig, stage: StageParams,

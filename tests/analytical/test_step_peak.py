@@ -7,14 +7,10 @@ from __future__ import annotations
 import pytest
 
 from analytical.activations import eager_llama_extra_bytes
-from analytical.memory import (
-    Framework,
-    model_states_bytes,
-    second_moment_bytes,
-    training_memory,
-)
+from analytical.memory import Framework, training_memory
 from analytical.model import load_model
 from analytical.offload import LayerBytes, Offload, offloaded_memory
+from analytical.optimizer_states import model_states_bytes, second_moment_bytes
 from analytical.parallel import ParallelConfig, Recompute, Schedule
 from analytical.stage import stage_params
 from analytical.step_peak import (
