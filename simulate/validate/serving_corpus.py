@@ -38,6 +38,12 @@ IN_PROCESS_TOOLS = ("vllm-bench-latency", "vllm-bench-throughput", "trtllm-bench
 # default r = 0.0 (fixed). With equal lengths a closed loop's clients finish together and
 # resend their prompts in one wave, so the spread matters for TTFT under load.
 UNIFORM_LENGTH_TOOLS = {"sglang-bench-serving": 0.0, "vllm-bench-serve": 0.0}
+# Clients whose warm-up request is the run's first prompt and that leave the server's prefix
+# cache as it is, so request 0 finds its whole prompt cached: `sglang.bench_serving`
+# (python/sglang/bench_serving.py `benchmark`: `--warmup-requests` (default 1) copies of
+# input_requests[0], then POST /flush_cache only with `--flush-cache` or SGLANG_IS_IN_CI), against
+# SGLang's RadixAttention cache, on by default (`disable_radix_cache` False).
+WARMUP_PROMPT_TOOLS = frozenset({"sglang-bench-serving"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,7 +106,10 @@ def _expand(doc: Mapping[str, Any], name: str) -> list[ServingRow]:
             values = dict(zip(columns, point, strict=True))
             merged = {**setup, **{k: v for k, v in values.items() if k in _ROW_KEYS}}
             measured = {k: float(v) for k, v in values.items() if k in MEASURES and v is not None}
-            warm = _carried_prompts(merged, before, int(setup.get("carryover_repeats") or 0))
+            warm = _carried_prompts(merged, before, int(setup.get("carryover_repeats") or 0),
+                                    setup.get("carryover_kv_tokens"))
+            if merged.get("tool") in WARMUP_PROMPT_TOOLS:
+                warm = max(warm, 1)
             before = merged
             rows.append(ServingRow(
                 id=f"{name}/{si}/{pi}", source=str(doc["source"]), url=str(doc["url"]),
@@ -112,19 +121,22 @@ def _expand(doc: Mapping[str, Any], name: str) -> list[ServingRow]:
 
 
 def _carried_prompts(point: Mapping[str, Any], before: Mapping[str, Any] | None,
-                     repeats: int) -> int:
+                     repeats: int, derived_kv: int | None = None) -> int:
     """Prompts of ``point`` already in the prefix cache when the harness ran the series' points
     in order on one server, each point ``repeats`` times with the same per-repeat seeds
     (series key `carryover_repeats`): a seeded random dataset's first n prompts are the same for
     any request count >= n, so the previous point's prompts come back. Counted only when all of
     its repeats' KV (prompt + output tokens) fit the published KV cache, a stand-in for LRU
-    eviction; 0 without the key, for the first point, or without a published KV size."""
-    if not repeats or before is None or not point.get("kv_cache_tokens"):
+    eviction; where the source publishes no KV size, ``derived_kv`` (series key
+    `carryover_kv_tokens`: a pool size the corpus file derives from the engine's memory rule, with
+    its derivation) takes its place. 0 without the key, for the first point, or without a KV
+    size."""
+    kv = point.get("kv_cache_tokens") or derived_kv
+    if not repeats or before is None or not kv:
         return 0
     n = int(before.get("num_prompts") or 0)
     footprint = repeats * n * (int(before["input_len"]) + int(before["output_len"]))
-    return min(n, int(point.get("num_prompts") or 0)) if footprint <= point["kv_cache_tokens"] \
-        else 0
+    return min(n, int(point.get("num_prompts") or 0)) if footprint <= int(kv) else 0
 
 
 def load_corpus(paths: Iterable[str | Path] | None = None) -> list[ServingRow]:

@@ -60,3 +60,34 @@ def test_carryover_counts_the_previous_points_prompts_when_they_fit() -> None:
     plain = _doc(kv_tokens=300_000)
     del plain["defaults"]["carryover_repeats"]
     assert [r.warm_prompts for r in _expand(plain, "x")] == [0, 0, 0]
+
+
+def test_carryover_takes_a_derived_kv_size_where_none_is_published() -> None:
+    doc = _doc(kv_tokens=0)
+    del doc["series"][0]["kv_cache_tokens"]
+    assert [r.warm_prompts for r in _expand(doc, "x")] == [0, 0, 0]
+    doc["defaults"]["carryover_kv_tokens"] = 300_000
+    assert [r.warm_prompts for r in _expand(doc, "x")] == [0, 50, 50]
+    doc["defaults"]["carryover_kv_tokens"] = 100_000  # 165k do not fit: LRU evicted them
+    assert [r.warm_prompts for r in _expand(doc, "x")] == [0, 0, 0]
+
+
+def test_sglang_bench_serving_warmup_leaves_the_first_prompt_cached() -> None:
+    doc = _doc(kv_tokens=300_000)
+    del doc["defaults"]["carryover_repeats"]
+    doc["defaults"]["tool"] = "sglang-bench-serving"
+    assert [r.warm_prompts for r in _expand(doc, "x")] == [1, 1, 1]
+    doc["defaults"]["carryover_repeats"] = 1
+    assert [r.warm_prompts for r in _expand(doc, "x")] == [1, 50, 50]
+    doc["defaults"]["tool"] = "vllm-bench-serve"  # not listed: no warm-up prompt assumed
+    assert [r.warm_prompts for r in _expand(doc, "x")] == [0, 50, 50]
+
+
+def test_sglang_cookbook_series_carry_the_previous_runs_prompts() -> None:
+    from simulate.validate.serving_corpus import load_corpus  # noqa: PLC0415
+
+    warm = {r.id: r.warm_prompts for r in load_corpus()
+            if r.source == "sglang-cookbook"}
+    assert warm["sglang-cookbook-qwen3-235b-b200/2/0"] == 1  # the client's warm-up prompt
+    assert warm["sglang-cookbook-qwen3-235b-b200/2/1"] == 10
+    assert warm["sglang-cookbook-qwen3-235b-b200/2/2"] == 80
