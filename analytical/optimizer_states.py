@@ -2,8 +2,8 @@
 """What the optimizer keeps per trainable parameter, and how ZeRO shards it.
 
 One place for the bytes of model states (weights, gradients, optimizer moments, master copy),
-used by the training memory model (`analytical.memory`), the step phases
-(`analytical.step_peak`) and offload (`simulate.offload`).
+read by the training memory model (`analytical.memory`, which re-exports `model_states_bytes`)
+for its totals and for the second moment torchtitan's optimizer step copies.
 """
 
 from __future__ import annotations
@@ -23,6 +23,12 @@ OPTIMIZER_STATE_BYTES: dict[str, float] = {
 SECOND_MOMENT_BYTES: dict[str, float] = {"adam": 4.0, "adamw": 4.0}
 MASTER_WEIGHT_BYTES = 4.0  # fp32 master copy kept when weights are stored in fewer bytes
 
+
+def _master_bytes(param_dtype_bytes: float) -> float:
+    """The fp32 master copy per parameter: kept only when weights are stored in fewer bytes."""
+    return MASTER_WEIGHT_BYTES if param_dtype_bytes < MASTER_WEIGHT_BYTES else 0.0
+
+
 def model_states_bytes(params: float, *, zero_stage: int, shard: int,
                        param_dtype_bytes: float = 2.0, grad_dtype_bytes: float = 2.0,
                        optimizer: str = "adam") -> tuple[float, float, float]:
@@ -36,10 +42,9 @@ def model_states_bytes(params: float, *, zero_stage: int, shard: int,
         raise UnknownNameError("optimizer", optimizer, list(OPTIMIZER_STATE_BYTES))
     if zero_stage not in (0, 1, 2, 3):
         raise SpecError("parallel.zero", f"must be 0, 1, 2 or 3, got {zero_stage!r}")
-    master = MASTER_WEIGHT_BYTES if param_dtype_bytes < MASTER_WEIGHT_BYTES else 0.0
     weights = params * param_dtype_bytes
     grads = params * grad_dtype_bytes
-    states = params * (OPTIMIZER_STATE_BYTES[optimizer] + master)
+    states = params * (OPTIMIZER_STATE_BYTES[optimizer] + _master_bytes(param_dtype_bytes))
     return (weights / shard if zero_stage >= 3 else weights,
             grads / shard if zero_stage >= 2 else grads,
             states / shard if zero_stage >= 1 else states)
@@ -49,6 +54,5 @@ def second_moment_bytes(optimizer_bytes: float, *, optimizer: str,
                         param_dtype_bytes: float) -> float:
     """The second-moment share of ``optimizer_bytes`` (`model_states_bytes`'s third value, same
     sharding): 0 for an optimizer without one."""
-    master = MASTER_WEIGHT_BYTES if param_dtype_bytes < MASTER_WEIGHT_BYTES else 0.0
-    per_param = OPTIMIZER_STATE_BYTES[optimizer] + master
+    per_param = OPTIMIZER_STATE_BYTES[optimizer] + _master_bytes(param_dtype_bytes)
     return optimizer_bytes * SECOND_MOMENT_BYTES.get(optimizer, 0.0) / per_param

@@ -127,7 +127,7 @@ def torchtitan_phases(mem: TrainingMemory, parallel: ParallelConfig, stage: Stag
                       param_dtype_bytes: float,
                       gathered_layers: int, loss_logits: float) -> TrainingMemory:
     """torchtitan's step phases and reserved memory (rules above); ``second_moment_bytes``: this
-    GPU's AdamW ``exp_avg_sq`` (`analytical.memory.second_moment_bytes`, 0 for SGD);
+    GPU's AdamW ``exp_avg_sq`` (`analytical.optimizer_states.second_moment_bytes`, 0 for SGD);
     ``loss_logits``: logits this GPU's eager fp32 loss holds (0 with a compiled loss or no LM
     head).
 

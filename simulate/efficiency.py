@@ -257,7 +257,6 @@ def framework_estimates(ops: Sequence[OpSpec], estimates: Sequence[Estimate],
             for op, e in zip(ops, estimates, strict=True)]
 
 
-
 # Measured attention that is not the framework's kernel. No store holds FlashAttention's Triton
 # port (`TRITON_SLOWDOWN`), on any GPU. And the store's Hopper attention at 16k queries, with the
 # champion learned from it, is TensorRT-LLM's context FMHA (the aiconfigurator import), a
