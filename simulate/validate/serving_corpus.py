@@ -99,6 +99,8 @@ def _expand(doc: Mapping[str, Any], name: str) -> list[ServingRow]:
         setup = {**doc.get("defaults", {}), **series}
         stats = {f"{k}_ms": v for k, v in dict(setup.get("stats") or {}).items()}
         before: Mapping[str, Any] | None = None
+        repeats, derived_kv = (_count(setup, key, f"{name}.series[{si}]")
+                               for key in ("carryover_repeats", "carryover_kv_tokens"))
         for pi, point in enumerate(series["points"]):
             if len(point) != len(columns):
                 raise SpecError(f"{name}.series[{si}].points[{pi}]",
@@ -106,8 +108,7 @@ def _expand(doc: Mapping[str, Any], name: str) -> list[ServingRow]:
             values = dict(zip(columns, point, strict=True))
             merged = {**setup, **{k: v for k, v in values.items() if k in _ROW_KEYS}}
             measured = {k: float(v) for k, v in values.items() if k in MEASURES and v is not None}
-            warm = _carried_prompts(merged, before, int(setup.get("carryover_repeats") or 0),
-                                    setup.get("carryover_kv_tokens"))
+            warm = _carried_prompts(merged, before, repeats, derived_kv)
             if merged.get("tool") in WARMUP_PROMPT_TOOLS:
                 warm = max(warm, 1)
             before = merged
@@ -120,8 +121,16 @@ def _expand(doc: Mapping[str, Any], name: str) -> list[ServingRow]:
     return rows
 
 
+def _count(setup: Mapping[str, Any], key: str, where: str) -> int:
+    """A series key that counts (repeats, tokens): an integer >= 0, 0 when absent."""
+    value = setup.get(key) or 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SpecError(f"{where}.{key}", f"must be an integer >= 0, got {value!r}")
+    return value
+
+
 def _carried_prompts(point: Mapping[str, Any], before: Mapping[str, Any] | None,
-                     repeats: int, derived_kv: int | None = None) -> int:
+                     repeats: int, derived_kv: int = 0) -> int:
     """Prompts of ``point`` already in the prefix cache when the harness ran the series' points
     in order on one server, each point ``repeats`` times with the same per-repeat seeds
     (series key `carryover_repeats`): a seeded random dataset's first n prompts are the same for

@@ -91,3 +91,12 @@ def test_sglang_cookbook_series_carry_the_previous_runs_prompts() -> None:
     assert warm["sglang-cookbook-qwen3-235b-b200/2/0"] == 1  # the client's warm-up prompt
     assert warm["sglang-cookbook-qwen3-235b-b200/2/1"] == 10
     assert warm["sglang-cookbook-qwen3-235b-b200/2/2"] == 80
+
+
+@pytest.mark.parametrize("key", ["carryover_repeats", "carryover_kv_tokens"])
+@pytest.mark.parametrize("bad", [-1, 2.5, "many", True])
+def test_carryover_keys_that_are_not_counts_name_the_field(key: str, bad: object) -> None:
+    doc = _doc(kv_tokens=0)
+    doc["series"][0][key] = bad
+    with pytest.raises(SpecError, match=rf"x\.series\[0\]\.{key}"):
+        _expand(doc, "x")
