@@ -19,6 +19,7 @@ from analytical.layer_spec import CP_ROTATE_GATHER, Stream
 from simulate.engines import Estimate
 from simulate.graph import Block, Node
 from simulate.overlap import overlap_window
+from simulate.tp_overlap import pipelined_rs_extra_s, split_gemm_s
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,7 +42,8 @@ class BlockCost:
 
 
 def _pass(nodes: Sequence[Node], est: Mapping[str, Estimate], *, tp_overlap: bool,
-          slowdown: float, rs_splits: int = 0, exposed_rs: bool = False) -> PassCost:
+          slowdown: float, rs_splits: int = 0, rs_margin: float = 0.0,
+          chunked: Mapping[str, float] | None = None, exposed_rs: bool = False) -> PassCost:
     compute = 0.0
     comm: dict[str, float] = {}
     engine_s: dict[str, float] = {}
@@ -58,8 +60,8 @@ def _pass(nodes: Sequence[Node], est: Mapping[str, Estimate], *, tp_overlap: boo
         elapsed += _cp_exposed_s(nodes, est, slowdown)
     tp_s = comm.get("tp", 0.0)
     if tp_s:
-        elapsed += (_paired_tp_s(nodes, est, slowdown, rs_splits, exposed_rs) if tp_overlap
-                    else tp_s)
+        elapsed += (_paired_tp_s(nodes, est, slowdown, rs_splits, exposed_rs, rs_margin,
+                                 chunked or {}) if tp_overlap else tp_s)
     elapsed += comm.get("ep", 0.0)
     fsdp_s = comm.get("fsdp", 0.0)
     if fsdp_s:
@@ -88,14 +90,19 @@ def _cp_exposed_s(nodes: Sequence[Node], est: Mapping[str, Estimate], slowdown: 
 
 
 def _paired_tp_s(nodes: Sequence[Node], est: Mapping[str, Estimate], slowdown: float,
-                 rs_splits: int = 0, exposed_rs: bool = False) -> float:
+                 rs_splits: int = 0, exposed_rs: bool = False, rs_margin: float = 0.0,
+                 chunked: Mapping[str, float] | None = None) -> float:
     """Time TP collectives add when overlapped as TE userbuffers / async TP do it: each one is
     decomposed with the GEMM it feeds (an all-gather: the next GEMM) or drains (a reduce-scatter
     or all-reduce: the previous one), so it hides only behind that GEMM, each GEMM once
     (Wang et al. 2022, "Overlap communication with dependent computation via decomposition";
     Transformer Engine userbuffers, Megatron-Core --tp-comm-overlap). Unpaired: exposed. With
     ``rs_splits`` a reduce-scatter follows its GEMM in that many chunks, so its last chunk has
-    no GEMM left to hide behind (`efficiency.tp_overlap_rs_splits`). With ``exposed_rs`` the
+    no GEMM left to hide behind (`efficiency.tp_overlap_rs_splits`); with ``rs_margin`` as well
+    that GEMM runs, every chunk, on the SMs TE's pipelined reduce-scatter leaves it
+    (`tp_overlap.pipelined_rs_extra_s`) instead of the generic slowdown. A GEMM in ``chunked``
+    (op key -> seconds as TE's chunks, `tp_overlap.chunked_gemms`) costs that while it hides
+    a collective. With ``exposed_rs`` the
     backward's own reduce-scatters (not a recomputed forward's) stay exposed
     (`efficiency.tp_overlap_exposes_bwd_rs`)."""
     gemms = [i for i, n in enumerate(nodes) if n.stream == Stream.COMPUTE and n.op.family == "gemm"]
@@ -116,20 +123,27 @@ def _paired_tp_s(nodes: Sequence[Node], est: Mapping[str, Estimate], slowdown: f
         free.discard(order[0])
         g = nodes[order[0]]
         gemm = est[g.op.key].latency_s * g.count
-        tail = comm / rs_splits if rs_splits and node.op.kind == "reduce_scatter" else 0.0  # type: ignore[union-attr]
-        extra += tail + overlap_window(gemm, comm - tail, slowdown)[0] - gemm
+        split = split_gemm_s(gemm, (chunked or {}).get(g.op.key, gemm / g.count) * g.count)
+        piped = rs_splits and node.op.kind == "reduce_scatter"  # type: ignore[union-attr]
+        if piped and rs_margin:
+            extra += pipelined_rs_extra_s(gemm, split, comm, rs_splits, rs_margin)
+            continue
+        tail = comm / rs_splits if piped else 0.0
+        extra += split - gemm + tail + overlap_window(split, comm - tail, slowdown)[0] - split
     return extra
 
 
 def block_cost(block: Block, est: Mapping[str, Estimate], *, tp_overlap: bool,
-               slowdown: float, rs_splits: int = 0, bwd_rs_exposed: bool = False) -> BlockCost:
+               slowdown: float, rs_splits: int = 0, rs_margin: float = 0.0,
+               chunked: Mapping[str, float] | None = None, bwd_rs_exposed: bool = False
+               ) -> BlockCost:
     """Forward and backward cost of ``block`` given estimates keyed by ``op.key``;
-    ``rs_splits`` applies to the forward reduce-scatters only (backward ones overlap whole,
-    or not at all with ``bwd_rs_exposed``)."""
+    ``rs_splits`` and ``rs_margin`` apply to the forward reduce-scatters only (backward ones
+    overlap whole, or not at all with ``bwd_rs_exposed``); ``chunked`` to both."""
     return BlockCost(fwd=_pass(block.fwd, est, tp_overlap=tp_overlap, slowdown=slowdown,
-                               rs_splits=rs_splits),
+                               rs_splits=rs_splits, rs_margin=rs_margin, chunked=chunked),
                      bwd=_pass(block.bwd, est, tp_overlap=tp_overlap, slowdown=slowdown,
-                               exposed_rs=bwd_rs_exposed))
+                               chunked=chunked, exposed_rs=bwd_rs_exposed))
 
 
 def add_engine_time(total: dict[str, float], part: Mapping[str, float], times: float = 1.0

@@ -24,7 +24,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from enum import StrEnum
-from typing import Any
 
 from analytical.attention_tiles import CUDNN_SOFTMAX_DIMS, FLASH2_SOFTMAX_DIMS, shape_rate
 from analytical.dtypes import DType
@@ -381,13 +380,6 @@ SYMM_MEM_BWD_RS_EXPOSED = SYMM_MEM_TP
 def tp_overlap_exposes_bwd_rs(framework: str) -> bool:
     """Whether the framework's TP overlap leaves the backward's reduce-scatters exposed."""
     return Framework(framework) in SYMM_MEM_BWD_RS_EXPOSED
-
-
-def tp_overlap_args(framework: str, tp: int) -> dict[str, Any]:
-    """`simulate.costs.block_cost`'s TP-overlap switches for the framework (the forward
-    reduce-scatters' chunks, the backward reduce-scatters exposed or not)."""
-    return {"rs_splits": tp_overlap_rs_splits(framework, tp),
-            "bwd_rs_exposed": tp_overlap_exposes_bwd_rs(framework)}
 
 
 def optimizer_estimate(chain: EngineChain, params: float, framework: str) -> Estimate:

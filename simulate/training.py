@@ -26,7 +26,6 @@ from simulate.efficiency import (
     framework_estimates,
     grad_reduce_dtype,
     optimizer_estimate,
-    tp_overlap_args,
 )
 from simulate.engines import ENGINE_ORDER, EngineChain
 from simulate.extrapolation import sliced_estimates
@@ -41,6 +40,7 @@ from simulate.overlap import default_compute_slowdown, share_link
 from simulate.scenario import Scenario, TrainingSpec
 from simulate.schedule import PipelineResult, TaskRecord, simulate_pipeline
 from simulate.torch_kernels import cp_sharding
+from simulate.tp_overlap import tp_overlap_args
 from simulate.trace import expand_ops
 
 __all__ = ["GIB", "TrainingResult", "run_training"]
@@ -193,7 +193,9 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
     est = dict(zip((o.key for o in ops),
                    framework_estimates(ops, sliced_estimates(chain, ops), hw, t.framework,
                                        kernel=t.attention, compiled=t.compile), strict=True))
-    tpo = tp_overlap_args(t.framework, par.tp)
+    tpo = tp_overlap_args(t.framework, par.tp, hw, blocks, lambda o: framework_estimates(
+        o, sliced_estimates(chain, o), hw, t.framework, kernel=t.attention, compiled=t.compile),
+        t.overlap.tp_comm)
     costs: dict[Any, BlockCost] = {k: block_cost(b, est, tp_overlap=t.overlap.tp_comm,
                                                  slowdown=slowdown, **tpo)
                                    for k, b in blocks.items()}

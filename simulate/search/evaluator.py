@@ -26,7 +26,7 @@ from analytical.parallel import Schedule
 from analytical.stage import StageParams, stage_params
 from simulate.costs import BlockCost, add_engine_time, block_cost
 from simulate.dp_sync import collective_spec, grad_bucket_queues, param_gathers
-from simulate.efficiency import framework_estimates, optimizer_estimate, tp_overlap_args
+from simulate.efficiency import framework_estimates, optimizer_estimate
 from simulate.engines import ENGINE_ORDER, EngineChain
 from simulate.extrapolation import sliced_estimates
 from simulate.fsdp_root import has_fsdp_root
@@ -38,6 +38,7 @@ from simulate.overlap import default_compute_slowdown, share_link
 from simulate.scenario import ClusterSpec, Scenario, TrainingSpec
 from simulate.schedule import simulate_pipeline
 from simulate.search.batch_pipeline import batch_pipeline
+from simulate.tp_overlap import tp_overlap_args
 from simulate.training import (
     _blocks,
     _chunk_blocks,
@@ -100,7 +101,9 @@ class LayoutEvaluator:
                                                 self.hw, step.framework, kernel=step.attention,
                                                 compiled=step.compiled),
                        strict=True))
-        tpo = tp_overlap_args(step.framework, par.tp)
+        tpo = tp_overlap_args(step.framework, par.tp, self.hw, blocks, lambda o: framework_estimates(
+            o, sliced_estimates(self.chain, o), self.hw, step.framework, kernel=step.attention,
+            compiled=step.compiled), ov.tp_comm)
         costs = {k: block_cost(b, est, tp_overlap=ov.tp_comm, slowdown=slowdown, **tpo)
                  for k, b in blocks.items()}
         costs = a2a_overlap_costs(costs, blocks, est, t, slowdown)

@@ -50,3 +50,75 @@ def test_te_pipelined_reduce_scatter_exposes_its_last_chunk():
     assert whole.fwd.elapsed_s == pytest.approx(whole.fwd.compute_s, rel=1e-12)  # all hidden
     assert split.fwd.elapsed_s - whole.fwd.elapsed_s == pytest.approx(rs / 4, rel=1e-6)
     assert split.bwd.elapsed_s == whole.bwd.elapsed_s
+
+
+
+def _te_block(tp: int = 4):
+    chain = EngineChain(get_hardware("h100-sxm"), use_store=False, use_predictors=False)
+    step = TrainStep(sharding=Sharding(tp=tp, sp=True, tp_rpn=tp), micro_batch=1, seq_len=4096)
+    block = layer_block(load_model("llama-3-70b"), step, moe=False)
+    ops = [n.op for n in (*block.fwd, *block.bwd)]
+    est = dict(zip((o.key for o in ops), chain.estimate_many(ops), strict=True))
+    return chain, block, est
+
+
+def test_te_pipelined_gemm_runs_on_the_sms_the_reduce_scatter_leaves():
+    """TE's pipeline method with set_sm_margin (initialize_ub defaults: num_sm 16) launches
+    every chunk of the forward reduce-scatter's GEMM on units - 16 SMs: on an H100 (132 SMs)
+    a GEMM that outlasts its RS takes 132/116 of its time plus the last chunk's RS; frameworks
+    without userbuffers get no margin."""
+    from simulate.tp_overlap import pipelined_rs_extra_s, rs_gemm_margin
+
+    h100 = get_hardware("h100-sxm")
+    margin = rs_gemm_margin("megatron", h100)
+    assert margin == pytest.approx(132 / 116)
+    assert rs_gemm_margin("nemo", h100) == margin
+    assert rs_gemm_margin("torchtitan", h100) == 0.0
+    # GEMM-bound: the whole GEMM slowed, plus one chunk of the RS.
+    assert pipelined_rs_extra_s(4.0, 4.0, 2.0, 4, margin) == pytest.approx(4.0 * (margin - 1) + 0.5)
+    # comm-bound: first GEMM chunk, then every chunk's RS back to back.
+    assert pipelined_rs_extra_s(1.0, 1.0, 8.0, 4, margin) == pytest.approx(margin / 4 + 7.0)
+    _, block, est = _te_block()
+    generic = block_cost(block, est, tp_overlap=True, slowdown=1.14, rs_splits=4)
+    te = block_cost(block, est, tp_overlap=True, slowdown=1.14, rs_splits=4, rs_margin=margin)
+    assert te.fwd.elapsed_s > generic.fwd.elapsed_s
+    assert te.fwd.compute_s == generic.fwd.compute_s
+    assert te.bwd.elapsed_s == generic.bwd.elapsed_s
+
+
+def test_te_split_gemms_are_priced_as_their_chunks():
+    """Ring exchange runs the GEMM an all-gather feeds as tp GEMMs of m / tp rows, the pipeline
+    the GEMM a forward reduce-scatter drains as 4 of m / 4; the wgrad re-gather (bulk) splits
+    nothing. Only TE userbuffers runs with tp_comm get the chunks."""
+    from analytical.layer_backward import REGATHER
+    from simulate.tp_overlap import chunked_gemms, tp_overlap_args
+
+    chain, block, est = _te_block(tp=8)
+    seen: list[int] = []
+
+    def estimate(ops):
+        seen.extend(o.m for o in ops)
+        return chain.estimate_many(ops)
+
+    chunked = chunked_gemms({"l": block}, 8, 4, estimate)
+    fwd_gemms = [n for n in block.fwd if n.op.family == "gemm"]
+    tokens = fwd_gemms[0].op.m
+    assert set(seen) == {tokens // 8, tokens // 4}
+    assert fwd_gemms[0].op.key in chunked  # qkv, fed by the all-gather: 8 chunks
+    assert all(chunked[k] > est[k].latency_s for k in chunked)  # smaller GEMMs, lower rate
+    # the wgrad re-gather overlaps in bulk: the GEMM after it is not split on its account
+    from simulate.tp_overlap import _split_gemms
+
+    tail = [n for n in block.bwd if n.name != "attn.sp_reduce_scatter.bwd"]
+    start = next(i for i, n in enumerate(tail) if n.name.endswith(REGATHER))
+    assert any(n.op.family == "gemm" for n in tail[start:])
+    assert _split_gemms(tail[start:], 8, 0) == {}
+    h100 = get_hardware("h100-sxm")
+    assert tp_overlap_args("torchtitan", 8, h100, {"l": block}, estimate, True)["chunked"] == {}
+    assert tp_overlap_args("megatron", 8, h100, {"l": block}, estimate, False)["chunked"] == {}
+    args = tp_overlap_args("megatron", 8, h100, {"l": block}, estimate, True)
+    assert args["chunked"] == pytest.approx(chunked)
+    whole = block_cost(block, est, tp_overlap=True, slowdown=1.0)
+    split = block_cost(block, est, tp_overlap=True, slowdown=1.0, chunked=chunked)
+    assert split.fwd.elapsed_s > whole.fwd.elapsed_s
+    assert split.bwd.elapsed_s > whole.bwd.elapsed_s
