@@ -9,7 +9,11 @@ collective runs. TE's defaults for the method (transformer_engine/pytorch/module
 `initialize_ub.get_default_config`, TE 1.x-2.x): ``num_sm`` 16, ``cga_size`` 2,
 ``set_sm_margin`` True, ``num_splits`` 4; ring exchange ``num_sm`` 1, no margin, tp chunks;
 bulk (the backward's dgrad / wgrad collectives beside a different GEMM) keeps its own
-``num_sm`` without a margin, i.e. the generic contention of `simulate.overlap`. Megatron-LM's
+``num_sm`` without a margin, i.e. the generic contention of `simulate.overlap`: TE 2.x's
+default would set the margin for bulk too (TE 1.x's for no method), but NeMo's and Bridge's
+configs set ``set_sm_margin`` 0 for every bulk overlap and 1 for the pipelined ones
+(NeMo-Framework-Launcher `ub_cfg_*.yaml`; Bridge `BulkOverlapCfg(..., set_sm_margin=False)`
+in 70 of 70 uses at 067f987d). Megatron-LM's
 ``--tp-comm-overlap`` without ``--tp-comm-overlap-cfg`` runs those defaults; NeMo's and
 Megatron-Bridge's per-model configs set 8-32 SMs for the two pipelined GEMMs
 (NeMo-Framework-Launcher 24.07 `conf/training/tp_overlap/ub_cfg_h100_h8192_tp4_mbs1_seqlen4096
