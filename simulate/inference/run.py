@@ -63,14 +63,22 @@ class InstancePlan:
 
 
 def activation_reserve_bytes(model: ModelSpec, shard: Sharding, max_tokens: int,
-                             max_seqs: int) -> float:
-    """Peak activation memory of one step as vLLM's profiling run sees it: the widest live
-    tensors of a layer for `max_tokens` tokens (residual, QKV, MLP intermediate) in bf16, plus
-    fp32 logits for `max_seqs` rows."""
+                             max_seqs: int, sampler_bytes_per_logit: float = 0.0) -> float:
+    """Peak activation memory of the start-up profile: the forward pass's widest live tensors
+    of a layer for `max_tokens` tokens (residual, QKV, MLP intermediate) in bf16, and logits
+    for `max_seqs` rows. With `sampler_bytes_per_logit` (vLLM V1, its engine file) the sampler
+    runs after the forward, on full-vocabulary logits, and one peak is taken over both; else
+    the forward plus fp32 logits split over TP."""
     h, g = heads_per_rank(model, shard.tp)
     width = max(model.ffn_hidden, model.moe_ffn_hidden * max(model.top_k, 1)) // shard.tp
     per_token = 4 * model.hidden + (h + 2 * g) * model.head_dim + 3 * width
-    return 2.0 * max_tokens * per_token + 4.0 * max_seqs * model.vocab / shard.tp
+    forward = 2.0 * max_tokens * per_token
+    if sampler_bytes_per_logit <= 0:
+        return forward + 4.0 * max_seqs * model.vocab / shard.tp
+    # profile_run keeps the forward's bf16 hidden states and its last rows (and a random copy
+    # of them) alive while the sampler runs (v0.11.0 gpu_model_runner.py _dummy_sampler_run)
+    held = 2.0 * model.hidden * (max_tokens + 2 * max_seqs)
+    return max(forward, held + sampler_bytes_per_logit * max_seqs * model.vocab)
 
 
 def lora_weight_bytes(model: ModelSpec, lora: LoraSpec | None, adapters: int, tp: int) -> float:
@@ -127,11 +135,12 @@ def plan_instance(model: ModelSpec, hw: HardwareSpec, *, tp: int, pp: int, ep: i
     check_sharding(model, shard)
     weights = mem.weight_bytes(model, dtype=weight_dtype, tp=tp, pp=pp, ep=ep,
                                etp=shard.expert_tp) + lora_bytes
-    reserve = activation_reserve_bytes(model, shard, serving.max_batched_tokens,
-                                       serving.max_num_seqs)
+    preset = preset_for(serving, hw, tp=tp, pp=pp)
+    reserve = activation_reserve_bytes(
+        model, shard, serving.max_batched_tokens, serving.max_num_seqs,
+        preset.sampler_profile_bytes_per_logit if preset else 0.0)
     usable = hw.memory_bytes * serving.gpu_memory_utilization * memory_fraction
     kv_per_token = mem.kv_cache_bytes(model, tokens=1, kv_dtype=kv_dtype, tp=tp, pp=pp)
-    preset = preset_for(serving, hw, tp=tp, pp=pp)
     free = kv_cache_bytes(preset.memory_rule if preset else MemoryRule.TOTAL_FRACTION,
                           capacity=hw.memory_bytes * memory_fraction,
                           utilization=serving.gpu_memory_utilization,

@@ -97,6 +97,9 @@ class EnginePreset:
     # architectures (`fp8_gemm.Fp8GemmRatios`, `step_cost.DenseCost`; empty: the chain's fp8)
     fp8_gemm_vs_bf16: Fp8GemmRatios = Fp8GemmRatios()
     fp8_gemm_vs_bf16_archs: tuple[str, ...] = ()
+    # > 0: the start-up profile's peak is max(forward, sampler over max_num_seqs x vocab at these
+    # bytes per logit) as vLLM V1 measures it (`run.activation_reserve_bytes`); 0: their sum
+    sampler_profile_bytes_per_logit: float = 0.0
 
     def fp8_vs_bf16(self, architecture: str) -> Fp8GemmRatios:
         """The ratios that apply on a GPU of ``architecture`` (empty: none)."""
@@ -229,7 +232,8 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
         eager_launch_s=float(pick("eager_launch_us", 0.0)) / 1e6,
         batched_prefill_attention=bool(pick("batched_prefill_attention", False)),
         fp8_gemm_vs_bf16=_fp8_ratios(fp8_ratio),
-        fp8_gemm_vs_bf16_archs=tuple(fp8_ratio.get("architectures", ())))
+        fp8_gemm_vs_bf16_archs=tuple(fp8_ratio.get("architectures", ())),
+        sampler_profile_bytes_per_logit=float(pick("sampler_profile_bytes_per_logit", 0.0)))
 
 
 def _fp8_ratios(entry: Mapping[str, Any]) -> Fp8GemmRatios:
