@@ -99,10 +99,10 @@ def chunked_gemms(blocks: Mapping[Any, Block], tp: int, rs_splits: int,
     return {k: e.latency_s * n for (k, (_, n)), e in zip(split.items(), est, strict=True)}
 
 
-def split_gemm_s(whole_s: float, chunks_s: float | None) -> float:
+def split_gemm_s(whole_s: float, chunks_s: float) -> float:
     """A split GEMM's time: its chunks', never below the whole GEMM's (the library could have
     run the whole as those chunks, so a chain pricing them faster contradicts itself)."""
-    return whole_s if chunks_s is None else max(whole_s, chunks_s)
+    return max(whole_s, chunks_s)
 
 
 def tp_overlap_args(framework: str, tp: int, hw: HardwareSpec, blocks: Mapping[Any, Block],

@@ -17,7 +17,7 @@ from analytical.hardware import GIB, HardwareSpec, get_hardware
 from analytical.layer_spec import LoraSpec, Precision, Sharding, Stream, ranks_per_node
 from analytical.memory import TrainingMemory, training_memory
 from analytical.model import load_model
-from analytical.ops import CollectiveKind
+from analytical.ops import CollectiveKind, OpSpec
 from analytical.parallel import ParallelConfig, Schedule
 from analytical.stage import StageParams, chunk_layers, is_moe_layer, stage_params
 from simulate.costs import BlockCost, OpEvent, add_engine_time, block_cost, pass_timeline
@@ -27,7 +27,7 @@ from simulate.efficiency import (
     grad_reduce_dtype,
     optimizer_estimate,
 )
-from simulate.engines import ENGINE_ORDER, EngineChain
+from simulate.engines import ENGINE_ORDER, EngineChain, Estimate
 from simulate.extrapolation import sliced_estimates
 from simulate.fsdp_root import fsdp_root_blocks, with_root_keys
 from simulate.graph import Block, TrainStep, embedding_block, head_block, layer_block
@@ -190,12 +190,13 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
     pp_stride = par.tp * par.cp * par.dp
     p2p = collective_spec(CollectiveKind.SEND_RECV, act_bytes, 2, 2 if pp_stride * 2 <= gpn else 1)
     ops.append(p2p)
-    est = dict(zip((o.key for o in ops),
-                   framework_estimates(ops, sliced_estimates(chain, ops), hw, t.framework,
-                                       kernel=t.attention, compiled=t.compile), strict=True))
-    tpo = tp_overlap_args(t.framework, par.tp, hw, blocks, lambda o: framework_estimates(
-        o, sliced_estimates(chain, o), hw, t.framework, kernel=t.attention, compiled=t.compile),
-        t.overlap.tp_comm)
+
+    def estimate(o: list[OpSpec]) -> list[Estimate]:
+        return framework_estimates(o, sliced_estimates(chain, o), hw, t.framework,
+                                   kernel=t.attention, compiled=t.compile)
+
+    est = dict(zip((o.key for o in ops), estimate(ops), strict=True))
+    tpo = tp_overlap_args(t.framework, par.tp, hw, blocks, estimate, t.overlap.tp_comm)
     costs: dict[Any, BlockCost] = {k: block_cost(b, est, tp_overlap=t.overlap.tp_comm,
                                                  slowdown=slowdown, **tpo)
                                    for k, b in blocks.items()}

@@ -21,13 +21,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from analytical.hardware import GIB, HardwareSpec
-from analytical.ops import CollectiveKind
+from analytical.ops import CollectiveKind, OpSpec
 from analytical.parallel import Schedule
 from analytical.stage import StageParams, stage_params
 from simulate.costs import BlockCost, add_engine_time, block_cost
 from simulate.dp_sync import collective_spec, grad_bucket_queues, param_gathers
 from simulate.efficiency import framework_estimates, optimizer_estimate
-from simulate.engines import ENGINE_ORDER, EngineChain
+from simulate.engines import ENGINE_ORDER, EngineChain, Estimate
 from simulate.extrapolation import sliced_estimates
 from simulate.fsdp_root import has_fsdp_root
 from simulate.graph import TrainStep
@@ -96,14 +96,14 @@ class LayoutEvaluator:
             return self._blocks[key]
         blocks = _blocks(self.model, par, step)
         ops = {n.op.key: n.op for b in blocks.values() for n in (*b.fwd, *b.bwd)}
-        est = dict(zip(ops, framework_estimates(list(ops.values()),
-                                                sliced_estimates(self.chain, list(ops.values())),
-                                                self.hw, step.framework, kernel=step.attention,
-                                                compiled=step.compiled),
-                       strict=True))
-        tpo = tp_overlap_args(step.framework, par.tp, self.hw, blocks, lambda o: framework_estimates(
-            o, sliced_estimates(self.chain, o), self.hw, step.framework, kernel=step.attention,
-            compiled=step.compiled), ov.tp_comm)
+
+        def estimate(o: list[OpSpec]) -> list[Estimate]:
+            return framework_estimates(o, sliced_estimates(self.chain, o), self.hw,
+                                       step.framework, kernel=step.attention,
+                                       compiled=step.compiled)
+
+        est = dict(zip(ops, estimate(list(ops.values())), strict=True))
+        tpo = tp_overlap_args(step.framework, par.tp, self.hw, blocks, estimate, ov.tp_comm)
         costs = {k: block_cost(b, est, tp_overlap=ov.tp_comm, slowdown=slowdown, **tpo)
                  for k, b in blocks.items()}
         costs = a2a_overlap_costs(costs, blocks, est, t, slowdown)
