@@ -211,3 +211,29 @@ def test_nemo_llama2_70b_pretraining_row_overlaps_tp_communication():
     row = next(r for r in pub.load_corpus() if r["source"] == "nemo-24.07"
                and r["model"] == "llama-2-70b" and "Pretraining" in r["section"])
     assert row["tp_comm_overlap"] == "true" and row["vpp"] == "20"
+
+
+def test_megatron_bridge_dense_rows_carry_their_release_recipes():
+    """Megatron-Bridge's dense Llama tables, 25.11 and the archive's 26.02-26.06 (corpus
+    README): layouts as published, the recipes' TP overlap (TP > 1), 405B pipeline split, bf16
+    gradient reduction, and the 70B Megatron-FSDP GB200/GB300 presets' activation offload
+    (40 / 20); the 256-GPU GB rows leave their placement to the scorer (64 per NVL72 rack)."""
+    rows = [r for r in pub.load_corpus() if r["source"] == "megatron-bridge-dense"]
+    versions = {r["framework_version"].split("NeMo ")[-1] for r in rows}
+    assert versions == {"25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06"}
+    for r in rows:
+        dims = int(r["tp"]) * int(r["pp"]) * int(r["dp"]) * int(r["cp"] or 1)
+        assert dims == int(r["num_gpus"])
+        assert r["grad_reduce_dtype"] == "bf16" and r["cross_entropy_fusion"] == "true"
+        if r["model"] == "llama-3-405b":
+            assert r["pipeline_split"] == "embedding-loss"
+        if int(r["tp"]) > 1 and r["model"] != "llama-3-8b":
+            assert r["tp_comm_overlap"] == "true" and r["sp"] == "true"
+        if r["fsdp"] == "true" and r["model"] == "llama-3-70b":
+            assert r["activation_offload_layers"] == {"gb200": "40", "gb300": "20"}[r["gpu"]]
+    sft = [r for r in rows if "SFT" in r["section"]]
+    assert {r["gpu"] for r in sft} == {"gb200", "gb300", "h100-sxm"}
+    assert {r["seq_len"] for r in sft} == {"4096"}
+    wide = [r for r in rows if r["num_gpus"] == "256"]
+    assert wide and all(r["gpus_per_node"] == "" for r in wide)
+    assert {pub.row_scenario(r, "r")["hardware"]["gpus_per_node"] for r in wide} == {64}
