@@ -211,3 +211,13 @@ def test_nemo_llama2_70b_pretraining_row_overlaps_tp_communication():
     row = next(r for r in pub.load_corpus() if r["source"] == "nemo-24.07"
                and r["model"] == "llama-2-70b" and "Pretraining" in r["section"])
     assert row["tp_comm_overlap"] == "true" and row["vpp"] == "20"
+
+
+def test_transformer_engine_follows_the_framework_version():
+    """The corpus's Megatron-Core r0.8.0 runs (README, 2024-07) predate TE 2.0, so they run TE
+    1.x's TP-overlap defaults; an unlisted framework version keeps the spec's default."""
+    row = {**ROW, "framework": "megatron", "framework_version": "Megatron-Core r0.8.0"}
+    assert pub.row_scenario(row, "x")["training"]["transformer_engine"] == "1"
+    nemo = {**row, "framework": "nemo", "framework_version": "NeMo 24.07"}
+    assert pub.row_scenario(nemo, "x")["training"]["transformer_engine"] == "1.8"
+    assert "transformer_engine" not in pub.row_scenario(ROW, "x")["training"]
