@@ -9,9 +9,10 @@ collective runs. TE's defaults for the method (transformer_engine/pytorch/module
 `initialize_ub.get_default_config`, TE 2.x): ``num_sm`` 16, ``cga_size`` 2,
 ``set_sm_margin`` True, ``num_splits`` 4; ring exchange ``num_sm`` 1, no margin, tp chunks.
 The margin default came with TE 2.0 (commit 544dd14b, 2025-02-07; tag v2.0 e5cc6c29): every
-TE 1.x release (v1.2 4f9662fb to v1.13 e5edd6cc, `initialize_ub`'s ``add_ub(...,
-set_sm_margin=0)`` and ``ub_cfg.get("set_sm_margin", 0)``) runs the pipelined GEMM on all SMs
-beside the 16 communication SMs, i.e. the generic contention of `simulate.overlap`, so the
+TE 1.x release (v1.2 4f9662fb to v1.8: `initialize_ub`'s ``add_ub(..., set_sm_margin=0)``;
+v1.9 to v1.13 e5edd6cc: `get_default_config` ``"set_sm_margin": False``) runs the pipelined
+GEMM on all SMs beside the 16 communication SMs, i.e. the generic contention of
+`simulate.overlap`, so the
 run's TE version (`TrainingSpec.transformer_engine`) decides it (`rs_gemm_margin`).
 Bulk (the backward's dgrad / wgrad collectives beside a different GEMM) keeps its own
 ``num_sm`` without a margin, i.e. the generic contention: TE 2.x's
