@@ -11,6 +11,7 @@ range.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -18,7 +19,7 @@ from typing import Any, TypeVar
 from analytical.errors import SpecError
 
 __all__ = ["bool_field", "check_keys", "choice_field", "choice_value", "float_field", "float_value",
-           "int_field", "int_value", "names_field", "optional_float"]
+           "int_field", "int_value", "names_field", "optional_float", "version_field"]
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -137,3 +138,15 @@ def names_field(block: Mapping[str, Any], key: str, path: str, enum: type[E], *,
         raise SpecError(f"{path}.{key}", f"expected a list of names, got {raw!r}", source=source)
     return tuple(choice_value(str(n).strip(), f"{path}.{key}", enum, source=source)
                  for n in names)
+
+
+def version_field(block: Mapping[str, Any], key: str, path: str, default: str, *,
+                  source: str | None = None) -> str:
+    """``block[key]`` (or ``default``) as a dotted release number ("2", "1.8"); a YAML float is
+    refused (``1.10`` reads as 1.1): quote it."""
+    value = block.get(key, default)
+    text = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
+    if not re.fullmatch(r"\d+(\.\d+)*", text):
+        raise SpecError(f"{path}.{key}", f"must be a version such as \"1.8\" (quoted), got "
+                        f"{value!r}", source=source)
+    return text

@@ -30,6 +30,7 @@ from simulate.fields import (
     int_field,
     names_field,
     optional_float,
+    version_field,
 )
 from simulate.inference.setup import (
     ColocatedTenant,
@@ -44,7 +45,7 @@ TOP_KEYS = {"name", "description", "model", "hardware", "training", "inference",
             "colocate"}
 HARDWARE_KEYS = {"gpu", "num_gpus", "gpus_per_node"}
 TRAINING_KEYS = {"parallel", "global_batch", "micro_batch", "seq_len", "precision", "recompute",
-                 "recompute_modules", "grad_reduce_dtype", "cuda_graph",
+                 "recompute_modules", "grad_reduce_dtype", "cuda_graph", "transformer_engine",
                  "schedule", "overlap", "dp_bucket_mb", "optimizer", "attention", "lora",
                  "framework", "offload", "compile", "fp8_recipe", "cross_entropy_fusion",
                  "compile_loss", "moe_router_fusion", "moe_fused_mlp", "bias_dropout_fusion"}
@@ -128,6 +129,7 @@ class TrainingSpec:
     moe_router_fusion: bool = False  # Megatron-Core `--moe-router-fusion`, off as there (`moe_host`)
     moe_fused_mlp: bool = False  # the recipe's fused grouped expert MLP (`moe_kernels`)
     bias_dropout_fusion: bool = True  # Megatron-Core's fused bias-dropout-add (`bias_kernels`)
+    transformer_engine: str = "2"  # the run's TE version: its TP-overlap defaults (`tp_overlap`)
 
     @property
     def compiled_loss(self) -> bool:
@@ -221,8 +223,7 @@ def _overlap(block: Any, source: str | None) -> OverlapSpec:
 
 def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
     """The ``training`` block -> `TrainingSpec` (field-level checks only)."""
-    path = "training"
-    block = _check_keys(block, path, TRAINING_KEYS, source)
+    path, block = "training", _check_keys(block, "training", TRAINING_KEYS, source)
     parallel, cp_algorithm = parse_parallel(block.get("parallel"), source)
     precision = parse_dtype(block.get("precision", "bf16"), field=f"{path}.precision",
                             source=source)
@@ -264,7 +265,7 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
         moe_router_fusion=_bool(block, "moe_router_fusion", path, source, False),
         moe_fused_mlp=_bool(block, "moe_fused_mlp", path, source, False),
         bias_dropout_fusion=_bool(block, "bias_dropout_fusion", path, source, True),
-    )
+        transformer_engine=version_field(block, "transformer_engine", path, "2", source=source))
     check_work(f"{path}.global_batch", spec.num_microbatches, MAX_MICROBATCHES,
                "micro-batches per iteration", "raise micro_batch or dp, or lower global_batch")
     return spec

@@ -196,7 +196,8 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
                                    kernel=t.attention, compiled=t.compile)
 
     est = dict(zip((o.key for o in ops), estimate(ops), strict=True))
-    tpo = tp_overlap_args(t.framework, par.tp, hw, blocks, estimate, t.overlap.tp_comm)
+    tpo = tp_overlap_args(t.framework, par.tp, hw, blocks, estimate, t.overlap.tp_comm,
+                          t.transformer_engine)
     costs: dict[Any, BlockCost] = {k: block_cost(b, est, tp_overlap=t.overlap.tp_comm,
                                                  slowdown=slowdown, **tpo)
                                    for k, b in blocks.items()}

@@ -91,7 +91,7 @@ class LayoutEvaluator:
         par, ov = t.parallel, t.overlap
         paired = paired_fraction(t.num_microbatches, par.pp, par.vpp) if ov.moe_a2a else None
         key = (step, par.tp, par.pp, par.ep, par.etp, ov.tp_comm, slowdown, paired,
-               t.cuda_graph)
+               t.cuda_graph, t.transformer_engine)
         if key in self._blocks:
             return self._blocks[key]
         blocks = _blocks(self.model, par, step)
@@ -103,7 +103,8 @@ class LayoutEvaluator:
                                        compiled=step.compiled)
 
         est = dict(zip(ops, estimate(list(ops.values())), strict=True))
-        tpo = tp_overlap_args(step.framework, par.tp, self.hw, blocks, estimate, ov.tp_comm)
+        tpo = tp_overlap_args(step.framework, par.tp, self.hw, blocks, estimate, ov.tp_comm,
+                              t.transformer_engine)
         costs = {k: block_cost(b, est, tp_overlap=ov.tp_comm, slowdown=slowdown, **tpo)
                  for k, b in blocks.items()}
         costs = a2a_overlap_costs(costs, blocks, est, t, slowdown)

@@ -35,6 +35,16 @@ DEFAULTS: dict[str, Any] = {"cp": 1, "ep": 1, "vpp": 1, "zero": 0, "micro_batch"
                             "attention": "flash", "framework": "megatron",
                             "tp_comm_overlap": False, "moe_a2a_overlap": False, "compile": True,
                             "fp8_recipe": "tensorwise"}
+# The Transformer Engine each corpus ``framework_version`` ran, whose TP-overlap defaults the
+# run had (`simulate.tp_overlap.rs_gemm_margin`); unlisted: `TrainingSpec`'s (TE 2.x).
+TE_VERSIONS = {
+    # README model table committed f2e5db40 (2024-07-15), before TE 2.0 (tag v2.0, 2025-02-12)
+    "Megatron-Core r0.8.0": "1",
+    # NeMo's Dockerfile.ci at 4c73f776 ("24.07 perf", 2024-08-14): TE_TAG 7d576ed2 = 1.8.0.dev0
+    "NeMo 24.07": "1.8",
+    # Megatron-Bridge pyproject.toml at 00b7660b: transformer-engine>=2.9.0a0,<2.10.0
+    "Megatron-Bridge, NeMo 25.11": "2.9",
+}
 INTERLEAVED_VPP = 2  # "interleaved" with no stated vpp: the smallest interleaving
 # A row that does not state its recompute policy takes the first of these that fits, as a
 # practitioner sizing the run would (and as NeMo's auto-configurator searches recompute).
@@ -142,6 +152,8 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
     training["fp8_recipe"] = _get(row, "fp8_recipe") or DEFAULTS["fp8_recipe"]
     if _get(row, "grad_reduce_dtype"):  # the recipe's DDP grad_reduce_in_fp32
         training["grad_reduce_dtype"] = _get(row, "grad_reduce_dtype")
+    if _get(row, "framework_version") in TE_VERSIONS:
+        training["transformer_engine"] = TE_VERSIONS[_get(row, "framework_version")]
     bridge = "megatron-bridge" in _get(row, "framework_version").lower()
     if _get(row, "cross_entropy_fusion"):  # Megatron-Core's fused loss, as the run set it
         training["cross_entropy_fusion"] = _bool(row, "cross_entropy_fusion")

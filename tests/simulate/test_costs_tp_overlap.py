@@ -70,10 +70,10 @@ def test_te_pipelined_gemm_runs_on_the_sms_the_reduce_scatter_leaves():
     from simulate.tp_overlap import pipelined_rs_extra_s, rs_gemm_margin
 
     h100 = get_hardware("h100-sxm")
-    margin = rs_gemm_margin("megatron", h100)
+    margin = rs_gemm_margin("megatron", h100, "2")
     assert margin == pytest.approx(132 / 116)
-    assert rs_gemm_margin("nemo", h100) == margin
-    assert rs_gemm_margin("torchtitan", h100) == 0.0
+    assert rs_gemm_margin("nemo", h100, "2") == margin
+    assert rs_gemm_margin("torchtitan", h100, "2") == 0.0
     # GEMM-bound: the whole GEMM slowed, plus one chunk of the RS.
     assert pipelined_rs_extra_s(4.0, 4.0, 2.0, 4, margin) == pytest.approx(4.0 * (margin - 1) + 0.5)
     # comm-bound: first GEMM chunk, then every chunk's RS back to back.
@@ -114,11 +114,35 @@ def test_te_split_gemms_are_priced_as_their_chunks():
     assert any(n.op.family == "gemm" for n in tail[start:])
     assert _split_gemms(tail[start:], 8, 0) == {}
     h100 = get_hardware("h100-sxm")
-    assert tp_overlap_args("torchtitan", 8, h100, {"l": block}, estimate, True)["chunked"] == {}
-    assert tp_overlap_args("megatron", 8, h100, {"l": block}, estimate, False)["chunked"] == {}
-    args = tp_overlap_args("megatron", 8, h100, {"l": block}, estimate, True)
+    assert tp_overlap_args("torchtitan", 8, h100, {"l": block}, estimate, True, "2")["chunked"] == {}
+    assert tp_overlap_args("megatron", 8, h100, {"l": block}, estimate, False, "2")["chunked"] == {}
+    args = tp_overlap_args("megatron", 8, h100, {"l": block}, estimate, True, "2")
     assert args["chunked"] == pytest.approx(chunked)
     whole = block_cost(block, est, tp_overlap=True, slowdown=1.0)
     split = block_cost(block, est, tp_overlap=True, slowdown=1.0, chunked=chunked)
     assert split.fwd.elapsed_s > whole.fwd.elapsed_s
     assert split.bwd.elapsed_s > whole.bwd.elapsed_s
+
+
+def test_te_1x_defaults_run_the_pipelined_gemm_without_a_margin():
+    """TE 1.x's initialize_ub defaults set no SM margin for any method; TE 2.0 (544dd14b) sets
+    it for the pipeline. NeMo's ub_cfg states it (1 for the pipelined GEMMs) whatever the TE,
+    so only a Megatron run on TE 1.x loses it. The scenario field reaches the step time."""
+    from simulate.api import run
+    from simulate.tp_overlap import rs_gemm_margin
+
+    h100 = get_hardware("h100-sxm")
+    margin = rs_gemm_margin("megatron", h100, "2.9")
+    assert margin > 1.0
+    assert rs_gemm_margin("megatron", h100, "1.13") == 0.0
+    assert rs_gemm_margin("megatron", h100, "1") == 0.0
+    assert rs_gemm_margin("nemo", h100, "1.8") == margin
+
+    def step_s(te: str) -> float:
+        doc = {"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+               "training": {"parallel": {"tp": 8, "pp": 1, "dp": 1, "sp": True},
+                            "global_batch": 4, "micro_batch": 1, "seq_len": 4096,
+                            "overlap": {"tp_comm": True}, "transformer_engine": te}}
+        return run(doc, use_store=False, use_predictors=False).training.iteration_time_s
+
+    assert step_s("1.8") < step_s("2")

@@ -201,3 +201,19 @@ def test_every_stream_has_a_trace_track_and_records_carry_members() -> None:
     streams = {r.stream for r in result.records}
     assert all(isinstance(s, Stream) for s in streams)
     assert {Stream.COMPUTE, Stream.P2P, Stream.TP} <= streams
+
+
+def test_transformer_engine_is_a_quoted_version() -> None:
+    """``training.transformer_engine`` defaults to TE 2 and takes "1.8" or 1; an unquoted
+    1.10 (YAML reads 1.1) is refused, naming the field."""
+    doc = {"model": "llama-3-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+           "training": {"parallel": {"tp": 1, "pp": 1, "dp": 8}, "global_batch": 8,
+                        "seq_len": 4096}}
+    spec = load_scenario(doc).training
+    assert spec is not None and spec.transformer_engine == "2"
+    for given, parsed in (("'1.8'", "1.8"), (1, "1")):
+        t = load_scenario(doc, [f"training.transformer_engine={given}"]).training
+        assert t is not None and t.transformer_engine == parsed
+    for bad in ("1.10", "'v1'", "true"):
+        with pytest.raises(SpecError, match="transformer_engine"):
+            load_scenario(doc, [f"training.transformer_engine={bad}"])

@@ -237,3 +237,11 @@ def test_megatron_bridge_dense_rows_carry_their_release_recipes():
     wide = [r for r in rows if r["num_gpus"] == "256"]
     assert wide and all(r["gpus_per_node"] == "" for r in wide)
     assert {pub.row_scenario(r, "r")["hardware"]["gpus_per_node"] for r in wide} == {64}
+def test_transformer_engine_follows_the_framework_version():
+    """The corpus's Megatron-Core r0.8.0 runs (README, 2024-07) predate TE 2.0, so they run TE
+    1.x's TP-overlap defaults; an unlisted framework version keeps the spec's default."""
+    row = {**ROW, "framework": "megatron", "framework_version": "Megatron-Core r0.8.0"}
+    assert pub.row_scenario(row, "x")["training"]["transformer_engine"] == "1"
+    nemo = {**row, "framework": "nemo", "framework_version": "NeMo 24.07"}
+    assert pub.row_scenario(nemo, "x")["training"]["transformer_engine"] == "1.8"
+    assert "transformer_engine" not in pub.row_scenario(ROW, "x")["training"]
