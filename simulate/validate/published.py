@@ -174,6 +174,8 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
         training["cuda_graph"] = _get(row, "cuda_graph").split("+")
     if _get(row, "moe_fused_mlp"):  # the recipe's fused grouped expert MLP (TE op fuser)
         training["moe_fused_mlp"] = _bool(row, "moe_fused_mlp")
+    if _get(row, "dp_bucket_mb"):  # the run's DDP gradient bucket (MB of gradients)
+        training["dp_bucket_mb"] = float(_get(row, "dp_bucket_mb"))
     if _get(row, "activation_offload_layers"):  # Megatron-Core's cpu_offloading_num_layers
         training["offload"] = {"activations": True,
                                "activation_layers": _int(row, "activation_offload_layers")}

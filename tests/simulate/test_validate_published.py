@@ -245,3 +245,18 @@ def test_transformer_engine_follows_the_framework_version():
     nemo = {**row, "framework": "nemo", "framework_version": "NeMo 24.07"}
     assert pub.row_scenario(nemo, "x")["training"]["transformer_engine"] == "1.8"
     assert "transformer_engine" not in pub.row_scenario(ROW, "x")["training"]
+def test_a_stated_gradient_bucket_reaches_the_scenario():
+    """``dp_bucket_mb``: the run's DDP gradient bucket (MLPerf NeMo GPT-3: apex
+    DistributedFusedAdam ``bucket_cap_mb`` 100 / 125 / 200); empty keeps the scenario default."""
+    assert pub.row_scenario({**ROW, "dp_bucket_mb": "200"}, "x")["training"]["dp_bucket_mb"] == 200.0
+    assert "dp_bucket_mb" not in pub.row_scenario(ROW, "x")["training"]
+
+
+def test_mlperf_rows_carry_their_logged_batch_and_stated_bucket():
+    """MLPerf Training v4.0 NVIDIA GPT-3 175B on 10,752 H100 (config_DGXH100_1344x8x6x4x6_mbs1_cg.sh:
+    TP 4, PP 6, VP 8, BUCKET_CAP_MB=200 in config_common.sh; the log's global_batch_size 2688)."""
+    row = next(r for r in pub.load_corpus() if r["source"] == "mlperf-training"
+               and r["num_gpus"] == "10752" and "v4.0" in r["version"])
+    assert (row["tp"], row["pp"], row["vpp"], row["dp"]) == ("4", "6", "8", "448")
+    assert row["global_batch"] == "2688" and row["dp_bucket_mb"] == "200"
+    assert pub.row_scenario(row, "x")["training"]["dp_bucket_mb"] == 200.0
