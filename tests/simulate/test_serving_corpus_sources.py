@@ -40,3 +40,25 @@ def test_gpustack_qwen3_14b_row_runs_through_the_sglang_preset() -> None:
     result = scored["rows"][0]
     assert result["fits"] is True
     assert set(result["error"]) == {"ttft_ms", "tpot_ms", "itl_ms", "output_tok_s"}
+
+
+def test_sglang_cookbook_llama31_rows_load_with_run_means_carryover_and_simulate() -> None:
+    """SGLang cookbook Llama-3.1-70B on 8 x A100 (TP 8, SGLang 0.5.6, sglang.bench_serving
+    closed loops): lengths are the run's means, each series' later runs find the previous
+    run's prompts cached, and a one-client row runs through the SGLang preset."""
+    rows = _rows("sglang-cookbook-llama31")
+    assert len(rows) == 6 and {r.mode for r in rows} == {"closed"}
+    first = rows[0]
+    assert (first.model, first.gpu, first.tp, first.engine, first.tool) == (
+        "llama-3.1-70b", "a100-sxm-80gb", 8, "sglang", "sglang-bench-serving")
+    assert (first.input_len, first.output_len) == (round(6101 / 10), round(4220 / 10))
+    assert first.measured["tpot_ms"] == pytest.approx(18.63)
+    assert first.stats["ttft_ms"] == "mean"
+    assert [r.warm_prompts for r in rows] == [1, 10, 80, 1, 10, 80]
+    assert [r.concurrency for r in rows] == [1, 16, 100, 1, 16, 64]
+    scored = score_serving([first], use_store=False, max_prompts=2)
+    result = scored["rows"][0]
+    assert result["fits"] is True
+    # one decode step reads 16.4 GiB of bf16 weights per GPU, 8.6 ms at 2.04 TB/s: a token
+    # takes longer than that, and not twice the published 18.6 ms
+    assert 8.6 < result["predicted"]["tpot_ms"] < 2 * 18.63
