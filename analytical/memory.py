@@ -161,7 +161,7 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
                     recompute: Recompute, schedule: Schedule, num_microbatches: int,
                     param_dtype_bytes: float = 2.0, grad_dtype_bytes: float = 2.0,
                     optimizer: str = "adam", lora_params: int | None = None,
-                    flash_attention: bool = True, dropout: bool = False,
+                    optimizer_state_bytes: float = 4.0, flash_attention: bool = True, dropout: bool = False,
                     framework: Framework = Framework.MEGATRON,
                     fp8: bool = False,
                     recompute_modules: tuple[RecomputeModule, ...] = (),
@@ -171,7 +171,8 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
     ``embedding-loss`` pipeline split (one layer less on the first stage) the first or second.
 
     ``grad_dtype_bytes`` is 2 for bf16 gradients (the ZeRO paper) or 4 for fp32 main gradients
-    (Megatron-LM's default). With ``lora_params`` (trainable adapter parameters of the whole
+    (Megatron-LM's default); ``optimizer_state_bytes`` the master copy's and moments' dtype
+    (`analytical.optimizer_states`: 4, or 2 for apex's bf16 state). With ``lora_params`` (trainable adapter parameters of the whole
     model) the base weights are frozen: no gradients or optimizer states, and this GPU's adapter
     share is taken in proportion to its share of the base weights. ``framework`` selects each
     framework's behaviour (torchtitan's per-op selective checkpointing and FSDP2 resharding, the
@@ -203,7 +204,7 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
     out = []
     for rank, stage in zip(ranks, stages, strict=True):
         weights, grads, opt = _model_states(model, parallel, stage, stored, grad_bytes,
-                                            optimizer, lora_params)
+                                            optimizer, lora_params, optimizer_state_bytes)
         mem = TrainingMemory(
             weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=opt,
             activations_bytes=_stage_activations(layer, stage, recompute, schedule,
@@ -233,7 +234,8 @@ def _torchtitan_step(mem: TrainingMemory, layer: _LayerActivations, stage: Stage
 
 def _model_states(model: ModelSpec, parallel: ParallelConfig, stage: StageParams,
                   param_dtype_bytes: float, grad_dtype_bytes: float, optimizer: str,
-                  lora_params: int | None) -> tuple[float, float, float]:
+                  lora_params: int | None, state_bytes: float = 4.0
+                  ) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes: dense and expert parameters each ZeRO-sharded
     over its own group; under LoRA the frozen base plus this GPU's share of the adapters."""
     zero, dense_shard = parallel.zero_stage, parallel.shard_group
@@ -241,10 +243,12 @@ def _model_states(model: ModelSpec, parallel: ParallelConfig, stage: StageParams
     if lora_params is None:
         dense = model_states_bytes(stage.dense, zero_stage=zero, shard=dense_shard,
                                    param_dtype_bytes=param_dtype_bytes,
-                                   grad_dtype_bytes=grad_dtype_bytes, optimizer=optimizer)
+                                   grad_dtype_bytes=grad_dtype_bytes, optimizer=optimizer,
+                                   state_dtype_bytes=state_bytes)
         expert = model_states_bytes(stage.expert, zero_stage=zero, shard=expert_shard,
                                     param_dtype_bytes=param_dtype_bytes,
-                                    grad_dtype_bytes=grad_dtype_bytes, optimizer=optimizer)
+                                    grad_dtype_bytes=grad_dtype_bytes, optimizer=optimizer,
+                                    state_dtype_bytes=state_bytes)
         return dense[0] + expert[0], dense[1] + expert[1], dense[2] + expert[2]
     if lora_params < 0:
         raise SpecError("training.lora_params", f"must be >= 0, got {lora_params}")
@@ -254,7 +258,7 @@ def _model_states(model: ModelSpec, parallel: ParallelConfig, stage: StageParams
     local_lora = lora_params * stage.total / model.params_total
     weights, grads, opt = model_states_bytes(
         local_lora, zero_stage=zero, shard=dense_shard, param_dtype_bytes=param_dtype_bytes,
-        grad_dtype_bytes=grad_dtype_bytes, optimizer=optimizer)
+        grad_dtype_bytes=grad_dtype_bytes, optimizer=optimizer, state_dtype_bytes=state_bytes)
     return weights + base, grads, opt
 
 

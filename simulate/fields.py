@@ -16,10 +16,12 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from analytical.dtypes import DType, parse_dtype
 from analytical.errors import SpecError
 
-__all__ = ["bool_field", "check_keys", "choice_field", "choice_value", "float_field", "float_value",
-           "int_field", "int_value", "names_field", "optional_float", "version_field"]
+__all__ = ["bool_field", "check_keys", "choice_field", "choice_value", "dtype_field", "float_field",
+           "float_value", "int_field", "int_value", "names_field", "optional_float",
+           "version_field"]
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -150,3 +152,15 @@ def version_field(block: Mapping[str, Any], key: str, path: str, default: str, *
         raise SpecError(f"{path}.{key}", f"must be a version such as \"1.8\" (quoted), got "
                         f"{value!r}", source=source)
     return text
+
+
+def dtype_field(block: Mapping[str, Any], key: str, path: str, allowed: tuple[DType, ...], *,
+                source: str | None = None) -> DType | None:
+    """``block[key]`` as one of the ``allowed`` dtypes, or None when absent (the default)."""
+    if block.get(key) is None:
+        return None
+    dtype = parse_dtype(block[key], field=f"{path}.{key}", source=source)
+    if dtype not in allowed:
+        raise SpecError(f"{path}.{key}", f"{dtype} is not allowed here; use "
+                        f"{', '.join(d.value for d in allowed)}", source=source)
+    return dtype

@@ -55,7 +55,8 @@ def _layer_bytes(model, t: TrainingSpec) -> tuple[LayerBytes, int]:
                          etp=par.etp, split=par.pipeline_split)
     w, g, o = model_states_bytes(stage.largest_layer, zero_stage=par.zero_stage,
                                  shard=par.shard_group,
-                                 grad_dtype_bytes=t.grad_buffer_bytes)
+                                 grad_dtype_bytes=t.grad_buffer_bytes,
+                                 state_dtype_bytes=float(t.optimizer_state_dtype.bytes))
     kw: dict[str, Any] = dict(micro_batch=t.micro_batch, seq_len=t.seq_len,
                               flash_attention=t.fused_attention,
                               dropout=model.norm == "layernorm")

@@ -26,6 +26,7 @@ from simulate.fields import (
     bool_field,
     check_keys,
     choice_field,
+    dtype_field,
     float_field,
     int_field,
     names_field,
@@ -45,7 +46,8 @@ TOP_KEYS = {"name", "description", "model", "hardware", "training", "inference",
             "colocate"}
 HARDWARE_KEYS = {"gpu", "num_gpus", "gpus_per_node"}
 TRAINING_KEYS = {"parallel", "global_batch", "micro_batch", "seq_len", "precision", "recompute",
-                 "recompute_modules", "grad_reduce_dtype", "cuda_graph", "transformer_engine",
+                 "recompute_modules", "grad_reduce_dtype", "optimizer_state_dtype", "cuda_graph",
+                 "transformer_engine",
                  "schedule", "overlap", "dp_bucket_mb", "optimizer", "attention", "lora",
                  "framework", "offload", "compile", "fp8_recipe", "cross_entropy_fusion",
                  "compile_loss", "moe_router_fusion", "moe_fused_mlp", "bias_dropout_fusion"}
@@ -54,6 +56,8 @@ PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "fsdp
 OVERLAP_KEYS = {"tp_comm", "dp_grad", "param_gather", "compute_slowdown", "comm_sms", "moe_a2a"}
 OFFLOAD_KEYS = {"weights", "activations", "optimizer"}  # analytical.offload.Offload
 TRAIN_PRECISIONS = (DType.BF16, DType.FP16, DType.FP8)
+GRAD_DTYPES = (DType.FP32, DType.BF16, DType.FP16)
+STATE_DTYPES = GRAD_DTYPES  # apex DistributedFusedAdam's supported_dtypes (fp32, fp16, bf16)
 CP_ALGORITHMS = ("ring", "all_gather")
 # unfused: Megatron-LM's 2021-22 core attention; flash-triton: FlashAttention's Triton port
 # (llm-foundry `attn_impl: triton`), the same fused operator at its own speed (`efficiency.py`)
@@ -120,6 +124,9 @@ class TrainingSpec:
     # gradient buffer and DP reduction dtype (Megatron DDP grad_reduce_in_fp32); None: the
     # framework's (`analytical.memory.framework_grad_bytes`, `efficiency.grad_reduce_dtype`)
     grad_reduce_dtype: DType | None = None
+    # optimizer master copy and moments (apex DistributedFusedAdam ``dtype``,
+    # `analytical.optimizer_states`)
+    optimizer_state_dtype: DType = DType.FP32
     # parts captured in CUDA graphs (Megatron-Core cuda_graph_scope, `simulate.moe_graphs`)
     cuda_graph: tuple[CudaGraphScope, ...] = ()
     # Megatron-Core's fused cross entropy (`torch_kernels.unfused_loss_nodes`); None: framework's
@@ -258,7 +265,9 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
         offload=_offload(block.get("offload"), source),
         compile=_bool(block, "compile", path, source, True),
         fp8_recipe=_choice(block, "fp8_recipe", path, source, Fp8Recipe, "tensorwise"),
-        grad_reduce_dtype=_grad_dtype(block, path, source),
+        grad_reduce_dtype=dtype_field(block, "grad_reduce_dtype", path, GRAD_DTYPES, source=source),
+        optimizer_state_dtype=dtype_field(block, "optimizer_state_dtype", path, STATE_DTYPES,
+                                          source=source) or DType.FP32,
         cuda_graph=names_field(block, "cuda_graph", path, CudaGraphScope, source=source),
         cross_entropy_fusion=_opt_bool(block, "cross_entropy_fusion", path, source),
         compile_loss=_opt_bool(block, "compile_loss", path, source),
@@ -269,17 +278,6 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
     check_work(f"{path}.global_batch", spec.num_microbatches, MAX_MICROBATCHES,
                "micro-batches per iteration", "raise micro_batch or dp, or lower global_batch")
     return spec
-
-
-def _grad_dtype(block: Mapping[str, Any], path: str, source: str | None) -> DType | None:
-    if block.get("grad_reduce_dtype") is None:
-        return None
-    dtype = parse_dtype(block["grad_reduce_dtype"], field=f"{path}.grad_reduce_dtype",
-                        source=source)
-    if dtype not in (DType.FP32, DType.BF16, DType.FP16):
-        raise SpecError(f"{path}.grad_reduce_dtype", f"{dtype} is not a gradient dtype; use "
-                        "fp32, bf16 or fp16", source=source)
-    return dtype
 
 
 def _recompute_modules(block: Mapping[str, Any], path: str, source: str | None

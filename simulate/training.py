@@ -99,6 +99,7 @@ def memory_before_offload(model, t: TrainingSpec) -> TrainingMemory:
                            flash_attention=t.fused_attention,
                            framework=t.framework, fp8=t.precision == DType.FP8,
                            grad_dtype_bytes=t.grad_buffer_bytes,
+                           optimizer_state_bytes=float(t.optimizer_state_dtype.bytes),
                            combined_1f1b=combined_1f1b(t),
                            lora_params=(lora_trainable_params(model, t.lora_rank, t.lora_targets)
                                         if t.lora_rank else None))

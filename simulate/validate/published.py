@@ -150,8 +150,9 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
                            "moe_a2a": _bool(row, "moe_a2a_overlap")}
     training["compile"] = _bool(row, "compile")
     training["fp8_recipe"] = _get(row, "fp8_recipe") or DEFAULTS["fp8_recipe"]
-    if _get(row, "grad_reduce_dtype"):  # the recipe's DDP grad_reduce_in_fp32
-        training["grad_reduce_dtype"] = _get(row, "grad_reduce_dtype")
+    for key in ("grad_reduce_dtype", "optimizer_state_dtype"):  # as the recipe states them
+        if _get(row, key):
+            training[key] = _get(row, key)
     if _get(row, "framework_version") in TE_VERSIONS:
         training["transformer_engine"] = TE_VERSIONS[_get(row, "framework_version")]
     bridge = "megatron-bridge" in _get(row, "framework_version").lower()
