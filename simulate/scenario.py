@@ -27,7 +27,6 @@ from simulate.fields import (
     check_keys,
     choice_field,
     dtype_field,
-    float_field,
     int_field,
     names_field,
     optional_float,
@@ -112,7 +111,7 @@ class TrainingSpec:
     recompute_modules: tuple[RecomputeModule, ...] = ()
     schedule: Schedule = Schedule.ONE_F_ONE_B
     overlap: OverlapSpec = OverlapSpec()
-    dp_bucket_mb: float = 40.0  # gradient bucket, MB (PyTorch DDP: 25 MB; Megatron: 40M elements)
+    dp_bucket_mb: float | None = None  # gradient bucket, MB; None: the framework's (dp_sync)
     cp_algorithm: str | None = None  # None: the framework's (`torch_kernels.cp_sharding`)
     attention: str = "flash"  # "unfused": QK^T and PV GEMMs with a materialised softmax
     lora_rank: int = 0  # > 0: LoRA fine-tuning, base weights frozen (survey T4.2)
@@ -237,8 +236,7 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
     if precision not in TRAIN_PRECISIONS:
         raise SpecError(f"{path}.precision", f"{precision} is not a training precision; use "
                         f"{', '.join(TRAIN_PRECISIONS)}", source=source)
-    bucket = float_field(block, "dp_bucket_mb", path, source=source, default=40.0,
-                         exclusive_min=True)
+    bucket = optional_float(block, "dp_bucket_mb", path, source=source, exclusive_min=True)
     attention = str(block.get("attention", "flash"))
     if attention not in ATTENTION_KERNELS:
         raise SpecError(f"{path}.attention", f"unknown {attention!r}; known: "
@@ -258,7 +256,7 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
         recompute_modules=_recompute_modules(block, path, source),
         schedule=_choice(block, "schedule", path, source, Schedule, "1f1b"),
         overlap=_overlap(block.get("overlap"), source),
-        dp_bucket_mb=float(bucket),
+        dp_bucket_mb=bucket,
         cp_algorithm=cp_algorithm,
         attention=attention,
         framework=_choice(block, "framework", path, source, Framework, "megatron"),

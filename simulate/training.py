@@ -21,7 +21,7 @@ from analytical.ops import CollectiveKind, OpSpec
 from analytical.parallel import ParallelConfig, Schedule
 from analytical.stage import StageParams, chunk_layers, is_moe_layer, stage_params
 from simulate.costs import BlockCost, OpEvent, add_engine_time, block_cost, pass_timeline
-from simulate.dp_sync import collective_spec, grad_bucket_queues, param_gathers
+from simulate.dp_sync import bucket_bytes, collective_spec, grad_bucket_queues, param_gathers
 from simulate.efficiency import (
     framework_estimates,
     grad_reduce_dtype,
@@ -341,8 +341,9 @@ def _grad_sync(t: TrainingSpec, chain: EngineChain, sp, stage: int, *, start: fl
     """One stage's gradient buckets (dense over dp*cp, expert over the expert shard group)
     released evenly over ``start..end`` and sharing one link; the backward they overlap runs
     at 1/slowdown. Returns when the sync ends (>= the stretched compute end) and its record."""
-    kind, queues = grad_bucket_queues(t.parallel, sp, gpn, chain, t.dp_bucket_mb * 1e6,
-                                      grad_bytes(t))
+    size = bucket_bytes(t.framework, t.dp_bucket_mb, t.parallel.dp, grad_bytes(t),
+                        t.overlap.dp_grad)
+    kind, queues = grad_bucket_queues(t.parallel, sp, gpn, chain, size, grad_bytes(t))
     jobs, estimates = [], []
     for queue, (n, full, last) in enumerate(queues):
         estimates += [full] * (n - 1) + [last]

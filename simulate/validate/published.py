@@ -24,6 +24,7 @@ from analytical.hardware import get_hardware
 from analytical.model import load_model
 from analytical.paths import DATASETS_DIR
 from profiler.progress import advance, expect
+from simulate.validate.corpus_versions import TE_VERSIONS
 
 TRAINING_CORPUS = DATASETS_DIR / "validation" / "training" / "published_runs.csv"
 README_START = "<!-- validate-published:start -->"
@@ -35,16 +36,6 @@ DEFAULTS: dict[str, Any] = {"cp": 1, "ep": 1, "vpp": 1, "zero": 0, "micro_batch"
                             "attention": "flash", "framework": "megatron",
                             "tp_comm_overlap": False, "moe_a2a_overlap": False, "compile": True,
                             "fp8_recipe": "tensorwise"}
-# The Transformer Engine each corpus ``framework_version`` ran, whose TP-overlap defaults the
-# run had (`simulate.tp_overlap.rs_gemm_margin`); unlisted: `TrainingSpec`'s (TE 2.x).
-TE_VERSIONS = {
-    # README model table committed f2e5db40 (2024-07-15), before TE 2.0 (tag v2.0, 2025-02-12)
-    "Megatron-Core r0.8.0": "1",
-    # NeMo's Dockerfile.ci at 4c73f776 ("24.07 perf", 2024-08-14): TE_TAG 7d576ed2 = 1.8.0.dev0
-    "NeMo 24.07": "1.8",
-    # Megatron-Bridge pyproject.toml at 00b7660b: transformer-engine>=2.9.0a0,<2.10.0
-    "Megatron-Bridge, NeMo 25.11": "2.9",
-}
 INTERLEAVED_VPP = 2  # "interleaved" with no stated vpp: the smallest interleaving
 # A row that does not state its recompute policy takes the first of these that fits, as a
 # practitioner sizing the run would (and as NeMo's auto-configurator searches recompute).
@@ -120,6 +111,17 @@ def _float(row: Mapping[str, str], key: str) -> float | None:
     return float(value) if value else None
 
 
+def _row_hardware(row: Mapping[str, str]) -> dict[str, Any]:
+    """The scenario's ``hardware`` block of a row: an unstated node size spreads the GPUs
+    evenly over the GPU's NVLink domains (`_even_domains`)."""
+    hardware: dict[str, Any] = {"gpu": _get(row, "gpu"), "num_gpus": int(_get(row, "num_gpus"))}
+    if _get(row, "gpus_per_node"):
+        hardware["gpus_per_node"] = int(_get(row, "gpus_per_node"))
+    elif (spread := _even_domains(hardware["gpu"], hardware["num_gpus"])) is not None:
+        hardware["gpus_per_node"] = spread
+    return hardware
+
+
 def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
     """The scenario mapping of one corpus row; empty fields take `DEFAULTS`."""
     schedule = _get(row, "schedule") or "1f1b"
@@ -133,11 +135,7 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
                     zero=_int(row, "zero"), fsdp=_bool(row, "fsdp"),
                     pipeline_split=_get(row, "pipeline_split") or "even")
     parallel["etp"] = _int(row, "etp") if _get(row, "etp") else _ran_etp(parallel)
-    hardware: dict[str, Any] = {"gpu": _get(row, "gpu"), "num_gpus": int(_get(row, "num_gpus"))}
-    if _get(row, "gpus_per_node"):
-        hardware["gpus_per_node"] = int(_get(row, "gpus_per_node"))
-    elif (spread := _even_domains(hardware["gpu"], hardware["num_gpus"])) is not None:
-        hardware["gpus_per_node"] = spread
+    hardware = _row_hardware(row)
     framework = _get(row, "framework") or DEFAULTS["framework"]
     training = {"parallel": parallel, "global_batch": int(_get(row, "global_batch")),
                 "micro_batch": _micro_batch(row, parallel, framework),

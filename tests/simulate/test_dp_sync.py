@@ -8,7 +8,7 @@ from typing import Any
 from analytical.ops import CollectiveKind
 from analytical.parallel import ParallelConfig
 from analytical.stage import StageParams
-from simulate.dp_sync import grad_bucket_queues, param_gathers
+from simulate.dp_sync import bucket_bytes, grad_bucket_queues, param_gathers
 from simulate.engines import Estimate
 
 
@@ -56,3 +56,63 @@ def test_gathers_follow_the_gradient_queues() -> None:
     param_gathers(ParallelConfig(dp=64, ep=64, zero=1), _stage(2e9, 1e9), 64,
                   full_ep)  # type: ignore[arg-type]
     assert [s.group_size for s in full_ep.specs] == [64]
+
+
+def test_megatron_bucket_grows_with_the_data_parallel_group() -> None:
+    """Megatron-Core's default bucket is max(40M, 1M x dp) parameters of the gradient buffer:
+    at DP 448 with bf16 gradients 896 MB, so a 5.5B-parameter stage reduces its 11 GB in 13
+    buckets, not the 275 of a flat 40 MB bucket; NeMo runs the same DDP."""
+    size = bucket_bytes("megatron", None, 448, 2.0, True)
+    assert size == 448e6 * 2.0
+    assert bucket_bytes("nemo", None, 448, 2.0, True) == size
+    assert bucket_bytes("megatron", None, 8, 4.0, True) == 40e6 * 4.0  # the 40M floor, fp32
+    chain = _Recorder()
+    _, queues = grad_bucket_queues(ParallelConfig(dp=448, zero=1), _stage(5.5e9, 0.0), 8, chain,
+                                   size, 2.0)  # type: ignore[arg-type]
+    assert [n for n, _, _ in queues] == [13]
+    assert chain.specs[0].size_bytes == int(size)
+
+
+def test_stated_bucket_wins_and_other_frameworks_keep_40_mb() -> None:
+    """A stated ``dp_bucket_mb`` is used as is; frameworks not on Megatron-Core DDP keep 40 MB."""
+    assert bucket_bytes("megatron", 200.0, 448, 2.0, True) == 200e6
+    assert bucket_bytes("deepspeed", None, 448, 2.0, True) == 40e6
+    assert bucket_bytes("torchtitan", 25.0, 448, 4.0, True) == 25e6
+
+
+def test_megatron_without_grad_overlap_reduces_one_bucket() -> None:
+    """overlap_grad_reduce off: Megatron sets bucket_size None, one bucket per buffer."""
+    size = bucket_bytes("megatron", 40.0, 64, 2.0, False)
+    chain = _Recorder()
+    _, queues = grad_bucket_queues(ParallelConfig(dp=64, ep=8, zero=1), _stage(2e9, 14e9), 8,
+                                   chain, size, 2.0)  # type: ignore[arg-type]
+    assert [n for n, _, _ in queues] == [1, 1]
+    assert [s.size_bytes for s in chain.specs] == [int(4e9)] * 2 + [int(28e9)] * 2
+
+
+def _dp448(**training: Any) -> Any:
+    from simulate.scenario import load_scenario
+
+    return load_scenario({
+        "name": "dp448", "model": "llama-3-8b", "hardware": {"gpu": "h100-sxm", "num_gpus": 448},
+        "training": {"parallel": {"dp": 448, "zero": 1}, "global_batch": 448, "micro_batch": 1,
+                     "seq_len": 4096, "framework": "megatron", **training}})
+
+
+def test_megatron_run_and_search_use_the_dp_scaled_bucket(tmp_path, monkeypatch) -> None:
+    """End to end at DP 448 (roofline): the default bucket (896 MB) exposes less gradient
+    reduction than a stated 40 MB, and the search's evaluator times the layout the same way."""
+    monkeypatch.setenv("LLMSIM_HOME", str(tmp_path))
+    from analytical.hardware import get_hardware
+    from analytical.model import load_model
+    from simulate.engines import EngineChain
+    from simulate.search.evaluator import LayoutEvaluator
+    from simulate.training import run_training
+
+    default, small = _dp448(), _dp448(dp_bucket_mb=40)
+    assert default.training is not None and default.training.dp_bucket_mb is None
+    chain = EngineChain(get_hardware("h100-sxm"), use_store=False, use_predictors=False)
+    fast, slow = run_training(default, chain=chain), run_training(small, chain=chain)
+    assert fast.breakdown_s["exposed_communication"] < slow.breakdown_s["exposed_communication"]
+    row = LayoutEvaluator(load_model("llama-3-8b"), chain.hardware, chain, None).evaluate(default)
+    assert row is not None and row["iteration_time_s"] == fast.iteration_time_s
