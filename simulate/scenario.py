@@ -52,7 +52,8 @@ TRAINING_KEYS = {"parallel", "global_batch", "micro_batch", "seq_len", "precisio
                  "compile_loss", "moe_router_fusion", "moe_fused_mlp", "bias_dropout_fusion"}
 PARALLEL_KEYS = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "sp", "zero", "fsdp",
                  "cp_algorithm", "pipeline_split"}
-OVERLAP_KEYS = {"tp_comm", "dp_grad", "param_gather", "compute_slowdown", "comm_sms", "moe_a2a"}
+OVERLAP_KEYS = {"tp_comm", "dp_grad", "param_gather", "compute_slowdown", "comm_sms", "moe_a2a",
+                "cp_max_ctas"}
 OFFLOAD_KEYS = {"weights", "activations", "optimizer"}  # analytical.offload.Offload
 TRAIN_PRECISIONS = (DType.BF16, DType.FP16, DType.FP8)
 GRAD_DTYPES = (DType.FP32, DType.BF16, DType.FP16)
@@ -95,6 +96,7 @@ class OverlapSpec:
     moe_a2a: bool = False  # EP all-to-all behind the paired micro-batch (`moe_overlap`)
     compute_slowdown: float | None = None
     comm_sms: int = 16  # CTAs (one per SM) NCCL channels use while overlapping
+    cp_max_ctas: int = 0  # NCCL maxCTAs of the CP communicator (`simulate.comm_ctas`); 0: none
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -224,7 +226,8 @@ def _overlap(block: Any, source: str | None) -> OverlapSpec:
                        param_gather=_bool(block, "param_gather", path, source, True),
                        moe_a2a=_bool(block, "moe_a2a", path, source, False),
                        compute_slowdown=slowdown,
-                       comm_sms=_int(block, "comm_sms", path, source, 16, minimum=0))
+                       comm_sms=_int(block, "comm_sms", path, source, 16, minimum=0),
+                       cp_max_ctas=_int(block, "cp_max_ctas", path, source, 0, minimum=0))
 
 
 def parse_training(block: Any, source: str | None = None) -> TrainingSpec:

@@ -20,6 +20,7 @@ from analytical.model import load_model
 from analytical.ops import CollectiveKind, OpSpec
 from analytical.parallel import ParallelConfig, Schedule
 from analytical.stage import StageParams, chunk_layers, is_moe_layer, stage_params
+from simulate.comm_ctas import cp_capped_estimates
 from simulate.costs import BlockCost, OpEvent, add_engine_time, block_cost, pass_timeline
 from simulate.dp_sync import bucket_bytes, collective_spec, grad_bucket_queues, param_gathers
 from simulate.efficiency import (
@@ -196,7 +197,7 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
         return framework_estimates(o, sliced_estimates(chain, o), hw, t.framework,
                                    kernel=t.attention, compiled=t.compile)
 
-    est = dict(zip((o.key for o in ops), estimate(ops), strict=True))
+    est = cp_capped_estimates(ops, estimate(ops), blocks.values(), hw, t.overlap.cp_max_ctas)
     tpo = tp_overlap_args(t.framework, par.tp, hw, blocks, estimate, t.overlap.tp_comm,
                           t.transformer_engine)
     costs: dict[Any, BlockCost] = {k: block_cost(b, est, tp_overlap=t.overlap.tp_comm,

@@ -35,7 +35,7 @@ DEFAULTS: dict[str, Any] = {"cp": 1, "ep": 1, "vpp": 1, "zero": 0, "micro_batch"
                             "recompute": "none", "sp": False, "fsdp": False,
                             "attention": "flash", "framework": "megatron",
                             "tp_comm_overlap": False, "moe_a2a_overlap": False, "compile": True,
-                            "fp8_recipe": "tensorwise"}
+                            "fp8_recipe": "tensorwise", "cp_max_ctas": 0}
 INTERLEAVED_VPP = 2  # "interleaved" with no stated vpp: the smallest interleaving
 # A row that does not state its recompute policy takes the first of these that fits, as a
 # practitioner sizing the run would (and as NeMo's auto-configurator searches recompute).
@@ -112,8 +112,7 @@ def _float(row: Mapping[str, str], key: str) -> float | None:
 
 
 def _row_hardware(row: Mapping[str, str]) -> dict[str, Any]:
-    """The scenario's ``hardware`` block of a row: an unstated node size spreads the GPUs
-    evenly over the GPU's NVLink domains (`_even_domains`)."""
+    """A row's ``hardware`` block; an unstated node size spreads evenly (`_even_domains`)."""
     hardware: dict[str, Any] = {"gpu": _get(row, "gpu"), "num_gpus": int(_get(row, "num_gpus"))}
     if _get(row, "gpus_per_node"):
         hardware["gpus_per_node"] = int(_get(row, "gpus_per_node"))
@@ -145,7 +144,8 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
                 "schedule": schedule, "attention": _get(row, "attention") or DEFAULTS["attention"]}
     training["framework"] = framework
     training["overlap"] = {"tp_comm": _bool(row, "tp_comm_overlap"),
-                           "moe_a2a": _bool(row, "moe_a2a_overlap")}
+                           "moe_a2a": _bool(row, "moe_a2a_overlap"),
+                           "cp_max_ctas": _int(row, "cp_max_ctas")}  # `simulate.comm_ctas`
     training["compile"] = _bool(row, "compile")
     training["fp8_recipe"] = _get(row, "fp8_recipe") or DEFAULTS["fp8_recipe"]
     for key in ("grad_reduce_dtype", "optimizer_state_dtype"):  # as the recipe states them

@@ -81,7 +81,7 @@ def _training() -> Iterator[Case]:
             "training.micro_batch": 1, "training.seq_len": 1, "training.parallel.tp": 1,
             "training.parallel.pp": 1, "training.parallel.dp": 1, "training.parallel.cp": 1,
             "training.parallel.ep": 1, "training.parallel.vpp": 1, "training.parallel.zero": 0,
-            "training.overlap.comm_sms": 0}
+            "training.overlap.comm_sms": 0, "training.overlap.cp_max_ctas": 0}
     for path, minimum in ints.items():
         for value in [*INT_BAD, minimum - 1]:
             yield _scenario(f"train-{path}={_tag(value)}", _set(base, path, value), _leaf(path))
