@@ -24,6 +24,7 @@ from analytical.hardware import GIB, HardwareSpec
 from analytical.ops import CollectiveKind, OpSpec
 from analytical.parallel import Schedule
 from analytical.stage import StageParams, stage_params
+from simulate.comm_ctas import cp_capped_estimates
 from simulate.costs import BlockCost, add_engine_time, block_cost
 from simulate.dp_sync import bucket_bytes, collective_spec, grad_bucket_queues, param_gathers
 from simulate.efficiency import framework_estimates, optimizer_estimate
@@ -91,7 +92,7 @@ class LayoutEvaluator:
         par, ov = t.parallel, t.overlap
         paired = paired_fraction(t.num_microbatches, par.pp, par.vpp) if ov.moe_a2a else None
         key = (step, par.tp, par.pp, par.ep, par.etp, ov.tp_comm, slowdown, paired,
-               t.cuda_graph, t.transformer_engine)
+               t.cuda_graph, t.transformer_engine, ov.cp_max_ctas)
         if key in self._blocks:
             return self._blocks[key]
         blocks = _blocks(self.model, par, step)
@@ -102,7 +103,8 @@ class LayoutEvaluator:
                                        step.framework, kernel=step.attention,
                                        compiled=step.compiled)
 
-        est = dict(zip(ops, estimate(list(ops.values())), strict=True))
+        est = cp_capped_estimates(list(ops.values()), estimate(list(ops.values())),
+                                  blocks.values(), self.hw, ov.cp_max_ctas)
         tpo = tp_overlap_args(step.framework, par.tp, self.hw, blocks, estimate, ov.tp_comm,
                               t.transformer_engine)
         costs = {k: block_cost(b, est, tp_overlap=ov.tp_comm, slowdown=slowdown, **tpo)

@@ -51,3 +51,28 @@ def test_mlperf_8b_row_states_the_cap_and_its_ring_slows():
     assert (capped.breakdown_s["exposed_communication"]
             > free.breakdown_s["exposed_communication"] + 0.02)
     assert capped.iteration_time_s > free.iteration_time_s
+
+
+def test_search_evaluator_applies_the_cap_as_the_run_does(tmp_path, monkeypatch):
+    """One code path: the layout search's evaluator times a capped CP ring as `run_training`."""
+    monkeypatch.setenv("LLMSIM_HOME", str(tmp_path))
+    from analytical.model import load_model
+    from simulate.engines import EngineChain
+    from simulate.scenario import load_scenario
+    from simulate.search.evaluator import LayoutEvaluator
+    from simulate.training import run_training
+
+    def scenario(ctas: int):
+        return load_scenario({
+            "name": "cp2", "model": "llama-3-8b", "hardware": {"gpu": "gb200", "num_gpus": 8},
+            "training": {"parallel": {"dp": 4, "cp": 2, "zero": 1}, "global_batch": 4,
+                         "micro_batch": 1, "seq_len": 8192, "framework": "megatron",
+                         "overlap": {"cp_max_ctas": ctas}}})
+
+    chain = EngineChain(get_hardware("gb200"), use_store=False, use_predictors=False)
+    evaluator = LayoutEvaluator(load_model("llama-3-8b"), chain.hardware, chain, None)
+    capped, free = scenario(1), scenario(0)
+    run_capped = run_training(capped, chain=chain).iteration_time_s
+    assert run_capped > run_training(free, chain=chain).iteration_time_s
+    row = evaluator.evaluate(capped)
+    assert row is not None and row["iteration_time_s"] == pytest.approx(run_capped, rel=1e-9)
