@@ -3,17 +3,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 from datetime import datetime
-from pathlib import Path
 
 import pytest
+from script_loader import load_script
 
-ROOT = Path(__file__).resolve().parents[2]
-_SPEC = importlib.util.spec_from_file_location("gpu_sustained", ROOT / "scripts" / "gpu_sustained.py")
-assert _SPEC is not None and _SPEC.loader is not None
-gpu_sustained = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(gpu_sustained)
+gpu_sustained = load_script("gpu_sustained")
 
 
 def test_layer_gemms_are_megatron_tp_shards_with_equal_flops_per_pass():

@@ -5,15 +5,10 @@ layout, and a preset's settings read as the corpus columns spell them."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-_SPEC = importlib.util.spec_from_file_location("bridge_recipes",
-                                               ROOT / "scripts" / "bridge_recipes.py")
-assert _SPEC is not None and _SPEC.loader is not None
-bridge_recipes = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(bridge_recipes)
+from script_loader import load_script
+
+bridge_recipes = load_script("bridge_recipes")
 
 
 @dataclasses.dataclass

@@ -3,16 +3,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from script_loader import load_script
 
-ROOT = Path(__file__).resolve().parents[2]
-_SPEC = importlib.util.spec_from_file_location("moe_breakdown", ROOT / "scripts" / "moe_breakdown.py")
-assert _SPEC is not None and _SPEC.loader is not None
-moe_breakdown = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(moe_breakdown)
+moe_breakdown = load_script("moe_breakdown")
 
 
 @pytest.mark.parametrize(("name", "kind"), [

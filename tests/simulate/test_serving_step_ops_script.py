@@ -4,10 +4,8 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from script_loader import load_script
 
 from analytical.dtypes import DType
 from analytical.hardware import get_hardware
@@ -17,12 +15,7 @@ from simulate.inference.graph_replay import EngineKernels
 from simulate.inference.layer_ops import inference_sharding
 from simulate.inference.step_cost import DenseCost
 
-ROOT = Path(__file__).resolve().parents[2]
-_SPEC = importlib.util.spec_from_file_location("serving_step_ops",
-                                               ROOT / "scripts" / "serving_step_ops.py")
-assert _SPEC is not None and _SPEC.loader is not None
-serving_step_ops = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(serving_step_ops)
+serving_step_ops = load_script("serving_step_ops")
 
 
 class _Estimator:

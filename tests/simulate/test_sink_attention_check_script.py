@@ -4,17 +4,10 @@ sink kernels (the ops it prices and the interpolation of the measured times)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from script_loader import load_script
 
-ROOT = Path(__file__).resolve().parents[2]
-_SPEC = importlib.util.spec_from_file_location(
-    "sink_attention_check", ROOT / "scripts" / "sink_attention_check.py")
-assert _SPEC is not None and _SPEC.loader is not None
-check = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(check)
+check = load_script("sink_attention_check")
 
 
 def test_sliding_layer_ops_keep_the_window_pairs():
