@@ -48,7 +48,7 @@ class Link:
 
 
 _LOW_GEMM = ("gemm_fp8", "gemm_fp4")  # optional efficiency keys
-_SUSTAINED = "sustained_gemm"  # optional efficiency key, 1 where not measured
+_SUSTAINED = ("sustained_gemm", "sustained_gemm_fp8")  # optional efficiency keys, 1 where not measured
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,6 +71,8 @@ class Efficiency:
     # for seconds at the board power limit (the SM clock drops; a kernel timed alone after an
     # idle GPU runs faster): a ceiling on a training step's GEMM rate; 1 = not measured.
     sustained_gemm: float = 1.0
+    # The same ceiling for fp8 GEMMs, as a fraction of the fp8 dense peak; 1 = not measured.
+    sustained_gemm_fp8: float = 1.0
 
     def gemm_at(self, dtype: DType) -> float:
         """Large-GEMM fraction of ``dtype``'s peak: ``gemm_fp8``/``gemm_fp4`` where set."""
@@ -219,10 +221,10 @@ def _efficiency(r: _Reader, raw: Any, source: str) -> Efficiency:
     """The ``efficiency`` mapping: fractions of peak (each <= 1) and the kernel alpha term."""
     eff = r.mapping(raw, "efficiency", {"gemm", "attention", "memory", "intra_node",
                                         "inter_node", "kernel_latency_us", *_LOW_GEMM,
-                                        _SUSTAINED})
+                                        *_SUSTAINED})
     values = {k: r.number(eff, k, "efficiency") for k in
               ("gemm", "attention", "memory", "intra_node", "inter_node")}
-    values |= {k: r.number(eff, k, "efficiency") for k in (*_LOW_GEMM, _SUSTAINED) if k in eff}
+    values |= {k: r.number(eff, k, "efficiency") for k in (*_LOW_GEMM, *_SUSTAINED) if k in eff}
     for k, v in values.items():
         if v > 1.0:
             raise SpecError(f"efficiency.{k}", f"must be <= 1, got {v}", source=source)
@@ -331,8 +333,8 @@ def hardware_to_dict(hw: HardwareSpec) -> dict[str, Any]:
         data["interconnect"]["topology"] = topology_to_dict(hw.topology)
     data["efficiency"] |= {k: getattr(hw.efficiency, k) for k in _LOW_GEMM
                            if getattr(hw.efficiency, k)}
-    if hw.efficiency.sustained_gemm != 1.0:
-        data["efficiency"][_SUSTAINED] = hw.efficiency.sustained_gemm
+    data["efficiency"] |= {k: getattr(hw.efficiency, k) for k in _SUSTAINED
+                           if getattr(hw.efficiency, k) != 1.0}
     if hw.efficiency.kernel_latency_s:
         data["efficiency"]["kernel_latency_us"] = _human(hw.efficiency.kernel_latency_s / US)
     if hw.l2_bw_bytes_per_s:

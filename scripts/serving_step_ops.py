@@ -20,8 +20,8 @@ from unittest import mock
 import simulate.inference.run as inference_run
 from analytical.dtypes import DType
 from simulate.api import run
-from simulate.efficiency import sustained_floor_s
 from simulate.inference.step_cost import DenseCost, StepCostTables
+from simulate.sustained import sustained_floor_s
 from simulate.validate.serving_corpus import load_corpus, row_scenario
 
 

@@ -34,7 +34,6 @@ from analytical.ops import (
     AttentionSpec,
     CollectiveKind,
     CollectiveSpec,
-    GemmSpec,
     MemoryBoundSpec,
     MemoryOpKind,
     OpSpec,
@@ -42,6 +41,7 @@ from analytical.ops import (
 from analytical.roofline import roofline_estimate
 from simulate.dtensor_tp import float8_tp
 from simulate.engines import EngineChain, Estimate
+from simulate.sustained import sustained
 from simulate.torch_kernels import (
     SHARED_INPUT,
     SYMM_MEM_TP,
@@ -56,7 +56,7 @@ from simulate.torch_kernels import (
 
 __all__ = ["AttentionBackend", "attention_backend", "attention_fraction", "fp8_cast_nodes",
            "framework_estimates", "grad_reduce_dtype", "optimizer_estimate",
-           "power_scale", "reduction_fraction", "sustained", "sustained_floor_s",
+           "power_scale", "reduction_fraction",
            "tp_overlap_rs_splits"]
 
 
@@ -212,35 +212,6 @@ def _repriced(e: Estimate, hw: HardwareSpec, compute_s: float, memory_s: float,
     fixed time per kernel) from re-rated terms; one place adds the kernel alpha."""
     latency = max(compute_s, memory_s) + hw.efficiency.kernel_latency_s
     return replace(e, latency_s=latency, detail=f"{e.detail}; {note}")
-
-
-def sustained(op: OpSpec, e: Estimate, hw: HardwareSpec) -> Estimate:
-    """A 16-bit GEMM no faster than the rate GEMMs sustain back to back under the board power
-    limit (`analytical.hardware.Efficiency.sustained_gemm`). The store's kernels, and the
-    engines learned from them, were timed one at a time on a GPU that had idled (L2 flushed, a
-    spin before each repetition): a short kernel runs at the boost clock, a long one partly
-    power-capped already. A training step runs its GEMMs back to back for seconds, the power cap
-    holds the SM clock lower, and throughput settles at a ceiling (measured on an H200, 700 W:
-    Llama-3 8B/70B/405B layer GEMMs back to back for 22 s settle at 666-674 TFLOP/s with the
-    clock at 1,440-1,455 MHz under the software power cap, against 700-730 isolated;
-    datasets/measurements/llmsim/h200/sustained/). Why values matter: Horace He, "Strangely,
-    Matrix Multiplications on GPUs Run Faster When Given 'Predictable' Data!" (2024),
-    https://www.thonking.ai/p/strangely-matrix-multiplications. Other dtypes are not measured."""
-    if e.latency_s >= (floor := sustained_floor_s(op, hw)):
-        return e
-    rate = hw.efficiency.sustained_gemm
-    return replace(e, latency_s=floor, detail=f"{e.detail}; sustained {rate:g} of peak")
-
-
-def sustained_floor_s(op: OpSpec, hw: HardwareSpec) -> float:
-    """A 16-bit GEMM's least time at the sustained rate (`sustained`); 0 for other ops."""
-    rate = hw.efficiency.sustained_gemm
-    if rate == 1.0 or not isinstance(op, GemmSpec) or op.dtype not in _SIXTEEN_BIT:
-        return 0.0
-    return op.flops / (hw.peak_flops(op.dtype) * rate)
-
-
-_SIXTEEN_BIT = frozenset({DType.BF16, DType.FP16})
 
 
 def framework_estimates(ops: Sequence[OpSpec], estimates: Sequence[Estimate],

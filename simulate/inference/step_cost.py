@@ -32,7 +32,6 @@ from analytical.model import ModelSpec
 from analytical.ops import OpSpec
 from analytical.roofline import roofline_time
 from simulate.costs import add_engine_time
-from simulate.efficiency import sustained_floor_s
 from simulate.engines import Estimate, Estimator
 from simulate.inference.fp8_gemm import Fp8GemmRatios
 from simulate.inference.graph_replay import EngineKernels
@@ -45,6 +44,7 @@ from simulate.inference.layer_ops import (
     step_ops,
 )
 from simulate.serving.state import Span, StepShape
+from simulate.sustained import sustained_floor_s
 
 _DECODE_BATCHES = (1, 4, 16, 64, 256)
 _DECODE_CONTEXTS = (128, 512, 2048, 8192, 32768)
@@ -66,7 +66,7 @@ class DenseCost:
     seconds each engine answered. With ``kernels`` (a serving engine) each op is priced as the
     engine runs it (`simulate.inference.graph_replay`); None: as measured.
 
-    With ``hw``, 16-bit GEMMs get training's sustained-rate ceiling (`efficiency.sustained`): a
+    With ``hw``, 16-bit GEMMs get training's sustained-rate ceiling (`simulate.sustained`): a
     long prefill step runs GEMMs back to back under the power limit, as training does; an fp8
     GEMM priced as bf16 x `Fp8GemmRatios` (both timed alone) takes the capped bf16 x the ratio."""
 

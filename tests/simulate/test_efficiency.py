@@ -221,6 +221,7 @@ def test_sustained_gemm_caps_16_bit_gemm_rate():
 
     base = hardware_to_dict(get_hardware("h100-sxm"))
     base["efficiency"].pop("sustained_gemm", None)
+    base["efficiency"].pop("sustained_gemm_fp8", None)
     plain = hardware_from_dict({**base, "name": "plain"})
     hot = hardware_from_dict({**base, "name": "hot",
                               "efficiency": {**base["efficiency"], "sustained_gemm": 0.5}})
@@ -239,6 +240,31 @@ def test_sustained_gemm_caps_16_bit_gemm_rate():
     assert framework_estimates([gemm], [roof], hot, "megatron")[0].latency_s == pytest.approx(
         ceiling)
     assert framework_estimates([gemm], [fast], plain, "megatron")[0] == fast
+
+
+def test_sustained_gemm_fp8_caps_fp8_gemm_rate_apart_from_bf16():
+    """`efficiency.sustained_gemm_fp8` is the fp8 GEMMs' own ceiling, a fraction of the fp8
+    peak: an fp8 GEMM priced faster is raised to it, a bf16 one keeps the bf16 ceiling, and the
+    key round-trips through the hardware file."""
+    from analytical.hardware import hardware_from_dict, hardware_to_dict
+    from analytical.ops import GemmSpec
+
+    base = hardware_to_dict(get_hardware("h100-sxm"))
+    base["efficiency"].pop("sustained_gemm_fp8")
+    hot = hardware_from_dict({**base, "name": "hot-fp8",
+                              "efficiency": {**base["efficiency"], "sustained_gemm_fp8": 0.5}})
+    assert hardware_to_dict(hot)["efficiency"]["sustained_gemm_fp8"] == 0.5
+    assert "sustained_gemm_fp8" not in hardware_to_dict(hardware_from_dict(base))["efficiency"]
+    fp8 = GemmSpec(m=8192, n=8192, k=8192, dtype=DType.FP8)
+    bf16 = GemmSpec(m=8192, n=8192, k=8192, dtype=DType.BF16)
+    fp8_ceiling = fp8.flops / (hot.peak_flops(DType.FP8) * 0.5)
+    bf16_ceiling = bf16.flops / (hot.peak_flops(DType.BF16) * hot.efficiency.sustained_gemm)
+    fast = Estimate(latency_s=1e-6, engine="xgboost")
+    out = framework_estimates([fp8, bf16], [fast, fast], hot, "megatron")
+    assert out[0].latency_s == pytest.approx(fp8_ceiling)
+    assert out[1].latency_s == pytest.approx(bf16_ceiling)
+    plain = hardware_from_dict({**base, "name": "plain-fp8"})
+    assert framework_estimates([fp8], [fast], plain, "megatron")[0] == fast
 
 
 def test_sustained_gemm_above_one_is_rejected():

@@ -169,7 +169,7 @@ def test_dense_cost_caps_16_bit_gemms_at_the_sustained_rate():
     synthetic engine: 1,000 TFLOP/s, above the H100's 0.68 x 989) is priced at that rate, the
     other ops keep their answers, and a GPU whose file sets no ceiling (A100) changes nothing."""
     from analytical.ops import GemmSpec
-    from simulate.efficiency import sustained_floor_s
+    from simulate.sustained import sustained_floor_s
 
     model = load_model("llama-3-8b")
     shard = inference_sharding(tp=1, gpus_per_node=8)
