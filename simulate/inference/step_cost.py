@@ -66,10 +66,9 @@ class DenseCost:
     seconds each engine answered. With ``kernels`` (a serving engine) each op is priced as the
     engine runs it (`simulate.inference.graph_replay`); None: as measured.
 
-    With ``hw``, GEMMs get training's sustained-rate ceiling (`simulate.sustained`): a long
-    prefill step runs GEMMs back to back under the power limit, as training does; an fp8 GEMM
-    priced as bf16 x `Fp8GemmRatios` (both timed alone) takes the capped bf16 x the ratio, one
-    priced as fp8 (a TensorRT-LLM store row) the fp8 ceiling."""
+    With ``hw``, GEMMs get training's power-limit ceiling (`simulate.sustained`), as a long
+    prefill runs them back to back; an fp8 GEMM priced as bf16 x `Fp8GemmRatios` takes the
+    capped bf16 x the ratio, one priced as fp8 (a TensorRT-LLM store row) the fp8 ceiling."""
 
     def __init__(self, model: ModelSpec, shard: Sharding, weight_dtype: DType,
                  estimator: Estimator, lora: LoraSpec | None, *, fusions: Fusions | None = None,
