@@ -17,7 +17,7 @@ from analytical.hardware import GIB, HardwareSpec, get_hardware
 from analytical.layer_spec import LoraSpec, Precision, Sharding, Stream, ranks_per_node
 from analytical.memory import TrainingMemory, training_memory
 from analytical.model import load_model
-from analytical.ops import CollectiveKind, OpSpec
+from analytical.ops import CollectiveKind, CollectiveSpec, OpSpec
 from analytical.parallel import ParallelConfig, Schedule
 from analytical.stage import StageParams, chunk_layers, is_moe_layer, stage_params
 from simulate.comm_ctas import cp_capped_estimates
@@ -152,6 +152,13 @@ def grad_bytes(t: TrainingSpec) -> float:
     return float((t.grad_reduce_dtype or grad_reduce_dtype(t.framework, act_dtype(t))).bytes)
 
 
+def dp_bucket_bytes(t: TrainingSpec) -> float:
+    """One gradient bucket's bytes for ``t`` (`dp_sync.bucket_bytes`: the framework's rule or
+    the stated ``dp_bucket_mb``); the search's evaluator sizes its buckets with it too."""
+    return bucket_bytes(t.framework, t.dp_bucket_mb, t.parallel.dp, grad_bytes(t),
+                        t.overlap.dp_grad)
+
+
 def run_training(scenario: Scenario, *, chain: EngineChain | None = None,
                  store_path: str | None = None, use_store: bool = True,
                  use_predictors: bool = True, tracking_uri: str | None = None,
@@ -181,23 +188,30 @@ def run_training(scenario: Scenario, *, chain: EngineChain | None = None,
     return _simulate(model, hw, scenario, t, chain, base, record)
 
 
+def _pp_send(model, par: ParallelConfig, step: TrainStep, gpn: int) -> CollectiveSpec:
+    """The activation send between pipeline stages (one micro-batch, sequence-parallel shard),
+    inside the node when the stage stride leaves room."""
+    act_bytes = step.tokens * model.hidden * step.precision.act.bytes / (par.tp if par.sp else 1)
+    pp_stride = par.tp * par.cp * par.dp
+    return collective_spec(CollectiveKind.SEND_RECV, act_bytes, 2, 2 if pp_stride * 2 <= gpn else 1)
+
+
 def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chain: EngineChain,
               base: dict[str, Any], record: bool) -> TrainingResult:
     par, m, gpn = t.parallel, t.num_microbatches, _gpn(scenario, hw)
     slowdown = t.overlap.compute_slowdown or default_compute_slowdown(hw, t.overlap.comm_sms)
     step = _train_step(t, gpn)
     blocks = _blocks(model, par, step)
-    ops = [n.op for b in blocks.values() for n in (*b.fwd, *b.bwd)]
-    act_bytes = step.tokens * model.hidden * step.precision.act.bytes / (par.tp if par.sp else 1)
-    pp_stride = par.tp * par.cp * par.dp
-    p2p = collective_spec(CollectiveKind.SEND_RECV, act_bytes, 2, 2 if pp_stride * 2 <= gpn else 1)
-    ops.append(p2p)
+    ops = [n.op for b in blocks.values() for n in (*b.fwd, *b.bwd)] + [_pp_send(model, par, step, gpn)]
 
     def estimate(o: list[OpSpec]) -> list[Estimate]:
         return framework_estimates(o, sliced_estimates(chain, o), hw, t.framework,
                                    kernel=t.attention, compiled=t.compile)
 
-    est = cp_capped_estimates(ops, estimate(ops), blocks.values(), hw, t.overlap.cp_max_ctas)
+    priced = estimate(ops)
+    # the pipeline's send (priced last) keeps its price where a capped CP send shares its key
+    est = cp_capped_estimates(ops, priced, blocks.values(), hw, t.overlap.cp_max_ctas)
+    p2p_e = priced[-1]
     tpo = tp_overlap_args(t.framework, par.tp, hw, blocks, estimate, t.overlap.tp_comm,
                           t.transformer_engine)
     costs: dict[Any, BlockCost] = {k: block_cost(b, est, tp_overlap=t.overlap.tp_comm,
@@ -206,7 +220,7 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
     costs = a2a_overlap_costs(costs, blocks, est, t, slowdown)
     costs = host_bound_costs(costs, blocks, step, est, hw, t.cuda_graph)
     costs = offload_costs(costs, model, t, hw)
-    p2p_s = est[p2p.key].latency_s if par.pp > 1 else 0.0
+    p2p_s = p2p_e.latency_s if par.pp > 1 else 0.0
 
     fwd, bwd, compute, engine_s = _stage_passes(model, par, costs, m)
     pipe = simulate_pipeline(schedule=t.schedule, pp=par.pp, vpp=par.vpp, num_microbatches=m,
@@ -215,7 +229,7 @@ def _simulate(model, hw: HardwareSpec, scenario: Scenario, t: TrainingSpec, chai
     if par.pp > 1:
         sends = 2 * m * par.vpp  # activations forward and gradients backward per chunk
         for s in range(par.pp):
-            add_engine_time(engine_s[s], {est[p2p.key].engine: p2p_s}, sends)
+            add_engine_time(engine_s[s], {p2p_e.engine: p2p_s}, sends)
     finish, extra = _after_pipeline(model, hw, t, chain, pipe, fwd, gpn, slowdown, engine_s)
     ref = max(range(par.pp), key=lambda s: (finish[s], -s))
     iteration = finish[ref]
@@ -342,9 +356,8 @@ def _grad_sync(t: TrainingSpec, chain: EngineChain, sp, stage: int, *, start: fl
     """One stage's gradient buckets (dense over dp*cp, expert over the expert shard group)
     released evenly over ``start..end`` and sharing one link; the backward they overlap runs
     at 1/slowdown. Returns when the sync ends (>= the stretched compute end) and its record."""
-    size = bucket_bytes(t.framework, t.dp_bucket_mb, t.parallel.dp, grad_bytes(t),
-                        t.overlap.dp_grad)
-    kind, queues = grad_bucket_queues(t.parallel, sp, gpn, chain, size, grad_bytes(t))
+    kind, queues = grad_bucket_queues(t.parallel, sp, gpn, chain, dp_bucket_bytes(t),
+                                      grad_bytes(t))
     jobs, estimates = [], []
     for queue, (n, full, last) in enumerate(queues):
         estimates += [full] * (n - 1) + [last]

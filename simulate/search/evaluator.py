@@ -26,7 +26,7 @@ from analytical.parallel import Schedule
 from analytical.stage import StageParams, stage_params
 from simulate.comm_ctas import cp_capped_estimates
 from simulate.costs import BlockCost, add_engine_time, block_cost
-from simulate.dp_sync import bucket_bytes, collective_spec, grad_bucket_queues, param_gathers
+from simulate.dp_sync import collective_spec, grad_bucket_queues, param_gathers
 from simulate.efficiency import framework_estimates, optimizer_estimate
 from simulate.engines import ENGINE_ORDER, EngineChain, Estimate
 from simulate.extrapolation import sliced_estimates
@@ -44,6 +44,7 @@ from simulate.training import (
     _blocks,
     _chunk_blocks,
     _train_step,
+    dp_bucket_bytes,
     grad_bytes,
     run_training,
     spec_memory,
@@ -244,7 +245,7 @@ class LayoutEvaluator:
         pipe = self._pipeline(t, fwd, bwd, p2p_s)
         ov = t.overlap
         key = (id(pipe), par.zero_stage, par.dp, par.cp, par.tp, par.ep, par.etp,
-               ov.dp_grad, ov.param_gather, gpn, _bucket(t), slowdown)
+               ov.dp_grad, ov.param_gather, gpn, dp_bucket_bytes(t), slowdown)
         if key not in self._stage_tails:  # pipes are kept by `_pipes`, so ids stay theirs
             tails = [self._tail(t, s, gpn, slowdown, pipe, fwd) for s in range(par.pp)]
             finish = [tail[0] for tail in tails]
@@ -264,10 +265,10 @@ class LayoutEvaluator:
         start = pipe.last_bwd_start_s[s] if t.overlap.dp_grad else end
         hide = fwd[s][0] if t.overlap.param_gather else 0.0
         key = (sp.dense, sp.expert, sp.total, end - start, hide, par.zero_stage, par.dp,
-               par.cp, par.tp, par.ep, gpn, _bucket(t), slowdown, grad_bytes(t), t.framework)
+               par.cp, par.tp, par.ep, gpn, dp_bucket_bytes(t), slowdown, grad_bytes(t), t.framework)
         if key not in self._tails:
             self._tails[key] = self._tail_rel(par, sp, end - start, hide, gpn, slowdown,
-                                              _bucket(t), grad_bytes(t), t.framework)
+                                              dp_bucket_bytes(t), grad_bytes(t), t.framework)
             self.stats["stage_tails"] += 1
         sync_rel, opt_s, gather_s, parts = self._tails[key]
         sync_end = start + sync_rel
@@ -349,12 +350,6 @@ class LayoutEvaluator:
                             "optimizer": opt_s},
             "engine_coverage": {e: engine_s.get(e, 0.0) / total_engine for e in ENGINE_ORDER},
         }
-
-
-def _bucket(t: TrainingSpec) -> float:
-    """The layout's gradient bucket bytes, as `simulate.training` sizes it."""
-    return bucket_bytes(t.framework, t.dp_bucket_mb, t.parallel.dp, grad_bytes(t),
-                        t.overlap.dp_grad)
 
 
 def _p2p_s(t: TrainingSpec, p2p_e) -> float:
