@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
-from dataclasses import replace
 from unittest import mock
 
 import simulate.inference.run as inference_run
-from analytical.dtypes import DType
 from simulate.api import run
-from simulate.inference.step_cost import DenseCost, StepCostTables
-from simulate.sustained import sustained_floor_s
+from simulate.inference.dense_cost import DenseCost
+from simulate.inference.step_cost import StepCostTables
 from simulate.validate.serving_corpus import load_corpus, row_scenario
 
 
@@ -45,17 +43,10 @@ def row_tables(row_id: str) -> StepCostTables:
 
 def op_prices(dense: DenseCost, tokens: int) -> Iterator[tuple[str, float, float, str]]:
     """(operator, count, seconds each, engine) of a step's dense part and LM head, priced as
-    `DenseCost.prewarm` prices them."""
+    `DenseCost.prewarm` prices them (`DenseCost.priced_ops`)."""
     for part in ("dense", "lm"):
-        ops = dense._ops(part, tokens)
-        asked = [(op, 1.0) if (r := dense._fp8_vs_bf16.ratio(op)) is None
-                 else (replace(op, dtype=DType.BF16), r) for op, _ in ops]
-        answers = dense._estimator.estimate_many([op for op, _ in asked])
-        for (op, n), (_, ratio), est in zip(ops, asked, answers, strict=True):
-            seconds, engine = (est.latency_s, est.engine) if dense._kernels is None \
-                else dense._kernels.seconds(est, op, tokens)
-            seconds = max(seconds, sustained_floor_s(op, dense._hw) if dense._hw else 0.0)
-            yield repr(op), float(n), seconds * ratio, engine
+        for _, op, n, seconds, engine in dense.priced_ops(part, [tokens]):
+            yield repr(op), float(n), seconds, engine
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import nnls
@@ -33,6 +33,7 @@ from analytical.ops import OpSpec
 from analytical.roofline import roofline_time
 from simulate.costs import add_engine_time
 from simulate.engines import Estimate, Estimator
+from simulate.inference.dense_cost import DenseCost
 from simulate.inference.fp8_gemm import Fp8GemmRatios
 from simulate.inference.graph_replay import EngineKernels
 from simulate.inference.layer_ops import (
@@ -40,11 +41,8 @@ from simulate.inference.layer_ops import (
     LoraSpec,
     Sharding,
     attention_specs,
-    lm_head_ops,
-    step_ops,
 )
 from simulate.serving.state import Span, StepShape
-from simulate.sustained import sustained_floor_s
 
 _DECODE_BATCHES = (1, 4, 16, 64, 256)
 _DECODE_CONTEXTS = (128, 512, 2048, 8192, 32768)
@@ -59,65 +57,6 @@ def token_grid(max_tokens: int) -> list[int]:
         grid.add(min(int(round(t)), max_tokens))
     grid.add(max_tokens)
     return sorted(g for g in grid if g <= max_tokens)
-
-
-class DenseCost:
-    """Exact time of a step's dense part and LM head per token count, memoised, with the
-    seconds each engine answered. With ``kernels`` (a serving engine) each op is priced as the
-    engine runs it (`simulate.inference.graph_replay`); None: as measured.
-
-    With ``hw``, GEMMs get training's power-limit ceiling (`simulate.sustained`), as a long
-    prefill runs them back to back; an fp8 GEMM priced as bf16 x `Fp8GemmRatios` takes the
-    capped bf16 x the ratio, one priced as fp8 (a TensorRT-LLM store row) the fp8 ceiling."""
-
-    def __init__(self, model: ModelSpec, shard: Sharding, weight_dtype: DType,
-                 estimator: Estimator, lora: LoraSpec | None, *, fusions: Fusions | None = None,
-                 kernels: EngineKernels | None = None,
-                 fp8_vs_bf16: Fp8GemmRatios = Fp8GemmRatios(), hw: HardwareSpec | None = None
-                 ) -> None:
-        self._args = (model, shard, weight_dtype, lora)
-        self._fusions = fusions
-        self._estimator = estimator
-        self._kernels = kernels
-        self._fp8_vs_bf16 = fp8_vs_bf16
-        self._hw = hw
-        self._memo: dict[tuple[str, int], tuple[float, dict[str, float]]] = {}
-
-    def _ops(self, part: str, tokens: int) -> list[tuple[OpSpec, float]]:
-        model, shard, wdtype, lora = self._args
-        if part == "dense":
-            return step_ops(model, tokens=tokens, shard=shard, weight_dtype=wdtype, lora=lora,
-                            fusions=self._fusions)
-        return [(op, 1) for op in lm_head_ops(model, tokens, shard, wdtype)]
-
-    def kernels(self) -> float:
-        """Kernels of one step's dense part and LM head (their count does not depend on the
-        token count)."""
-        return sum(n for part in ("dense", "lm") for _, n in self._ops(part, 1))
-
-    def prewarm(self, part: str, counts: Sequence[int]) -> None:
-        """Evaluate many token counts in one batched engine call."""
-        todo = [c for c in dict.fromkeys(counts) if c > 0 and (part, c) not in self._memo]
-        ops = [(c, op, n) for c in todo for op, n in self._ops(part, c)]
-        asked = [(op, 1.0) if (ratio := self._fp8_vs_bf16.ratio(op)) is None
-                 else (replace(op, dtype=DType.BF16), ratio) for _, op, _ in ops]
-        answers = self._estimator.estimate_many([op for op, _ in asked])
-        acc: dict[int, dict[str, float]] = {c: {} for c in todo}
-        for (c, _, n), (op, ratio), est in zip(ops, asked, answers, strict=True):
-            seconds, engine = (est.latency_s, est.engine) if self._kernels is None \
-                else self._kernels.seconds(est, op, c)
-            seconds = max(seconds, sustained_floor_s(op, self._hw) if self._hw else 0.0)
-            add_engine_time(acc[c], {engine: seconds * ratio}, n)
-        for c, engines in acc.items():
-            self._memo[(part, c)] = (sum(engines.values()), engines)
-
-    def get(self, part: str, tokens: int) -> tuple[float, dict[str, float]]:
-        if tokens <= 0:
-            return 0.0, {}
-        key = (part, tokens)
-        if key not in self._memo:
-            self.prewarm(part, [tokens])
-        return self._memo[key]
 
 
 Chunk = tuple[int, int]  # (cached prefix, new tokens) of one prefill chunk
