@@ -28,6 +28,7 @@ from analytical.dtypes import DType, parse_dtype
 from analytical.hardware import get_hardware
 from analytical.layer_backward import recompute_nodes
 from analytical.parallel import Recompute
+from simulate.validate import corpus_row
 from simulate.validate import published as pub
 
 
@@ -93,7 +94,7 @@ EFFECTS: list[tuple[str, list[tuple[Any, str, Any]]]] = [
     ("TE fp8 saved linear inputs (megatron/nemo)", [(memory, "_saves_fp8_inputs", lambda f: False)]),
     ("unstated recompute: least that fits", [(pub, "UNSTATED_RECOMPUTE", ("none",))]),
     ("unstated micro-batch: torchtitan pp split",
-     [(pub, "_micro_batch", lambda row, par, fw: int(row.get("micro_batch") or 1))]),
+     [(corpus_row, "_micro_batch", lambda row, par, fw: int(row.get("micro_batch") or 1))]),
     ("source's attention-FLOPs convention for derived tokens/s",
      [(pub, "_measured_tps", _causal_tps)]),
     ("attention backend per framework (FA2 / cuDNN on Hopper)",

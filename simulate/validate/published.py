@@ -24,19 +24,12 @@ from analytical.hardware import get_hardware
 from analytical.model import load_model
 from analytical.paths import DATASETS_DIR
 from profiler.progress import advance, expect
-from simulate.validate.corpus_versions import TE_VERSIONS
+from simulate.validate.corpus_row import _float, _get, _parsed, row_scenario
 
 TRAINING_CORPUS = DATASETS_DIR / "validation" / "training" / "published_runs.csv"
 README_START = "<!-- validate-published:start -->"
 README_END = "<!-- validate-published:end -->"
 PEAK_MATCH_TOLERANCE = 0.01  # a stated peak within 1% of ours is the same denominator
-# Empty corpus fields and what the scorer assumes (datasets/validation/training/README.md).
-DEFAULTS: dict[str, Any] = {"cp": 1, "ep": 1, "vpp": 1, "zero": 0, "micro_batch": 1,
-                            "recompute": "none", "sp": False, "fsdp": False,
-                            "attention": "flash", "framework": "megatron",
-                            "tp_comm_overlap": False, "moe_a2a_overlap": False, "compile": True,
-                            "fp8_recipe": "tensorwise", "cp_max_ctas": 0}
-INTERLEAVED_VPP = 2  # "interleaved" with no stated vpp: the smallest interleaving
 # A row that does not state its recompute policy takes the first of these that fits, as a
 # practitioner sizing the run would (and as NeMo's auto-configurator searches recompute).
 UNSTATED_RECOMPUTE = ("none", "selective", "full")
@@ -92,130 +85,6 @@ def load_corpus(path: str | Path = TRAINING_CORPUS) -> list[dict[str, str]]:
         return [{**r, ROW_KEY: str(i)} for i, r in enumerate(csv.DictReader(handle))]
 
 
-def _get(row: Mapping[str, str], key: str) -> str:
-    return (row.get(key) or "").strip()
-
-
-def _int(row: Mapping[str, str], key: str) -> int:
-    value = _get(row, key)
-    return int(value) if value else int(DEFAULTS[key])
-
-
-def _bool(row: Mapping[str, str], key: str) -> bool:
-    value = _get(row, key).lower()
-    return value in ("true", "1", "yes") if value else bool(DEFAULTS[key])
-
-
-def _float(row: Mapping[str, str], key: str) -> float | None:
-    value = _get(row, key)
-    return float(value) if value else None
-
-
-def _row_hardware(row: Mapping[str, str]) -> dict[str, Any]:
-    """A row's ``hardware`` block; an unstated node size spreads evenly (`_even_domains`)."""
-    hardware: dict[str, Any] = {"gpu": _get(row, "gpu"), "num_gpus": int(_get(row, "num_gpus"))}
-    if _get(row, "gpus_per_node"):
-        hardware["gpus_per_node"] = int(_get(row, "gpus_per_node"))
-    elif (spread := _even_domains(hardware["gpu"], hardware["num_gpus"])) is not None:
-        hardware["gpus_per_node"] = spread
-    return hardware
-
-
-def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
-    """The scenario mapping of one corpus row; empty fields take `DEFAULTS`."""
-    schedule = _get(row, "schedule") or "1f1b"
-    vpp = _int(row, "vpp")
-    if vpp > 1:
-        schedule = "interleaved"
-    elif schedule == "interleaved":
-        vpp = INTERLEAVED_VPP
-    parallel = {k: int(_get(row, k)) for k in ("tp", "pp", "dp")}
-    parallel.update(cp=_int(row, "cp"), ep=_int(row, "ep"), vpp=vpp, sp=_bool(row, "sp"),
-                    zero=_int(row, "zero"), fsdp=_bool(row, "fsdp"),
-                    pipeline_split=_get(row, "pipeline_split") or "even")
-    parallel["etp"] = _int(row, "etp") if _get(row, "etp") else _ran_etp(parallel)
-    hardware = _row_hardware(row)
-    framework = _get(row, "framework") or DEFAULTS["framework"]
-    training = {"parallel": parallel, "global_batch": int(_get(row, "global_batch")),
-                "micro_batch": _micro_batch(row, parallel, framework),
-                "seq_len": int(_get(row, "seq_len")),
-                "precision": _get(row, "precision") or "bf16",
-                "recompute": _get(row, "recompute") or DEFAULTS["recompute"],
-                "schedule": schedule, "attention": _get(row, "attention") or DEFAULTS["attention"]}
-    training["framework"] = framework
-    training["overlap"] = {"tp_comm": _bool(row, "tp_comm_overlap"),
-                           "moe_a2a": _bool(row, "moe_a2a_overlap"),
-                           "cp_max_ctas": _int(row, "cp_max_ctas")}  # `simulate.comm_ctas`
-    training["compile"] = _bool(row, "compile")
-    training["fp8_recipe"] = _get(row, "fp8_recipe") or DEFAULTS["fp8_recipe"]
-    for key in ("grad_reduce_dtype", "optimizer_state_dtype"):  # as the recipe states them
-        if _get(row, key):
-            training[key] = _get(row, key)
-    if _get(row, "framework_version") in TE_VERSIONS:
-        training["transformer_engine"] = TE_VERSIONS[_get(row, "framework_version")]
-    bridge = "megatron-bridge" in _get(row, "framework_version").lower()
-    if _get(row, "cross_entropy_fusion"):  # Megatron-Core's fused loss, as the run set it
-        training["cross_entropy_fusion"] = _bool(row, "cross_entropy_fusion")
-    elif bridge:
-        # unstated: Megatron-Bridge's GPTModelProvider fuses it (cross_entropy_loss_fusion=True)
-        training["cross_entropy_fusion"] = True
-    if bridge:
-        # every Megatron-Bridge performance recipe of the corpus's releases (v0.2.0-v0.6.0)
-        # sets `cfg.model.moe_router_fusion = True` (datasets/validation/training/README.md)
-        training["moe_router_fusion"] = True
-        # the GPT-OSS bridge turns bias-dropout-add fusion off (`simulate.bias_kernels`)
-        training["bias_dropout_fusion"] = not _get(row, "model").startswith("gpt-oss")
-    if _get(row, "compile_loss"):  # torchtitan's loss compiled with the model (since 2025-04)
-        training["compile_loss"] = _bool(row, "compile_loss")
-    if _get(row, "recompute_modules"):  # Megatron-Core's selective modules, "+"-separated
-        training["recompute_modules"] = _get(row, "recompute_modules").split("+")
-    if _get(row, "cuda_graph"):  # the recipe's CUDA graph scopes, "+"-separated
-        training["cuda_graph"] = _get(row, "cuda_graph").split("+")
-    if _get(row, "moe_fused_mlp"):  # the recipe's fused grouped expert MLP (TE op fuser)
-        training["moe_fused_mlp"] = _bool(row, "moe_fused_mlp")
-    if _get(row, "dp_bucket_mb"):  # the run's DDP gradient bucket (MB of gradients)
-        training["dp_bucket_mb"] = float(_get(row, "dp_bucket_mb"))
-    if _get(row, "activation_offload_layers"):  # Megatron-Core's cpu_offloading_num_layers
-        training["offload"] = {"activations": True,
-                               "activation_layers": _int(row, "activation_offload_layers")}
-    return {"name": name, "model": _get(row, "model"), "hardware": hardware, "training": training}
-
-
-def _even_domains(gpu: str, num_gpus: int) -> int | None:
-    """Unstated placement of a run that does not fill whole NVLink domains (256 GPUs on
-    72-GPU NVL72 racks): the GPUs spread evenly over the fewest domains that hold them, i.e. the
-    largest divisor of num_gpus not above the domain size. None where the domains fill."""
-    domain = get_hardware(gpu).gpus_per_node
-    if num_gpus <= domain or num_gpus % domain == 0:
-        return None
-    return max(d for d in range(1, domain + 1) if num_gpus % d == 0)
-
-
-def _ran_etp(parallel: Mapping[str, Any]) -> int:
-    """Unstated expert TP of a run that ran: Megatron-Core's default (tp; 0 here) when the
-    etp x ep grid then tiles a stage's tp*cp*dp ranks, else the largest divisor of tp that
-    does (Megatron-Core refuses a grid that does not tile, so the run used such an etp)."""
-    tp, ep = parallel["tp"], parallel["ep"]
-    ranks = tp * parallel["cp"] * parallel["dp"]
-    if ranks % (tp * ep) == 0:
-        return 0
-    return max((d for d in range(1, tp + 1) if tp % d == 0 and ranks % (d * ep) == 0),
-               default=0)
-
-
-def _micro_batch(row: Mapping[str, str], parallel: Mapping[str, Any], framework: str) -> int:
-    """The stated micro-batch; unstated, the framework's default: torchtitan splits each DP
-    rank's batch into pp micro-batches ("The default value will be the number of pipeline
-    stages", --experimental.pipeline_parallel_microbatches, config_manager.py at 9dec370);
-    otherwise `DEFAULTS`."""
-    if _get(row, "micro_batch"):
-        return int(_get(row, "micro_batch"))
-    local = int(_get(row, "global_batch")) // (parallel["dp"])
-    if framework == "torchtitan" and parallel["pp"] > 1 and local % parallel["pp"] == 0:
-        return local // parallel["pp"]
-    return int(DEFAULTS["micro_batch"])
-
-
 def _measured_tps(row: Mapping[str, str]) -> tuple[float | None, bool]:
     """Published tokens/s/GPU; else TFLOP/s/GPU (or MFU x stated peak) converted with our model
     FLOPs per token counted as the source counts them: ``attention_flops = full`` when its
@@ -231,7 +100,7 @@ def _measured_tps(row: Mapping[str, str]) -> tuple[float | None, bool]:
         tflops = mfu * peak
     if not tflops:
         return None, False
-    seq = int(_get(row, "seq_len"))
+    seq = _parsed(row, "seq_len", int)
     causal = _get(row, "attention_flops") != "full"
     per_token = load_model(_get(row, "model")).flops_per_token(seq, training=True, causal=causal)
     return tflops * 1e12 / per_token, True

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from analytical.errors import SpecError
 from analytical.hardware import get_hardware
 from analytical.model import load_model
 from simulate.validate import published as pub
@@ -260,3 +261,13 @@ def test_mlperf_rows_carry_their_logged_batch_and_stated_bucket():
     assert (row["tp"], row["pp"], row["vpp"], row["dp"]) == ("4", "6", "8", "448")
     assert row["global_batch"] == "2688" and row["dp_bucket_mb"] == "200"
     assert pub.row_scenario(row, "x")["training"]["dp_bucket_mb"] == 200.0
+
+
+def test_a_cell_that_does_not_parse_names_its_column():
+    row = dict(pub.load_corpus()[0])
+    row["dp_bucket_mb"] = "forty"
+    with pytest.raises(SpecError, match=r"corpus\.dp_bucket_mb.*forty"):
+        pub.row_scenario(row, "bad")
+    row = dict(pub.load_corpus()[0], global_batch="")
+    with pytest.raises(SpecError, match=r"corpus\.global_batch.*empty"):
+        pub.row_scenario(row, "bad")
