@@ -29,7 +29,7 @@ from typing import Any
 
 from analytical.errors import SpecError
 from analytical.layer_spec import LayerPhase, Node, Stream
-from analytical.layers import Ctx, coll, dense_mlp, gemm, mem
+from analytical.layers import Ctx, coll, dense_mlp, gemm, mem, mlp_activation_kind
 from analytical.ops import CollectiveKind, MemoryOpKind, MoEOpKind, MoESpec
 
 
@@ -69,8 +69,7 @@ def _experts(c: Ctx, tokens: int) -> list[Node]:
     up = 2 * f if m.gated_mlp else f
     return [*gemm("experts.up_gate" if m.gated_mlp else "experts.up", per_expert, up, m.hidden,
                   c.prec.gemm, batch=local),
-            mem("experts.act", MemoryOpKind.SWIGLU if m.gated_mlp else MemoryOpKind.GELU,
-                per_expert * local, f, c.prec.act),
+            mem("experts.act", mlp_activation_kind(m), per_expert * local, f, c.prec.act),
             *gemm("experts.down", per_expert, m.hidden, f, c.prec.gemm, batch=local)]
 
 

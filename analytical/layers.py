@@ -77,7 +77,9 @@ class Ctx:
 
     @property
     def dropout(self) -> bool:
-        """GPT-style (LayerNorm) models train with dropout; Llama-style ones have p = 0."""
+        """GPT-style (LayerNorm) models train with dropout; Llama-style ones have p = 0, and so
+        has Nemotron (LayerNorm1p: ``hidden_dropout`` and ``attention_dropout`` 0.0 in
+        NeMo-Framework-Launcher 24.07, 8325688d, ``conf/training/nemotron/*.yaml``)."""
         return self.phase == LayerPhase.TRAIN and self.model.norm == "layernorm"
 
 
@@ -103,6 +105,14 @@ def coll(name: str, kind: CollectiveKind, size: float, group: int, rpn: int, str
     spec = CollectiveSpec(kind=kind, size_bytes=max(1, int(size)), group_size=group,
                           ranks_per_node=rpn, dtype=dtype)
     return Node(name=name, op=spec, stream=stream, count=count)
+
+
+def mlp_activation_kind(model: ModelSpec) -> MemoryOpKind:
+    """The MLP activation's element-wise op. Squared ReLU (relu2) is priced as GELU: one
+    fused kernel (Megatron-Core ``squared_relu``, ``@jit_fuser``, megatron/core/activations.py
+    at NVIDIA/Megatron-LM 1296a819) with GELU's traffic, one read and one write forward, the
+    input and output gradient read and one write backward; memory-bound either way."""
+    return MemoryOpKind.SWIGLU if model.gated_mlp else MemoryOpKind.GELU
 
 
 def norm_kind(model: ModelSpec) -> MemoryOpKind:
@@ -317,8 +327,7 @@ def dense_mlp(c: Ctx, width: int, tag: str, *, lora: bool) -> list[Node]:
     up = 2 * f if m.gated_mlp else f
     nodes = gemm(f"{tag}.up_gate" if m.gated_mlp else f"{tag}.up", t, up, m.hidden, c.prec.gemm)
     nodes += _lora(c, ("gate", "up")) if lora else []
-    nodes.append(mem(f"{tag}.act", MemoryOpKind.SWIGLU if m.gated_mlp else MemoryOpKind.GELU,
-                     t, f, c.prec.act))
+    nodes.append(mem(f"{tag}.act", mlp_activation_kind(m), t, f, c.prec.act))
     nodes += gemm(f"{tag}.down", t, m.hidden, f, c.prec.gemm)
     nodes += _lora(c, ("down",)) if lora else []
     return nodes

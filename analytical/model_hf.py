@@ -5,8 +5,8 @@
 with that class's defaults where the class has one (e.g. ``num_key_value_heads`` defaults to
 ``num_attention_heads``) and a `SpecError` naming the file and key where it has none. Keys a
 reader does not need are ignored (HF configs carry many); keys that change cost are modelled or
-refused by name, and element-wise-only keys are named in the reader. Gemma, Phi-3, GPT-OSS and
-Llama 4 live in `analytical.model_hf_extra`. The named catalog is `analytical.model`.
+refused by name, and element-wise-only keys are named in the reader. Gemma, Phi-3, Nemotron,
+GPT-OSS and Llama 4 live in `analytical.model_hf_extra`. The named catalog is `analytical.model`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from analytical.model_hf_extra import (
     gpt_oss,
     llama4,
     llama4_text,
+    nemotron,
     phi3,
 )
 from analytical.model_spec import ModelSpec
@@ -201,6 +202,7 @@ HF_READERS: dict[str, tuple[str, Callable[[_Config], dict[str, Any]]]] = {
     "gemma3_text": ("gemma3", gemma3_text),
     "gemma3": ("gemma3", gemma3),
     "phi3": ("phi3", phi3),
+    "nemotron": ("nemotron", nemotron),
     "gpt_oss": ("gpt_oss", gpt_oss),
     "llama4_text": ("llama4", llama4_text),
     "llama4": ("llama4", llama4),

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``config.json`` readers for Gemma 2/3, Phi-3/4, GPT-OSS and Llama 4 (see `model_hf`).
+"""``config.json`` readers for Gemma 2/3, Phi-3/4, Nemotron, GPT-OSS and Llama 4 (see `model_hf`).
 
 Each reader follows its transformers config and modeling classes (transformers 5.x,
 ``models/<family>/configuration_*.py`` and ``modeling_*.py``): the class defaults where a key is
@@ -100,6 +100,39 @@ def phi3(c: HfConfig) -> dict[str, Any]:
         "position": "rope",
         "tied_embeddings": c.bool("tie_word_embeddings", False),
         **c.uniform_window(),
+    }
+
+
+def nemotron(c: HfConfig) -> dict[str, Any]:
+    """NemotronConfig (Nemotron-3 8B/22B, Nemotron-4 15B/340B, Minitron).
+
+    NemotronMLP: ``up_proj`` -> squared ReLU (``hidden_act`` relu2) -> ``down_proj``, two
+    matrices, biased iff ``mlp_bias``; NemotronAttention: q/k/v/o biased iff ``attention_bias``;
+    NemotronLayerNorm1P (weight + 1, and a bias) before attention, MLP and the head; untied
+    embeddings by default. RoPE on a fraction of each head (``partial_rotary_factor``, 0.5) is
+    element-wise, not modelled (the rotary op is priced over whole heads).
+    """
+    act = c.text("hidden_act", "relu2")
+    if act != "relu2":
+        raise c.error("hidden_act", f"unsupported {act!r}; supported: relu2")
+    hidden, heads = c.int("hidden_size", 6144), c.int("num_attention_heads", 48)
+    bias = c.bool("attention_bias", False)
+    return {
+        "hidden": hidden,
+        "layers": c.int("num_hidden_layers", 32),
+        "heads": heads,
+        "kv_heads": c.int("num_key_value_heads", heads),
+        "head_dim": c.head_dim(hidden, heads),
+        "ffn_hidden": c.int("intermediate_size", 24576),
+        "vocab": c.int("vocab_size", 256000),
+        "max_seq_len": c.int("max_position_embeddings", 4096),
+        "activation": "relu2",
+        "norm": "layernorm1p",
+        "position": "rope",
+        "tied_embeddings": c.bool("tie_word_embeddings", False),
+        "qkv_bias": bias,
+        "attn_out_bias": bias,
+        "mlp_bias": c.bool("mlp_bias", False),
     }
 
 

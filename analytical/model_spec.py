@@ -17,10 +17,11 @@ from analytical.errors import SpecError
 
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt3", "mixtral", "qwen2_moe",
             "qwen3_moe", "deepseek_v2", "deepseek_v3", "gemma2", "gemma3", "phi3", "gpt_oss",
-            "llama4")
-# swiglu = silu(gate) * up, geglu = gelu(gate) * up (Gemma): both gated, 3 matrices.
-ACTIVATIONS = ("swiglu", "geglu", "gelu")
-NORMS = ("rmsnorm", "layernorm")
+            "llama4", "nemotron")
+# swiglu = silu(gate) * up, geglu = gelu(gate) * up (Gemma): gated, 3 matrices; gelu, relu2 =
+# relu(x)^2 (Nemotron; So et al. 2021, Primer): 2 matrices. layernorm1p: weight + 1, and a bias.
+ACTIVATIONS = ("swiglu", "geglu", "gelu", "relu2")
+NORMS = ("rmsnorm", "layernorm", "layernorm1p")
 POSITIONS = ("rope", "learned")
 
 
@@ -38,8 +39,8 @@ class ModelSpec:
     ffn_hidden: int  # f: dense MLP intermediate size
     vocab: int  # V
     max_seq_len: int  # max_position_embeddings / n_positions
-    activation: str  # "swiglu" (gated, 3 matrices) | "gelu" (2 matrices)
-    norm: str  # "rmsnorm" (weight) | "layernorm" (weight + bias)
+    activation: str  # "swiglu" / "geglu" (gated, 3 matrices) | "gelu" / "relu2" (2 matrices)
+    norm: str  # "rmsnorm" (weight) | "layernorm" / "layernorm1p" (weight + bias)
     position: str  # "rope" | "learned" (a max_seq_len x h table)
     tied_embeddings: bool  # LM head shares the input embedding matrix
     qkv_bias: bool = False  # biases on the q, k, v projections
@@ -222,7 +223,7 @@ class ModelSpec:
 
     @property
     def _norm_size(self) -> int:
-        return 2 if self.norm == "layernorm" else 1  # weight (+ bias)
+        return 1 if self.norm == "rmsnorm" else 2  # weight (+ bias)
 
     @property
     def norm_params_per_layer(self) -> int:
