@@ -198,6 +198,10 @@ HF_READERS: dict[str, tuple[str, Callable[[_Config], dict[str, Any]]]] = {
     "qwen3_moe": ("qwen3_moe", _qwen3_moe),
     "deepseek_v2": ("deepseek_v2", lambda c: _deepseek(c, v3=False)),
     "deepseek_v3": ("deepseek_v3", lambda c: _deepseek(c, v3=True)),
+    # Kimi K2 (moonshotai/Kimi-K2-*) names its own model_type but ships DeepseekV3ForCausalLM
+    # (its config.json `architectures`); Megatron-Bridge's KimiK2Provider (v0.3.1
+    # src/megatron/bridge/models/kimi/kimi_provider.py) is the same MLA + MoE block.
+    "kimi_k2": ("deepseek_v3", lambda c: _deepseek(c, v3=True)),
     "gemma2": ("gemma2", gemma2),
     "gemma3_text": ("gemma3", gemma3_text),
     "gemma3": ("gemma3", gemma3),

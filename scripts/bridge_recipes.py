@@ -28,7 +28,7 @@ CORPUS = Path(__file__).resolve().parents[1] / "datasets/validation/training/pub
 RELEASES = {"25.11": "v0.2.0", "26.02": "v0.3.0", "26.02.01": "v0.3.1", "26.04": "v0.4.0",
             "26.04.01": "v0.4.1", "26.06": "v0.5.0", "26.06.01": "v0.5.1"}
 MODELS = {"qwen3-30b-a3b": "QWEN3_30B_A3B", "qwen3-235b-a22b": "QWEN3_235B_A22B",
-          "deepseek-v3": "DEEPSEEK_V3", "gpt-oss-120b": "GPT_OSS_120B"}
+          "deepseek-v3": "DEEPSEEK_V3", "gpt-oss-120b": "GPT_OSS_120B", "kimi-k2": "KIMI_K2"}
 PRECISIONS = {"BF16": "BF16", "FP8-CS": "FP8_CS", "FP8": "FP8_CS", "MXFP8": "FP8_MX",
               "FP8-MX": "FP8_MX"}
 

@@ -271,3 +271,22 @@ def test_a_cell_that_does_not_parse_names_its_column():
     row = dict(pub.load_corpus()[0], global_batch="")
     with pytest.raises(SpecError, match=r"corpus\.global_batch.*empty"):
         pub.row_scenario(row, "bad")
+
+
+def test_kimi_k2_rows_carry_their_gb300_preset():
+    """The archive's four Kimi_K2 rows (26.02.01-26.06, corpus README): GB300, 256 GPUs, MXFP8,
+    PP 4 / VP 4 / EP 64, MBS 2, and `KIMI_K2_PRETRAIN_CONFIG_GB300_FP8_MX` (identical in v0.3.1-
+    v0.5.0): selective mla_up_proj recompute, no CUDA graph, no EP overlap, bf16 reduction."""
+    rows = [r for r in pub.load_corpus() if r["model"] == "kimi-k2"]
+    assert sorted(r["framework_version"].split("NeMo ")[-1] for r in rows) == [
+        "26.02.01", "26.04", "26.04.01", "26.06"]
+    for r in rows:
+        assert r["source"] == "megatron-bridge" and r["gpu"] == "gb300"
+        scenario = pub.row_scenario(r, "k")
+        t = scenario["training"]
+        assert (t["parallel"]["pp"], t["parallel"]["vpp"], t["parallel"]["ep"], t["parallel"]["dp"],
+                t["micro_batch"], t["global_batch"]) == (4, 4, 64, 64, 2, 4096)
+        assert t["recompute"] == "selective" and t["recompute_modules"] == ["mla_up_proj"]
+        assert t["grad_reduce_dtype"] == "bf16" and t["moe_router_fusion"] is True
+        assert "cuda_graph" not in t and t["overlap"]["moe_a2a"] is False
+        assert scenario["hardware"]["gpus_per_node"] == 64
