@@ -104,10 +104,13 @@ def _stated_options(row: Mapping[str, str]) -> dict[str, Any]:
     elif bridge:
         # unstated: Megatron-Bridge's GPTModelProvider fuses it (cross_entropy_loss_fusion=True)
         training["cross_entropy_fusion"] = True
-    if bridge:
+    if _get(row, "moe_router_fusion"):  # Megatron-Core's --moe-router-fusion, as the run set it
+        training["moe_router_fusion"] = _bool(row, "moe_router_fusion")
+    elif bridge:
         # every Megatron-Bridge performance recipe of the corpus's releases (v0.2.0-v0.6.0)
         # sets `cfg.model.moe_router_fusion = True` (datasets/validation/training/README.md)
         training["moe_router_fusion"] = True
+    if bridge:
         # the GPT-OSS bridge turns bias-dropout-add fusion off (`simulate.bias_kernels`)
         training["bias_dropout_fusion"] = not _get(row, "model").startswith("gpt-oss")
     if _get(row, "compile_loss"):  # torchtitan's loss compiled with the model (since 2025-04)

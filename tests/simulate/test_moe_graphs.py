@@ -85,7 +85,8 @@ def test_unknown_scope_is_rejected_by_name():
 
 def test_corpus_column_reaches_the_scenario():
     rows = [r for r in pub.load_corpus() if r["cuda_graph"]]
-    assert rows and {r["source"] for r in rows} <= {"megatron-bridge", "mlperf-training"}
+    assert rows and {r["source"] for r in rows} <= {"megatron-bridge", "mlperf-training",
+                                                   "megatron-lm-docs"}
     scenario = pub.row_scenario(rows[0], "row")
     assert scenario["training"]["cuda_graph"] == rows[0]["cuda_graph"].split("+")
     assert all(set(r["cuda_graph"].split("+")) <= {s.value for s in CudaGraphScope}

@@ -192,6 +192,11 @@ def test_megatron_bridge_rows_fuse_the_router_and_other_rows_keep_megatron_core_
     assert pub.row_scenario(bridge, "x")["training"]["moe_router_fusion"] is True
     plain = {**ROW, "framework": "megatron", "framework_version": "Megatron-Core r0.8.0"}
     assert "moe_router_fusion" not in pub.row_scenario(plain, "x")["training"]
+    # a stated --moe-router-fusion (the Megatron-LM DeepSeek-V3 GB200 launch script) wins
+    assert pub.row_scenario({**plain, "moe_router_fusion": "true"}, "x")["training"][
+        "moe_router_fusion"] is True
+    assert pub.row_scenario({**bridge, "moe_router_fusion": "false"}, "x")["training"][
+        "moe_router_fusion"] is False
 
 
 def test_nemo_sft_rows_carry_the_launcher_layout():
@@ -290,3 +295,36 @@ def test_kimi_k2_rows_carry_their_gb300_preset():
         assert t["grad_reduce_dtype"] == "bf16" and t["moe_router_fusion"] is True
         assert "cuda_graph" not in t and t["overlap"]["moe_a2a"] is False
         assert scenario["hardware"]["gpus_per_node"] == 64
+def test_megatron_lm_strong_scaling_rows_keep_the_177b_layout():
+    """README 'Strong Scaling Results' (d98e8a64): GPT-3 175B, 1,152 sequences, 96 to 4,608 H100;
+    the layout is the model table's 177B row (tp 8, pp 6) with dp = GPUs / 48. The 2304-GPU
+    point is that table row itself, so it is not repeated."""
+    rows = [r for r in pub.load_corpus() if r["source"] == "megatron-lm-readme"
+            and r["url"].endswith("strong_scaling.png")]
+    assert sorted(int(r["num_gpus"]) for r in rows) == [96, 144, 288, 576, 1152, 3072, 4608]
+    for r in rows:
+        par = pub.row_scenario(r, "r")["training"]["parallel"]
+        assert (par["tp"], par["pp"], par["dp"] * 48) == (8, 6, int(r["num_gpus"]))
+        assert (r["model"], r["global_batch"], r["seq_len"]) == ("megatron-gpt-177b", "1152", "4096")
+    assert {r["num_gpus"]: r["mfu"] for r in rows if r["mfu"]} == {"96": "0.47", "4608": "0.42"}
+
+
+def test_megatron_lm_deepseek_v3_gb200_row_carries_its_launch_script():
+    """docs/discussions/deepseek-v3-gb200-optimization at eb0783b6: 970.01 TFLOPS/GPU on 256
+    GB200, TP1/PP8/VPP4/EP32, layout "Et|(tt|)*30L" (the embedding and one layer, 30 chunks of
+    two, the loss alone), 32-GPU NVLink segments, the launch script's recompute, CUDA graph and
+    fusion flags."""
+    from analytical.parallel import PipelineSplit
+    from simulate.layout import chunk_layers
+
+    (row,) = [r for r in pub.load_corpus() if r["source"] == "megatron-lm-docs"]
+    scenario = pub.row_scenario(row, "r")
+    training, par = scenario["training"], scenario["training"]["parallel"]
+    assert (par["tp"], par["pp"], par["vpp"], par["ep"], par["etp"], par["dp"]) == (1, 8, 4, 32, 1, 32)
+    assert scenario["hardware"] == {"gpu": "gb200", "num_gpus": 256, "gpus_per_node": 32}
+    assert (training["global_batch"], training["micro_batch"], training["seq_len"]) == (2048, 1, 4096)
+    assert training["recompute_modules"] == ["moe_act", "mlp"]
+    assert training["cuda_graph"] == ["attn", "moe_router", "moe_preprocess"]
+    assert training["moe_router_fusion"] is True and training["cross_entropy_fusion"] is True
+    layers = chunk_layers(61, 32, PipelineSplit(par["pipeline_split"]))
+    assert [len(c) for c in layers] == [1] + [2] * 30 + [0]
