@@ -161,9 +161,9 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
                     recompute: Recompute, schedule: Schedule, num_microbatches: int,
                     param_dtype_bytes: float = 2.0, grad_dtype_bytes: float = 2.0,
                     optimizer: str = "adam", lora_params: int | None = None,
-                    optimizer_state_bytes: float = 4.0, flash_attention: bool = True, dropout: bool = False,
-                    framework: Framework = Framework.MEGATRON,
-                    fp8: bool = False,
+                    lora_base_bytes: float | None = None, optimizer_state_bytes: float = 4.0,
+                    flash_attention: bool = True, dropout: bool = False,
+                    framework: Framework = Framework.MEGATRON, fp8: bool = False,
                     recompute_modules: tuple[RecomputeModule, ...] = (),
                     compiled_loss: bool = False, combined_1f1b: bool = False,
                     compiled: bool = True) -> TrainingMemory:
@@ -174,7 +174,8 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
     (Megatron-LM's default); ``optimizer_state_bytes`` the master copy's and moments' dtype
     (`analytical.optimizer_states`: 4, or 2 for apex's bf16 state). With ``lora_params`` (trainable adapter parameters of the whole
     model) the base weights are frozen: no gradients or optimizer states, and this GPU's adapter
-    share is taken in proportion to its share of the base weights. ``framework`` selects each
+    share is taken in proportion to its share of the base weights; ``lora_base_bytes`` stores the
+    frozen linear weights (fp8: 1; None: ``param_dtype_bytes``). ``framework`` selects each
     framework's behaviour (torchtitan's per-op selective checkpointing and FSDP2 resharding, the
     loss working set); ``fp8`` with Megatron/NeMo saves linear inputs in fp8 (Transformer
     Engine); ``recompute_modules`` under selective recompute: Megatron-Core's modules
@@ -204,7 +205,8 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
     out = []
     for rank, stage in zip(ranks, stages, strict=True):
         weights, grads, opt = _model_states(model, parallel, stage, stored, grad_bytes,
-                                            optimizer, lora_params, optimizer_state_bytes)
+                                            optimizer, lora_params, optimizer_state_bytes,
+                                            lora_base_bytes)
         mem = TrainingMemory(
             weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=opt,
             activations_bytes=_stage_activations(layer, stage, recompute, schedule,
@@ -234,8 +236,8 @@ def _torchtitan_step(mem: TrainingMemory, layer: _LayerActivations, stage: Stage
 
 def _model_states(model: ModelSpec, parallel: ParallelConfig, stage: StageParams,
                   param_dtype_bytes: float, grad_dtype_bytes: float, optimizer: str,
-                  lora_params: int | None, state_bytes: float = 4.0
-                  ) -> tuple[float, float, float]:
+                  lora_params: int | None, state_bytes: float = 4.0,
+                  base_bytes: float | None = None) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes: dense and expert parameters each ZeRO-sharded
     over its own group; under LoRA the frozen base plus this GPU's share of the adapters."""
     zero, dense_shard = parallel.zero_stage, parallel.shard_group
@@ -252,7 +254,9 @@ def _model_states(model: ModelSpec, parallel: ParallelConfig, stage: StageParams
         return dense[0] + expert[0], dense[1] + expert[1], dense[2] + expert[2]
     if lora_params < 0:
         raise SpecError("training.lora_params", f"must be >= 0, got {lora_params}")
-    base = stage.dense * param_dtype_bytes + stage.expert * param_dtype_bytes
+    # frozen base: its linear weights in ``base_bytes`` (TE fp8_model_init: 1), the rest as stored
+    linear = base_bytes if base_bytes is not None else param_dtype_bytes
+    base = stage.total * param_dtype_bytes - stage.linear * (param_dtype_bytes - linear)
     if zero >= 3:
         base = (stage.dense / dense_shard + stage.expert / expert_shard) * param_dtype_bytes
     local_lora = lora_params * stage.total / model.params_total

@@ -141,7 +141,10 @@ def _lora(row: Mapping[str, str]) -> dict[str, Any]:
     if not _get(row, "lora_targets"):
         raise SpecError("corpus.lora_targets", "empty (required with lora_rank)")
     targets = normalise_targets(_get(row, "lora_targets").split("+"), "corpus.lora_targets")
-    return {"rank": rank, "targets": list(targets)}
+    lora: dict[str, Any] = {"rank": rank, "targets": list(targets)}
+    if _get(row, "lora_base_dtype"):  # the frozen base built under TE fp8_model_init
+        lora["base_dtype"] = _get(row, "lora_base_dtype")
+    return lora
 
 
 def _even_domains(gpu: str, num_gpus: int) -> int | None:

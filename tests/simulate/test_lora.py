@@ -116,3 +116,39 @@ def test_lora_scenario_through_simulate() -> None:
     # optimizer: fp32 master + 2 moments = 12 B per adapter parameter, none for the base
     assert lora["memory"]["optimizer_gib"] * 2**30 == pytest.approx(12 * adapters, rel=1e-9)
     assert lora["fits"] and lora["iteration_time_s"] > 0
+
+
+def test_an_fp8_base_stores_the_frozen_linear_weights_in_one_byte():
+    """``training.lora.base_dtype: fp8`` (Transformer Engine ``fp8_model_init``, NeMo
+    ``fp8_params``): the frozen block matmul weights take 1 byte instead of 2; embeddings,
+    LM head and norms stay bf16, and the adapters' states do not change."""
+    from analytical.dtypes import DType
+    from analytical.model import load_model
+    from analytical.stage import stage_params
+    from simulate.scenario import load_scenario
+    from simulate.training import spec_memory
+
+    doc = {"name": "x", "model": "llama-2-70b", "hardware": {"gpu": "b200", "num_gpus": 8},
+           "training": {"parallel": {"tp": 1, "pp": 1, "dp": 8}, "global_batch": 8,
+                        "seq_len": 8192, "precision": "fp8", "recompute": "none",
+                        "lora": {"rank": 16, "targets": ["q", "k", "v", "o"]}}}
+    model = load_model("llama-2-70b")
+    bf16 = load_scenario(doc).training
+    doc["training"]["lora"]["base_dtype"] = "fp8"
+    fp8 = load_scenario(doc).training
+    assert (bf16.lora_base_dtype, fp8.lora_base_dtype) == (DType.BF16, DType.FP8)
+    a, b = spec_memory(model, bf16), spec_memory(model, fp8)
+    linear = stage_params(model, tp=1, pp=1, vpp=1, ep=1, stage=0).linear
+    assert a.weights_bytes - b.weights_bytes == pytest.approx(linear, rel=1e-9)
+    assert linear > 0.95 * model.params_total
+    assert (a.gradients_bytes, a.optimizer_bytes) == (b.gradients_bytes, b.optimizer_bytes)
+
+
+def test_a_lora_base_dtype_outside_bf16_and_fp8_is_refused():
+    from simulate.scenario import load_scenario
+
+    doc = {"name": "x", "model": "llama-2-7b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+           "training": {"parallel": {"tp": 1, "pp": 1, "dp": 8}, "global_batch": 8,
+                        "seq_len": 4096, "lora": {"rank": 16, "base_dtype": "fp32"}}}
+    with pytest.raises(SpecError, match=r"training\.lora\.base_dtype"):
+        load_scenario(doc)

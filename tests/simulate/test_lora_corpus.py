@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from analytical.dtypes import DType
 from analytical.errors import SpecError
 from simulate.scenario import load_scenario
 from simulate.validate import published as pub
@@ -61,3 +62,16 @@ def test_a_bad_lora_cell_is_refused_naming_its_column(cells, column):
     row = {**_corpus_row("nemo-24.07", "llama-2-7b", lora=True), **cells}
     with pytest.raises(SpecError, match=column):
         pub.row_scenario(row, "bad")
+
+
+def test_lora_base_dtype_reaches_the_scenario():
+    """MLPerf llama2_70b_lora builds the model under TE ``fp8_model_init``: ``lora_base_dtype``
+    fp8 becomes ``training.lora.base_dtype``; empty keeps the bf16 base."""
+    rows = [r for r in pub.load_corpus() if r["source"] == "mlperf-training" and r.get("lora_rank")]
+    assert {r["lora_base_dtype"] for r in rows} == {"fp8"}
+    training = load_scenario(pub.row_scenario(rows[0], "x")).training
+    assert training is not None and training.lora_base_dtype == DType.FP8
+    bridge = _corpus_row("megatron-bridge-dense", "llama-3-70b", lora=True)
+    assert "base_dtype" not in pub.row_scenario(bridge, "x")["training"]["lora"]
+    with pytest.raises(SpecError, match=r"base_dtype"):
+        load_scenario(pub.row_scenario({**bridge, "lora_base_dtype": "int4"}, "x"))
