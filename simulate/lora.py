@@ -86,4 +86,5 @@ def lora_training_memory(model, parallel: ParallelConfig, *, rank: int, targets:
                            recompute=recompute, schedule=schedule,
                            num_microbatches=num_microbatches,
                            lora_params=lora_trainable_params(model, rank, targets),
+                           lora_targets=LoraConfig(rank=rank, targets=tuple(targets)).targets,
                            dropout=model.norm == "layernorm")

@@ -12,6 +12,7 @@ from analytical.model import load_model
 from analytical.parallel import ParallelConfig, Recompute, Schedule
 from simulate.graph import TrainStep, layer_block
 from simulate.lora import (
+    LORA_TARGETS,
     LoraConfig,
     lora_state_bytes,
     lora_trainable_params,
@@ -50,7 +51,11 @@ def test_memory_frozen_base_matches_closed_form():
     assert mem.weights_bytes == pytest.approx(2.0 * m.params_total + 2.0 * p)
     full = training_memory(m, par, micro_batch=1, seq_len=2048, recompute=Recompute.NONE,
                            schedule=Schedule.ONE_F_ONE_B, num_microbatches=1)
-    assert mem.activations_bytes == pytest.approx(full.activations_bytes)  # still stored
+    # a frozen linear saves no input for a weight gradient (TE Linear / LayerNormLinear keep it
+    # only if weight.requires_grad): with adapters on q and v the QKV input stays, fc1's and
+    # fc2's inputs go (32 layers x 2048 tokens x (4096 + 11008) bf16 elements)
+    freed = 32 * 2048 * 2.0 * (4096 + 11008)
+    assert full.activations_bytes - mem.activations_bytes == pytest.approx(freed)
 
 
 def test_adapter_gemms_and_frozen_block():
@@ -152,3 +157,17 @@ def test_a_lora_base_dtype_outside_bf16_and_fp8_is_refused():
                         "seq_len": 4096, "lora": {"rank": 16, "base_dtype": "fp32"}}}
     with pytest.raises(SpecError, match=r"training\.lora\.base_dtype"):
         load_scenario(doc)
+
+
+def test_frozen_linears_save_no_input_unless_an_adapter_reads_it():
+    """MLPerf llama2_70b_lora (adapters on qkv and proj, fp8): fc1's and fc2's fp8 inputs go;
+    adapters on every linear keep every input; none on the attention frees the QKV input too."""
+    from analytical.activations import frozen_linear_input_bytes
+
+    m, par = load_model("llama-2-70b"), ParallelConfig()
+    kw = dict(micro_batch=1, seq_len=8192)
+    attn = frozen_linear_input_bytes(m, par, ("q", "k", "v", "o"), fp8=True, **kw)
+    assert attn == pytest.approx(8192 * 1.0 * (8192 + 28672))
+    assert frozen_linear_input_bytes(m, par, LORA_TARGETS, **kw) == 0.0
+    mlp = frozen_linear_input_bytes(m, par, ("gate", "up"), **kw)
+    assert mlp == pytest.approx(8192 * 2.0 * (8192 + 28672))
