@@ -289,3 +289,29 @@ def recompute_modules_freed(model: ModelSpec, parallel: ParallelConfig,
         q, k_, v, _out = _attention_widths(model, tp)
         freed += e * (q + k_ + v)
     return freed * micro_batch * seq_len / parallel.cp
+
+
+def frozen_linear_input_bytes(model: ModelSpec, parallel: ParallelConfig, targets: Collection[str],
+                              *, micro_batch: int, seq_len: int, fp8: bool = False,
+                              activation_dtype_bytes: float = 2.0) -> float:
+    """Bytes per dense layer not stored under LoRA: the inputs of frozen linears no adapter reads.
+
+    A linear saves its input only for its weight gradient: Transformer Engine's ``Linear``
+    keeps ``inputmat`` and ``LayerNormLinear`` ``ln_out`` only ``if weight.requires_grad``
+    (transformer_engine/pytorch/module/linear.py, layernorm_linear.py at v1.8), and PyTorch's
+    autograd saves ``mm``'s input only when the weight needs a gradient. So the QKV input
+    goes unless q, k or v has an adapter (its A reads the same tensor), the fc1 input unless
+    gate or up has one, the fc2 input (the SwiGLU product) unless down has one. The attention
+    output stays: flash attention's backward needs it. Under fp8 the saved copy was 1 byte.
+    """
+    lin = 1.0 if fp8 else float(activation_dtype_bytes)
+    rep = 1.0 / parallel.tp if parallel.sp else 1.0
+    adapted = set(targets)
+    freed = 0.0
+    if not adapted & {"q", "k", "v"}:
+        freed += model.hidden * rep
+    if not adapted & {"gate", "up"}:
+        freed += model.hidden * rep
+    if "down" not in adapted:
+        freed += model.ffn_hidden / parallel.tp
+    return lin * freed * micro_batch * seq_len / parallel.cp

@@ -20,6 +20,7 @@ from analytical.activations import (
     activation_bytes_per_layer,
     eager_llama_extra_bytes,
     fp8_saved_input_savings,
+    frozen_linear_input_bytes,
     op_sac_bytes_per_layer,
     recompute_modules_freed,
 )
@@ -161,27 +162,27 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
                     recompute: Recompute, schedule: Schedule, num_microbatches: int,
                     param_dtype_bytes: float = 2.0, grad_dtype_bytes: float = 2.0,
                     optimizer: str = "adam", lora_params: int | None = None,
-                    optimizer_state_bytes: float = 4.0, flash_attention: bool = True, dropout: bool = False,
-                    framework: Framework = Framework.MEGATRON,
-                    fp8: bool = False,
-                    recompute_modules: tuple[RecomputeModule, ...] = (),
+                    lora_base_bytes: float | None = None, lora_targets: tuple[str, ...] = (),
+                    optimizer_state_bytes: float = 4.0, flash_attention: bool = True,
+                    dropout: bool = False, framework: Framework = Framework.MEGATRON,
+                    fp8: bool = False, recompute_modules: tuple[RecomputeModule, ...] = (),
                     compiled_loss: bool = False, combined_1f1b: bool = False,
                     compiled: bool = True) -> TrainingMemory:
     """Training memory of the most loaded pipeline stage's GPU: the first, or under an
     ``embedding-loss`` pipeline split (one layer less on the first stage) the first or second.
 
-    ``grad_dtype_bytes`` is 2 for bf16 gradients (the ZeRO paper) or 4 for fp32 main gradients
-    (Megatron-LM's default); ``optimizer_state_bytes`` the master copy's and moments' dtype
-    (`analytical.optimizer_states`: 4, or 2 for apex's bf16 state). With ``lora_params`` (trainable adapter parameters of the whole
-    model) the base weights are frozen: no gradients or optimizer states, and this GPU's adapter
-    share is taken in proportion to its share of the base weights. ``framework`` selects each
-    framework's behaviour (torchtitan's per-op selective checkpointing and FSDP2 resharding, the
-    loss working set); ``fp8`` with Megatron/NeMo saves linear inputs in fp8 (Transformer
-    Engine); ``recompute_modules`` under selective recompute: Megatron-Core's modules
-    (`recompute_modules_freed`; empty: the attention core); ``compiled_loss``: torchtitan's
-    loss under torch.compile; ``compiled``: its blocks (eager ones store more);
-    ``combined_1f1b``: Megatron-Core's combined 1F1B order of the EP all-to-all overlap
-    (`_stage_activations`). Raises SpecError for a layout the model cannot take.
+    ``grad_dtype_bytes``: 2 for bf16 gradients (ZeRO paper), 4 for fp32 main gradients (Megatron-LM's
+    default); ``optimizer_state_bytes``: the master copy's and moments' dtype
+    (`analytical.optimizer_states`: 4, or 2 for apex's bf16 state). With ``lora_params`` (trainable
+    adapter parameters of the whole model) the base is frozen: no gradients or optimizer states,
+    this GPU's adapter share in proportion to its share of the base weights, the frozen linear
+    weights in ``lora_base_bytes`` (fp8: 1; None: ``param_dtype_bytes``) and no saved inputs for
+    frozen linears no adapter (``lora_targets``) reads. ``framework``: each framework's behaviour
+    (torchtitan's per-op selective checkpointing and FSDP2 resharding, the loss working set); ``fp8`` with Megatron/NeMo saves linear inputs in fp8 (Transformer
+    Engine); ``recompute_modules``: Megatron-Core's selective modules (`recompute_modules_freed`;
+    empty: the attention core); ``compiled_loss`` / ``compiled``: torchtitan's loss / blocks
+    under torch.compile (eager blocks store more); ``combined_1f1b``: Megatron-Core's combined
+    1F1B order of the EP all-to-all overlap (`_stage_activations`). Raises SpecError (bad layout).
     """
     _positive(micro_batch, "training.micro_batch")
     _positive(seq_len, "training.seq_len")
@@ -197,6 +198,7 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
     layer = _LayerActivations(model=model, parallel=parallel, micro_batch=micro_batch,
                               seq_len=seq_len, flash_attention=flash_attention, dropout=dropout,
                               framework=framework, fp8=fp8, modules=recompute_modules,
+                              lora_targets=lora_targets if lora_params is not None else None,
                               compiled_loss=compiled_loss, compiled=compiled)
     stored, grad_bytes = param_dtype_bytes, grad_dtype_bytes
     if framework == Framework.TORCHTITAN:
@@ -204,7 +206,8 @@ def training_memory(model: ModelSpec, parallel: ParallelConfig, *, micro_batch: 
     out = []
     for rank, stage in zip(ranks, stages, strict=True):
         weights, grads, opt = _model_states(model, parallel, stage, stored, grad_bytes,
-                                            optimizer, lora_params, optimizer_state_bytes)
+                                            optimizer, lora_params, optimizer_state_bytes,
+                                            lora_base_bytes)
         mem = TrainingMemory(
             weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=opt,
             activations_bytes=_stage_activations(layer, stage, recompute, schedule,
@@ -234,8 +237,8 @@ def _torchtitan_step(mem: TrainingMemory, layer: _LayerActivations, stage: Stage
 
 def _model_states(model: ModelSpec, parallel: ParallelConfig, stage: StageParams,
                   param_dtype_bytes: float, grad_dtype_bytes: float, optimizer: str,
-                  lora_params: int | None, state_bytes: float = 4.0
-                  ) -> tuple[float, float, float]:
+                  lora_params: int | None, state_bytes: float = 4.0,
+                  base_bytes: float | None = None) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes: dense and expert parameters each ZeRO-sharded
     over its own group; under LoRA the frozen base plus this GPU's share of the adapters."""
     zero, dense_shard = parallel.zero_stage, parallel.shard_group
@@ -252,7 +255,9 @@ def _model_states(model: ModelSpec, parallel: ParallelConfig, stage: StageParams
         return dense[0] + expert[0], dense[1] + expert[1], dense[2] + expert[2]
     if lora_params < 0:
         raise SpecError("training.lora_params", f"must be >= 0, got {lora_params}")
-    base = stage.dense * param_dtype_bytes + stage.expert * param_dtype_bytes
+    # frozen base: its linear weights in ``base_bytes`` (TE fp8_model_init: 1), the rest as stored
+    linear = base_bytes if base_bytes is not None else param_dtype_bytes
+    base = stage.total * param_dtype_bytes - stage.linear * (param_dtype_bytes - linear)
     if zero >= 3:
         base = (stage.dense / dense_shard + stage.expert / expert_shard) * param_dtype_bytes
     local_lora = lora_params * stage.total / model.params_total
@@ -317,12 +322,13 @@ class _LayerActivations:
     modules: tuple[RecomputeModule, ...] = ()
     compiled_loss: bool = False  # torchtitan's loss under torch.compile (`_logit_bytes`)
     compiled: bool = True  # torchtitan's blocks under torch.compile (`eager_llama_extra_bytes`)
+    lora_targets: tuple[str, ...] | None = None  # LoRA: frozen base (`frozen_linear_input_bytes`)
 
     def stored(self, is_moe: bool, policy: Recompute) -> float:
         kw = dict(micro_batch=self.micro_batch, seq_len=self.seq_len)
         if policy == Recompute.SELECTIVE and self.modules:
             core = RecomputeModule.CORE_ATTN in self.modules
-            out = replace(self, modules=()).stored(
+            out = replace(self, modules=(), lora_targets=None).stored(
                 is_moe, Recompute.SELECTIVE if core else Recompute.NONE)
             fp8 = self.fp8 and _saves_fp8_inputs(self.framework)
             return out - recompute_modules_freed(self.model, self.parallel, self.modules,
@@ -336,8 +342,12 @@ class _LayerActivations:
         if (self.framework == Framework.TORCHTITAN and policy == Recompute.NONE
                 and not self.compiled):
             out += eager_llama_extra_bytes(self.model, self.parallel, moe_layer=is_moe, **kw)
-        if self.fp8 and policy != Recompute.FULL and _saves_fp8_inputs(self.framework):
+        fp8 = self.fp8 and _saves_fp8_inputs(self.framework)
+        if fp8 and policy != Recompute.FULL:
             out -= fp8_saved_input_savings(self.model, self.parallel, moe_layer=is_moe, **kw)
+        if self.lora_targets is not None and policy != Recompute.FULL and not is_moe:
+            out -= frozen_linear_input_bytes(self.model, self.parallel, self.lora_targets,
+                                             fp8=fp8, **kw)
         return out
 
 

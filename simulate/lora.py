@@ -13,13 +13,22 @@ base weights' wgrad (`analytical.layer_backward`). This module counts parameters
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
+from analytical.dtypes import DType
+from analytical.errors import SpecError
 from analytical.layer_spec import LORA_ALIASES, LORA_TARGETS, LoraSpec, lora_params_per_layer
 from analytical.memory import TrainingMemory, training_memory
 from analytical.parallel import ParallelConfig, Recompute, Schedule
+from simulate.fields import check_keys, dtype_field, int_field
 
-__all__ = ["LORA_ALIASES", "LORA_TARGETS", "LoraConfig", "LoraSpec", "lora_state_bytes",
+# Storage of the frozen base's linear weights: bf16, or fp8 where the recipe builds the model
+# under Transformer Engine's ``fp8_model_init`` (NeMo ``fp8_params``; the MLPerf llama2_70b_lora
+# implementations' custom_llama.py): the frozen weights never need a higher-precision copy.
+LORA_BASE_DTYPES = (DType.BF16, DType.FP8)
+
+__all__ = ["LORA_ALIASES", "LORA_TARGETS", "LORA_BASE_DTYPES", "LoraBlock", "LoraConfig", "LoraSpec", "lora_state_bytes",
            "lora_trainable_params", "lora_training_memory"]
 
 
@@ -28,6 +37,28 @@ class LoraConfig(LoraSpec):
 
     __slots__ = ()
     FIELD: ClassVar[str] = "training.lora"
+
+
+@dataclass(frozen=True, slots=True)
+class LoraBlock:
+    """A scenario's ``training.lora``: adapters and the frozen base's weight storage."""
+
+    rank: int
+    targets: tuple[str, ...]
+    base_dtype: DType = DType.BF16
+
+
+def parse_lora(block: Any, path: str, source: str | None = None) -> LoraBlock:
+    """``training.lora: {rank, targets, base_dtype}``; targets default to PEFT's q and v."""
+    lora = check_keys(block, path, {"rank", "targets", "base_dtype"}, source=source)
+    rank = int_field(lora, "rank", path, source=source)
+    targets = lora.get("targets", ["q", "v"])
+    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+        raise SpecError(f"{path}.targets", f"must be a list of names, got {targets!r}",
+                        source=source)
+    cfg = LoraConfig(rank=rank, targets=tuple(targets))
+    base = dtype_field(lora, "base_dtype", path, LORA_BASE_DTYPES, source=source)
+    return LoraBlock(cfg.rank, cfg.targets, base or DType.BF16)
 
 
 def lora_trainable_params(model, rank: int, targets: Sequence[str]) -> int:
@@ -55,4 +86,5 @@ def lora_training_memory(model, parallel: ParallelConfig, *, rank: int, targets:
                            recompute=recompute, schedule=schedule,
                            num_microbatches=num_microbatches,
                            lora_params=lora_trainable_params(model, rank, targets),
+                           lora_targets=LoraConfig(rank=rank, targets=tuple(targets)).targets,
                            dropout=model.norm == "layernorm")

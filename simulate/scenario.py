@@ -38,6 +38,7 @@ from simulate.inference.setup import (
     parse_colocation,
     parse_inference_setup,
 )
+from simulate.lora import parse_lora
 from simulate.moe_graphs import CudaGraphScope
 from simulate.torch_kernels import Fp8Recipe
 
@@ -118,6 +119,7 @@ class TrainingSpec:
     attention: str = "flash"  # "unfused": QK^T and PV GEMMs with a materialised softmax
     lora_rank: int = 0  # > 0: LoRA fine-tuning, base weights frozen (survey T4.2)
     lora_targets: tuple[str, ...] = ()
+    lora_base_dtype: DType = DType.BF16  # the frozen base's linear weights (`simulate.lora`)
     framework: Framework = Framework.MEGATRON  # whose memory behaviour (analytical.memory)
     offload: Offload = Offload()  # states kept in host memory (analytical.offload)
     compile: bool = True  # torch.compile'd model; false: eager kernels (`torch_kernels`)
@@ -248,9 +250,10 @@ def parse_training(block: Any, source: str | None = None) -> TrainingSpec:
     if optimizer != "adam":
         raise SpecError(f"{path}.optimizer", f"only 'adam' is modelled, got {optimizer!r}",
                         source=source)
-    lora_rank, lora_targets = _lora(block, path, source) if "lora" in block else (0, ())
+    lora = parse_lora(block["lora"], f"{path}.lora", source) if "lora" in block else None
     spec = TrainingSpec(
-        lora_rank=lora_rank, lora_targets=lora_targets, parallel=parallel,
+        lora_rank=lora.rank if lora else 0, lora_targets=lora.targets if lora else (),
+        lora_base_dtype=lora.base_dtype if lora else DType.BF16, parallel=parallel,
         global_batch=_int(block, "global_batch", path, source),
         micro_batch=_int(block, "micro_batch", path, source, 1),
         seq_len=_int(block, "seq_len", path, source),
@@ -297,19 +300,6 @@ def _offload(block: Any, source: str | None) -> Offload:
                                                   OFFLOAD_KEYS | {"activation_layers"}, source)
     return Offload(**{k: _bool(block, k, path, source, False) for k in sorted(OFFLOAD_KEYS)},
                    activation_layers=_int(block, "activation_layers", path, source, 0, minimum=0))
-
-
-def _lora(block: Mapping[str, Any], path: str, source: str | None) -> tuple[int, tuple[str, ...]]:
-    from simulate.lora import LoraConfig
-
-    lora = _check_keys(block["lora"], f"{path}.lora", {"rank", "targets"}, source)
-    rank = _int(lora, "rank", f"{path}.lora", source)
-    targets = lora.get("targets", ["q", "v"])
-    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
-        raise SpecError(f"{path}.lora.targets", f"must be a list of names, got {targets!r}",
-                        source=source)
-    cfg = LoraConfig(rank=rank, targets=tuple(targets))
-    return cfg.rank, cfg.targets
 
 
 def _coerce(text: str) -> Any:

@@ -103,7 +103,9 @@ def memory_before_offload(model, t: TrainingSpec) -> TrainingMemory:
                            optimizer_state_bytes=float(t.optimizer_state_dtype.bytes),
                            combined_1f1b=combined_1f1b(t),
                            lora_params=(lora_trainable_params(model, t.lora_rank, t.lora_targets)
-                                        if t.lora_rank else None))
+                                        if t.lora_rank else None),
+                           lora_base_bytes=float(t.lora_base_dtype.bytes),
+                           lora_targets=t.lora_targets)
 
 
 def combined_1f1b(t: TrainingSpec) -> bool:

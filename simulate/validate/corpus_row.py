@@ -10,6 +10,7 @@ from typing import Any
 
 from analytical.errors import SpecError
 from analytical.hardware import get_hardware
+from analytical.layer_spec import normalise_targets
 from simulate.validate.corpus_versions import TE_VERSIONS
 
 # Empty corpus fields and what the scorer assumes (datasets/validation/training/README.md).
@@ -86,6 +87,8 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
     training["compile"] = _bool(row, "compile")
     training["fp8_recipe"] = _get(row, "fp8_recipe") or DEFAULTS["fp8_recipe"]
     training.update(_stated_options(row))
+    if _get(row, "lora_targets") and "lora" not in training:
+        raise SpecError("corpus.lora_rank", "empty (required with lora_targets)")
     return {"name": name, "model": _get(row, "model"), "hardware": hardware, "training": training}
 
 
@@ -126,7 +129,25 @@ def _stated_options(row: Mapping[str, str]) -> dict[str, Any]:
     if _get(row, "activation_offload_layers"):  # Megatron-Core's cpu_offloading_num_layers
         training["offload"] = {"activations": True,
                                "activation_layers": _int(row, "activation_offload_layers")}
+    if _get(row, "lora_rank"):  # LoRA fine-tuning: adapters on "+"-separated projections
+        training["lora"] = _lora(row)
     return training
+
+
+def _lora(row: Mapping[str, str]) -> dict[str, Any]:
+    """The ``training.lora`` block of a LoRA row (rank > 0 on the stated projections, names
+    of `analytical.layer_spec.LORA_TARGETS` or its merged aliases); a target list without a
+    rank, or a rank that is not a positive integer, is refused naming its column."""
+    rank = _parsed(row, "lora_rank", int)
+    if rank <= 0:
+        raise SpecError("corpus.lora_rank", f"must be a positive integer, got {rank}")
+    if not _get(row, "lora_targets"):
+        raise SpecError("corpus.lora_targets", "empty (required with lora_rank)")
+    targets = normalise_targets(_get(row, "lora_targets").split("+"), "corpus.lora_targets")
+    lora: dict[str, Any] = {"rank": rank, "targets": list(targets)}
+    if _get(row, "lora_base_dtype"):  # the frozen base built under TE fp8_model_init
+        lora["base_dtype"] = _get(row, "lora_base_dtype")
+    return lora
 
 
 def _even_domains(gpu: str, num_gpus: int) -> int | None:

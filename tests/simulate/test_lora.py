@@ -12,6 +12,7 @@ from analytical.model import load_model
 from analytical.parallel import ParallelConfig, Recompute, Schedule
 from simulate.graph import TrainStep, layer_block
 from simulate.lora import (
+    LORA_TARGETS,
     LoraConfig,
     lora_state_bytes,
     lora_trainable_params,
@@ -50,7 +51,11 @@ def test_memory_frozen_base_matches_closed_form():
     assert mem.weights_bytes == pytest.approx(2.0 * m.params_total + 2.0 * p)
     full = training_memory(m, par, micro_batch=1, seq_len=2048, recompute=Recompute.NONE,
                            schedule=Schedule.ONE_F_ONE_B, num_microbatches=1)
-    assert mem.activations_bytes == pytest.approx(full.activations_bytes)  # still stored
+    # a frozen linear saves no input for a weight gradient (TE Linear / LayerNormLinear keep it
+    # only if weight.requires_grad): with adapters on q and v the QKV input stays, fc1's and
+    # fc2's inputs go (32 layers x 2048 tokens x (4096 + 11008) bf16 elements)
+    freed = 32 * 2048 * 2.0 * (4096 + 11008)
+    assert full.activations_bytes - mem.activations_bytes == pytest.approx(freed)
 
 
 def test_adapter_gemms_and_frozen_block():
@@ -116,3 +121,53 @@ def test_lora_scenario_through_simulate() -> None:
     # optimizer: fp32 master + 2 moments = 12 B per adapter parameter, none for the base
     assert lora["memory"]["optimizer_gib"] * 2**30 == pytest.approx(12 * adapters, rel=1e-9)
     assert lora["fits"] and lora["iteration_time_s"] > 0
+
+
+def test_an_fp8_base_stores_the_frozen_linear_weights_in_one_byte():
+    """``training.lora.base_dtype: fp8`` (Transformer Engine ``fp8_model_init``, NeMo
+    ``fp8_params``): the frozen block matmul weights take 1 byte instead of 2; embeddings,
+    LM head and norms stay bf16, and the adapters' states do not change."""
+    from analytical.dtypes import DType
+    from analytical.model import load_model
+    from analytical.stage import stage_params
+    from simulate.scenario import load_scenario
+    from simulate.training import spec_memory
+
+    doc = {"name": "x", "model": "llama-2-70b", "hardware": {"gpu": "b200", "num_gpus": 8},
+           "training": {"parallel": {"tp": 1, "pp": 1, "dp": 8}, "global_batch": 8,
+                        "seq_len": 8192, "precision": "fp8", "recompute": "none",
+                        "lora": {"rank": 16, "targets": ["q", "k", "v", "o"]}}}
+    model = load_model("llama-2-70b")
+    bf16 = load_scenario(doc).training
+    doc["training"]["lora"]["base_dtype"] = "fp8"
+    fp8 = load_scenario(doc).training
+    assert (bf16.lora_base_dtype, fp8.lora_base_dtype) == (DType.BF16, DType.FP8)
+    a, b = spec_memory(model, bf16), spec_memory(model, fp8)
+    linear = stage_params(model, tp=1, pp=1, vpp=1, ep=1, stage=0).linear
+    assert a.weights_bytes - b.weights_bytes == pytest.approx(linear, rel=1e-9)
+    assert linear > 0.95 * model.params_total
+    assert (a.gradients_bytes, a.optimizer_bytes) == (b.gradients_bytes, b.optimizer_bytes)
+
+
+def test_a_lora_base_dtype_outside_bf16_and_fp8_is_refused():
+    from simulate.scenario import load_scenario
+
+    doc = {"name": "x", "model": "llama-2-7b", "hardware": {"gpu": "h100-sxm", "num_gpus": 8},
+           "training": {"parallel": {"tp": 1, "pp": 1, "dp": 8}, "global_batch": 8,
+                        "seq_len": 4096, "lora": {"rank": 16, "base_dtype": "fp32"}}}
+    with pytest.raises(SpecError, match=r"training\.lora\.base_dtype"):
+        load_scenario(doc)
+
+
+def test_frozen_linears_save_no_input_unless_an_adapter_reads_it():
+    """MLPerf llama2_70b_lora (adapters on qkv and proj, fp8): fc1's and fc2's fp8 inputs go;
+    adapters on every linear keep every input; none on the attention frees the QKV input too."""
+    from analytical.activations import frozen_linear_input_bytes
+
+    m, par = load_model("llama-2-70b"), ParallelConfig()
+    kw = dict(micro_batch=1, seq_len=8192)
+    attn = frozen_linear_input_bytes(m, par, ("q", "k", "v", "o"), fp8=True, **kw)
+    assert attn == pytest.approx(8192 * 1.0 * (8192 + 28672))
+    assert frozen_linear_input_bytes(m, par, LORA_TARGETS, **kw) == 0.0
+    mlp = frozen_linear_input_bytes(m, par, ("gate", "up"), **kw)
+    assert mlp == pytest.approx(8192 * 2.0 * (8192 + 28672))
