@@ -330,3 +330,26 @@ def test_megatron_lm_deepseek_v3_gb200_row_carries_its_launch_script():
     assert training["moe_router_fusion"] is True and training["cross_entropy_fusion"] is True
     layers = chunk_layers(61, 32, PipelineSplit(par["pipeline_split"]))
     assert [len(c) for c in layers] == [1] + [2] * 30 + [0]
+
+
+def test_mlperf_partner_rows_carry_their_configs_layout():
+    """Partner submissions of the same benchmarks (corpus README, MLPerf Training): Nebius v5.0
+    Llama 3.1 405B on 64 x 8 H200 (config_DGXH200_64x8x144xtp4pp8cp2.sh: TP 4, PP 8, CP 2, VP 8,
+    log GBS 1152 = dp 8 x 144); University of Florida v5.1 Llama 3.1 8B on 4 x 8 B200
+    (config_DGXB200_4x8x1xtp1pp1cp2_8b.sh, whose BUCKET_SIZE falls back to custom.yaml's
+    134217728 parameters = 256 MB of bf16 gradients, unlike NVIDIA's 768000000)."""
+    rows = [r for r in pub.load_corpus() if r["source"] == "mlperf-training"
+            and r["notes"].startswith("partner submission")]
+    assert len({r["url"] for r in rows}) == len(rows) >= 30
+    neb = next(r for r in rows if "Nebius" in r["version"] and r["num_gpus"] == "512")
+    scenario = pub.row_scenario(neb, "neb")
+    t, par = scenario["training"], scenario["training"]["parallel"]
+    assert scenario["hardware"]["gpu"] == "h200"
+    assert (par["tp"], par["pp"], par["cp"], par["vpp"], par["dp"]) == (4, 8, 2, 8, 8)
+    assert (t["global_batch"], t["micro_batch"], t["seq_len"]) == (1152, 1, 8192)
+    uf = next(r for r in rows if r["url"].endswith("hpg.dgxb200x8.n4/llama31_8b"))
+    scenario = pub.row_scenario(uf, "uf")
+    t, par = scenario["training"], scenario["training"]["parallel"]
+    assert scenario["hardware"]["gpu"] == "b200"
+    assert (par["tp"], par["cp"], par["dp"], t["global_batch"]) == (1, 2, 16, 16)
+    assert t["dp_bucket_mb"] == 256.0 and t["overlap"]["cp_max_ctas"] == 1
