@@ -55,7 +55,7 @@ from simulate.torch_kernels import (
 )
 
 __all__ = ["AttentionBackend", "attention_backend", "attention_fraction", "fp8_cast_nodes",
-           "framework_estimates", "grad_reduce_dtype", "optimizer_estimate",
+           "framework_estimates", "grad_reduce_dtype", "kernel_backend", "optimizer_estimate",
            "power_scale", "reduction_fraction",
            "tp_overlap_rs_splits"]
 
@@ -111,14 +111,27 @@ def attention_backend(framework: str) -> AttentionBackend:
     return FRAMEWORK_ATTENTION[Framework(framework)]
 
 
+# `training.attention: flash2`: the flash-attn 2 package where a run turned Transformer Engine's
+# cuDNN attention off. NeMo-Framework-Launcher 24.01-24.07 `launcher_scripts/conf/config.yaml`
+# sets ``NVTE_FUSED_ATTN: 0 # Disable cudnn FA until we've tested it more`` for every job (24.07
+# turns it back on for the GPT-3 175B example only; gone at 24.09), and TE then runs flash-attn
+# (TE v1.4 `DotProductAttention.forward`: FusedAttention wins on sm90 only where it is enabled).
+FLASH2_KERNELS = frozenset({"flash2", "flash-triton"})
+
+
+def kernel_backend(framework: str, kernel: str) -> AttentionBackend:
+    """The attention backend a run's kernel choice gives: FlashAttention-2 (or its Triton port)
+    where the scenario names it, else the framework's own (`FRAMEWORK_ATTENTION`)."""
+    return AttentionBackend.FLASH2 if kernel in FLASH2_KERNELS else attention_backend(framework)
+
+
 def attention_fraction(hw: HardwareSpec, framework: str, *, backward: bool,
                        kernel: str = "flash", op: AttentionSpec | None = None) -> float:
     """Achieved fraction of peak of the attention kernel the framework (or, for
     ``kernel="flash-triton"``, the Triton port) runs on ``hw``; at ``op``'s shape
     (`analytical.attention_tiles.shape_rate`, head dim at the backend's softmax share) when
     given, else at the long causal head-dim-128 shape of the figures."""
-    backend = (AttentionBackend.FLASH2 if kernel == "flash-triton"
-               else attention_backend(framework))
+    backend = kernel_backend(framework, kernel)
     shape = 1.0 if op is None else shape_rate(op, SOFTMAX_DIMS[backend])
     if kernel == "flash-triton":
         flash2 = (HOPPER_ATTENTION[AttentionBackend.FLASH2][int(backward)]
@@ -191,7 +204,7 @@ def _retimed(op: OpSpec, e: Estimate, hw: HardwareSpec, framework: str, kernel: 
         target = attention_fraction(hw, framework, backward=op.backward, kernel=kernel, op=op)
         if target != base:
             r = roofline_estimate(op, hw)
-            name = kernel if kernel == "flash-triton" else attention_backend(framework)
+            name = kernel if kernel == "flash-triton" else kernel_backend(framework, kernel)
             return _repriced(e, hw, r.compute_s * base / target, r.memory_s, name)
     elif isinstance(op, MemoryBoundSpec):
         traffic = eager_traffic(framework, compiled, op.kind, backward=op.backward)
@@ -239,7 +252,7 @@ def _foreign_kernel(op: OpSpec, e: Estimate, hw: HardwareSpec, framework: str,
         return False
     return kernel == "flash-triton" or (
         is_hopper(hw) and e.stack == "trtllm"
-        and attention_backend(framework) == AttentionBackend.FLASH2)
+        and kernel_backend(framework, kernel) == AttentionBackend.FLASH2)
 
 
 # Transformer Engine's LayerNormLinear fuses the norm with the fp8 cast of its output (TE docs,

@@ -61,8 +61,9 @@ GRAD_DTYPES = (DType.FP32, DType.BF16, DType.FP16)
 STATE_DTYPES = GRAD_DTYPES  # apex DistributedFusedAdam's supported_dtypes (fp32, fp16, bf16)
 CP_ALGORITHMS = ("ring", "all_gather")
 # unfused: Megatron-LM's 2021-22 core attention; flash-triton: FlashAttention's Triton port
-# (llm-foundry `attn_impl: triton`), the same fused operator at its own speed (`efficiency.py`)
-ATTENTION_KERNELS = ("flash", "unfused", "flash-triton")
+# (llm-foundry `attn_impl: triton`), the same fused operator at its own speed (`efficiency.py`);
+# flash2: flash-attn 2 where a run turned TE's cuDNN attention off (`efficiency.FLASH2_KERNELS`)
+ATTENTION_KERNELS = ("flash", "unfused", "flash-triton", "flash2")
 # The pipeline is simulated event by event (pp * vpp * micro-batches); Megatron runs use tens to
 # a few thousand micro-batches, so this bound only stops typos (2^39 would run for days) up front.
 MAX_MICROBATCHES = 100_000

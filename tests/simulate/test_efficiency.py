@@ -152,6 +152,26 @@ def test_triton_flash_attention_runs_at_the_fa2_papers_ratio():
             assert fa2 / tri == pytest.approx(ratio)
 
 
+def test_flash2_kernel_runs_flash_attention_2_under_nemo():
+    """NeMo-Framework-Launcher 24.01-24.07 ``NVTE_FUSED_ATTN: 0``: TE runs flash-attn 2, not
+    cuDNN, so `attention: flash2` prices NeMo's attention at FlashAttention-2's Hopper figures,
+    re-prices a store answer from another kernel (TensorRT-LLM's FMHA) and slows the step."""
+    h100 = get_hardware("h100-sxm")
+    for backward in (False, True):
+        fa2 = attention_fraction(h100, "nemo", backward=backward, kernel="flash2")
+        assert fa2 == attention_fraction(h100, "torchtitan", backward=backward)
+        assert fa2 < 0.7 * attention_fraction(h100, "nemo", backward=backward)
+    op = AttentionSpec(batch=1, q_len=8192, kv_len=8192, heads=32, kv_heads=8, head_dim=128)
+    trtllm = Estimate(latency_s=1e-3, engine="store", stack="trtllm")
+    assert framework_estimates([op], [trtllm], h100, "nemo")[0] == trtllm
+    assert framework_estimates([op], [trtllm], h100, "nemo", kernel="flash2")[0] != trtllm
+    doc = _doc("nemo")
+    doc["training"]["attention"] = "flash2"
+    slow = run_training(load_scenario(doc), use_store=False, use_predictors=False)
+    fast = run_training(load_scenario(_doc("nemo")), use_store=False, use_predictors=False)
+    assert slow.tokens_per_s < 0.95 * fast.tokens_per_s
+
+
 def test_search_equals_simulate_with_triton_attention():
     doc = _doc("composer", gpu="a100-sxm-80gb")
     doc["training"]["attention"] = "flash-triton"

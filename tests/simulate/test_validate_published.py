@@ -219,6 +219,34 @@ def test_nemo_llama2_70b_pretraining_row_overlaps_tp_communication():
     assert row["tp_comm_overlap"] == "true" and row["vpp"] == "20"
 
 
+def test_nemo_long_seq_h100_rows_load_with_their_cp_layout():
+    """NeMo's long-sequence page (docs/source/performance/performance_long_sequence.md, 2024-10
+    to 2025-05) LLAMA2-7B (FP8) DGX-H100 table: the with-CP column's TP/PP/DP/CP as stated, the
+    GBS of its Batch Size column, TFLOP/s counted over the full s^2 scores; the scenario carries
+    the layout (1M tokens: TP 8, DP 4, CP 32 on 1024 GPUs)."""
+    rows = [r for r in pub.load_corpus()
+            if r["source"] == "nemo-long-seq" and r["gpu"] == "h100-sxm"]
+    assert [int(r["seq_len"]) // 1024 for r in rows] == [4, 8, 16, 32, 64, 128, 256, 512, 1024]
+    for r in rows:
+        dims = int(r["tp"]) * int(r["pp"]) * int(r["dp"]) * int(r["cp"])
+        assert dims == int(r["num_gpus"]) == int(r["seq_len"]) // 1024
+        assert int(r["global_batch"]) * int(r["seq_len"]) == 1024 * 4096  # 4M tokens a step
+        assert r["attention_flops"] == "full" and r["sp"] == str(int(r["tp"]) > 1).lower()
+        assert r["attention"] == "flash2"  # launcher 24.03.01 conf/config.yaml NVTE_FUSED_ATTN: 0
+    training = pub.row_scenario(rows[-1], "x")["training"]
+    parallel = training["parallel"]
+    assert (parallel["tp"], parallel["pp"], parallel["dp"], parallel["cp"]) == (8, 1, 4, 32)
+    assert parallel["sp"] is True and parallel["zero"] == 1
+    assert (training["seq_len"], training["global_batch"]) == (1048576, 4)
+
+
+def test_nemo_24_07_rows_run_flash_attention_2():
+    """NeMo-Framework-Launcher tag 24.07 (8325688d) conf/config.yaml ``NVTE_FUSED_ATTN: 0`` for
+    every job; no example of the tag overrides it (the 175B one's override came at 24.09)."""
+    rows = [r for r in pub.load_corpus() if r["source"] == "nemo-24.07"]
+    assert len(rows) == 15 and {r["attention"] for r in rows} == {"flash2"}
+
+
 def test_megatron_bridge_dense_rows_carry_their_release_recipes():
     """Megatron-Bridge's dense Llama tables, 25.11 and the archive's 26.02-26.06 (corpus
     README): layouts as published, the recipes' TP overlap (TP > 1), 405B pipeline split, bf16
