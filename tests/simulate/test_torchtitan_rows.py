@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The torchtitan rows added at stop 41 (corpus README, torchtitan paragraph): the MXFP8 doc's
-8x B200 Llama 3 8B table and the 2024 docs/performance.md tables load with their stated
-layout, batch, precision, recompute and compile."""
+"""The torchtitan rows added at stop 41 (corpus README, torchtitan paragraph): the 2024
+docs/performance.md tables load with their stated layout, batch, precision, recompute and
+compile; the MXFP8 doc's power-capped 8x B200 table is left out."""
 
 from __future__ import annotations
 
@@ -13,26 +13,10 @@ def _rows(url_part: str) -> list[dict[str, str]]:
             if r["source"] == "torchtitan" and url_part in r["url"] + r["section"]]
 
 
-def test_b200_dense_table_rows_carry_fsdp8_batch1_selective_compiled():
-    """docs/mxfp8.md at b3da1a2d (+ the torchao README's rowwise row): Llama3-8b on 8 B200,
-    batch 1, seq 8192, FSDP2, per-op SAC, torch.compile; bf16 and four fp8 scalings."""
-    rows = _rows("Dense Models")
-    assert sorted(float(r["tokens_per_s_per_gpu"]) for r in rows) == [
-        8307.5, 8640.5, 9642.0, 9969.0, 10417.0]
-    for r in rows:
-        s = pub.row_scenario(r, "r")
-        t, par = s["training"], s["training"]["parallel"]
-        assert s["model"] == "llama-3-8b"
-        assert s["hardware"] == {"gpu": "b200", "num_gpus": 8, "gpus_per_node": 8}
-        assert (par["tp"], par["dp"], par["zero"], par["fsdp"]) == (1, 8, 3, True)
-        assert (t["global_batch"], t["micro_batch"], t["seq_len"]) == (8, 1, 8192)
-        assert (t["recompute"], t["compile"], t["framework"]) == ("selective", True, "torchtitan")
-        assert "compile_loss" not in t  # compiled with the model since bbb1b616 (2025-04)
-    recipes = {r["section"].split(" (", 1)[1][:-1]: (r["precision"], pub.row_scenario(
-        r, "r")["training"]["fp8_recipe"]) for r in rows}
-    assert recipes["None (bfloat16)"][0] == "bf16"
-    assert recipes["float8 rowwise"] == ("fp8", "rowwise")
-    assert recipes["mxfp8_cublas"] == ("fp8", "tensorwise")
+def test_power_capped_b200_table_is_left_out():
+    """docs/mxfp8.md's 8x B200 table ran on B200s capped at 750 W, which no hardware file
+    describes (corpus README, torchtitan "Left out"): no torchtitan row runs on b200."""
+    assert not [r for r in pub.load_corpus() if r["source"] == "torchtitan" and r["gpu"] == "b200"]
 
 
 def test_2024_performance_page_rows_run_eager_fsdp_on_64_a100_and_2d_on_128_h100():
