@@ -166,6 +166,14 @@ def _backend_settings(engine: str, backend: str) -> Mapping[str, Any]:
     return known[backend] or {}
 
 
+def _token_budget(entry: Mapping[str, Any], pick: Callable[..., Any], max_model_len: int) -> int:
+    """Tokens per step: the entry's value or tier, or by ``rule`` the model's length (vLLM V0
+    without chunked prefill: max(max_model_len, 2048), vllm/config.py SchedulerConfig)."""
+    if "rule" in entry:
+        return max(max_model_len, int(entry["at_least"]))
+    return int(pick("max_batched_tokens"))
+
+
 def _front_end(pick: Callable[..., Any]) -> dict[str, Any]:
     """The API server's costs and layout (`simulate.serving.stream`) from the engine file."""
     return {
@@ -197,12 +205,7 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
             return default
         return _tier(data[key], gib=gib, device=device, tp=tp)
 
-    budget_entry = data["max_batched_tokens"]
-    if "rule" in budget_entry and "max_batched_tokens" not in override:
-        # vLLM V0 without chunked prefill: max(max_model_len, 2048) (config.py SchedulerConfig)
-        budget = max(max_model_len, int(budget_entry["at_least"]))
-    else:
-        budget = int(pick("max_batched_tokens"))
+    budget = _token_budget(data["max_batched_tokens"], pick, max_model_len)
     max_seqs = int(pick("max_num_seqs"))
     if engine == "vllm":  # max_num_seqs = min(default, max_num_batched_tokens) (arg_utils.py)
         max_seqs = min(max_seqs, budget)
@@ -217,12 +220,10 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
     custom_ar = pick("custom_all_reduce", {}) or {}
     fp8_ratio = pick("fp8_gemm_vs_bf16", {}) or {}
     return EnginePreset(
-        engine=ServingEngine(engine), version=label,
-        scheduler=Scheduler(pick("scheduler")),
+        engine=ServingEngine(engine), version=label, scheduler=Scheduler(pick("scheduler")),
         chunk_prompts=bool(pick("chunk_prompts")),
         reserve_output_kv=bool(pick("reserve_output_kv")), window_kv=bool(pick("window_kv")),
-        max_batched_tokens=budget,
-        max_num_seqs=max_seqs, block_size=int(pick("block_size")),
+        max_batched_tokens=budget, max_num_seqs=max_seqs, block_size=int(pick("block_size")),
         gpu_memory_utilization=util, memory_rule=MemoryRule(pick("memory_rule")),
         prefix_caching=bool(pick("prefix_caching")), cuda_graph_max_bs=graph_bs,
         cuda_graph_padding=bool(pick("cuda_graph_padding")),
