@@ -6,6 +6,7 @@ release is refused, and a prediction says whose defaults it used."""
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -94,8 +95,14 @@ def test_vllm_cuda_graph_capture_sizes_by_release() -> None:
     hw = get_hardware("h100-sxm")
     newest = engine_preset("vllm", memory_bytes=hw.memory_bytes, device=hw.name,
                            max_model_len=SHORT)
-    assert _preset("vllm", "0.11.0") == newest  # the corpus's 0.11.0 rows keep the file's values
     assert _preset("vllm", "0.30.0") == newest
+    # async scheduling: SchedulerConfig.async_scheduling = False @ v0.10.0-v0.13.0, None (on)
+    # @ v0.14.0 (vllm/config/scheduler.py): the 0.11.0 rows differ from the newest only there
+    old = _preset("vllm", "0.11.0")
+    assert (old.host_overlap, newest.host_overlap) == (False, True)
+    assert replace(old, host_overlap=True, version=newest.version) == newest
+    assert not any(_preset("vllm", v).host_overlap for v in ("0.8.0", "0.8.5", "0.9.2", "0.13.0"))
+    assert _preset("vllm", "0.14.0").host_overlap
 
 
 # --- SGLang -----------------------------------------------------------------------------------
@@ -165,7 +172,7 @@ def test_prediction_reports_and_uses_the_release_defaults(tmp_path: Path) -> Non
     old, new = _served(tmp_path, "0.6.3"), _served(tmp_path, "")
     assert old["engine_defaults"] == {
         "engine": "vllm", "engine_version": "0.6.3", "defaults_of": "0.5.4-0.6.4 (V0)"}
-    assert new["engine_defaults"]["defaults_of"] == "0.10+"
+    assert new["engine_defaults"]["defaults_of"] == "0.14+"
     # V0 runs each prompt in a prefill-only step (no decode beside it): a different stream
     assert (old["steps"], old["ttft_s"]["mean"]) != (new["steps"], new["ttft_s"]["mean"])
 
