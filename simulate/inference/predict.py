@@ -34,6 +34,7 @@ from simulate.inference.run import (
     make_tenant,
     memory_report,
     plan_instance,
+    preset_for,
     resolve_serving,
     single_batch_serving,
     split_workload,
@@ -96,7 +97,8 @@ def predict_inference(setup: InferenceSetup, *, model: ModelSpec, hw: HardwareSp
     ``keep_latencies`` the per-request latencies alone (no step records)."""
     inf, serving = setup.inference, setup.serving
     if serving is not None:  # an engine preset fills what the scenario left unset
-        serving = resolve_serving(serving, hw, tp=inf.tp, pp=inf.pp)
+        serving = resolve_serving(serving, hw, tp=inf.tp, pp=inf.pp,
+                                  max_model_len=model.max_seq_len)
     if serving and serving.prefill_pool:
         return _disaggregated(inf, serving, model=model, hw=hw, num_gpus=num_gpus,
                               estimator=estimator, base_dir=base_dir)
@@ -128,7 +130,18 @@ def predict_inference(setup: InferenceSetup, *, model: ModelSpec, hw: HardwareSp
         kv_timeline=() if single else tuple(kv_timeline(tenants[0])), speculative=report,
         step_records=tuple(steps),
         latencies=latency_arrays([s for t in tenants for s in t.sequences])
-        if record_steps or keep_latencies else None)
+        if record_steps or keep_latencies else None,
+        engine_defaults=_engine_defaults(serving, hw, inf, model))
+
+
+def _engine_defaults(serving: ServingSpec, hw: HardwareSpec, inf: InferenceSpec,
+                     model: ModelSpec) -> dict[str, str]:
+    """Which engine release's defaults a served prediction used (empty: no engine named)."""
+    preset = preset_for(serving, hw, tp=inf.tp, pp=inf.pp, max_model_len=model.max_seq_len)
+    if preset is None:
+        return {}
+    return {"engine": preset.engine.value, "engine_version": serving.engine_version,
+            "defaults_of": preset.version}
 
 
 def _disaggregated(inf: InferenceSpec, serving: ServingSpec, *, model: ModelSpec,
@@ -229,9 +242,11 @@ def predict_colocated(tenants: Sequence[ColocatedTenant], *, hw: HardwareSpec, n
     slos: dict[str, Slo] = {}
     for i, spec in enumerate(tenants):
         inf = spec.inference
-        serving = resolve_serving(spec.serving, hw, tp=inf.tp, pp=inf.pp)
+        model = load_model(spec.model)
+        serving = resolve_serving(spec.serving, hw, tp=inf.tp, pp=inf.pp,
+                                  max_model_len=model.max_seq_len)
         _check_gpus(num_gpus, inf.tp * inf.pp, f"colocate[{i}].inference.parallel (tp*pp)")
-        plan, speculation, _ = _plan(load_model(spec.model), hw, inf, serving, estimator,
+        plan, speculation, _ = _plan(model, hw, inf, serving, estimator,
                                      memory_fraction=spec.memory_fraction)
         workload = make_workload(serving.arrival, input_len=inf.input_len,
                                  output_len=inf.output_len, prefix_hit=inf.prefix_hit_ratio,

@@ -94,6 +94,9 @@ class InferenceResult:
     head: RunHead | None = None
     step_records: tuple[StepRecord, ...] = ()  # executed steps (when asked: for the trace)
     latencies: Mapping[str, np.ndarray] | None = None  # per-request arrays (when asked)
+    # serving under an engine preset: engine, the release asked for and the release range whose
+    # defaults were used (`simulate.serving.engine_versions`)
+    engine_defaults: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def fits(self) -> bool:
@@ -136,8 +139,9 @@ def _single_batch(r: InferenceResult) -> dict[str, Any]:
 
 
 def _serving(r: InferenceResult) -> dict[str, Any]:
+    engine = {"engine_defaults": dict(r.engine_defaults)} if r.engine_defaults else {}
     return {**_instance(r), **_metrics(r).to_dict(), "kv_utilisation_timeline": [list(p) for p in r.kv_timeline],
-            **_speculative(r)}
+            **_speculative(r), **engine}
 
 
 def _disaggregated(r: InferenceResult) -> dict[str, Any]:

@@ -88,19 +88,22 @@ def lora_weight_bytes(model: ModelSpec, lora: LoraSpec | None, adapters: int, tp
     return 2.0 * adapters * lora_params_per_layer(model, lora) * model.layers / tp
 
 
-def preset_for(serving: ServingSpec, hw: HardwareSpec, *, tp: int, pp: int
-               ) -> EnginePreset | None:
-    """The engine preset of `serving` on this GPU, or None when no engine is named."""
+def preset_for(serving: ServingSpec, hw: HardwareSpec, *, tp: int, pp: int,
+               max_model_len: int = 0) -> EnginePreset | None:
+    """The engine preset of `serving` on this GPU (of its `engine_version`, for a model of
+    ``max_model_len`` tokens), or None when no engine is named."""
     if not serving.engine:
         return None
     return engine_preset(serving.engine, memory_bytes=hw.memory_bytes, device=hw.name, tp=tp,
-                         pp=pp, backend=serving.engine_backend or "")
+                         pp=pp, backend=serving.engine_backend or "",
+                         version=serving.engine_version, max_model_len=max_model_len)
 
 
-def resolve_serving(serving: ServingSpec, hw: HardwareSpec, *, tp: int, pp: int) -> ServingSpec:
+def resolve_serving(serving: ServingSpec, hw: HardwareSpec, *, tp: int, pp: int,
+                    max_model_len: int = 0) -> ServingSpec:
     """Fill every serving field the scenario did not set with its engine's default on this GPU
     (explicit fields win; without an engine the spec is returned unchanged)."""
-    preset = preset_for(serving, hw, tp=tp, pp=pp)
+    preset = preset_for(serving, hw, tp=tp, pp=pp, max_model_len=max_model_len)
     if preset is None:
         return serving
     given = serving.explicit
@@ -135,7 +138,7 @@ def plan_instance(model: ModelSpec, hw: HardwareSpec, *, tp: int, pp: int, ep: i
     check_sharding(model, shard)
     weights = mem.weight_bytes(model, dtype=weight_dtype, tp=tp, pp=pp, ep=ep,
                                etp=shard.expert_tp) + lora_bytes
-    preset = preset_for(serving, hw, tp=tp, pp=pp)
+    preset = preset_for(serving, hw, tp=tp, pp=pp, max_model_len=model.max_seq_len)
     reserve = activation_reserve_bytes(
         model, shard, serving.max_batched_tokens, serving.max_num_seqs,
         preset.sampler_profile_bytes_per_logit if preset else 0.0)
@@ -209,7 +212,8 @@ def make_tenant(name: str, plan: InstancePlan, workload: Workload, serving: Serv
             hw: HardwareSpec, speculation: Speculation | None) -> tuple[Tenant, MeteredCost]:
     cost = MeteredCost(plan.tables)
     decode_q = speculation.k + 1 if speculation else 1
-    preset = preset_for(serving, hw, tp=plan.shard.tp, pp=plan.shard.pp)
+    preset = preset_for(serving, hw, tp=plan.shard.tp, pp=plan.shard.pp,
+                        max_model_len=plan.model.max_seq_len)
     config = SchedulerConfig(max_num_seqs=serving.max_num_seqs,
                              max_batched_tokens=serving.max_batched_tokens,
                              block_size=serving.block_size, preemption=serving.preemption,

@@ -22,6 +22,7 @@ from analytical.paths import DATASETS_DIR, REPO_ROOT
 from simulate.inference.fp8_gemm import Fp8GemmRatios, load_ratio_table, ratios_from
 from simulate.inference.layer_ops import Fusions
 from simulate.serving.choices import Scheduler, ServingEngine
+from simulate.serving.engine_versions import versioned_data
 
 ENGINES_DIR = DATASETS_DIR / "engines"
 ENGINES = tuple(ServingEngine)
@@ -55,7 +56,7 @@ class EnginePreset:
     """One engine's defaults resolved for a GPU and a parallel layout."""
 
     engine: ServingEngine
-    version: str
+    version: str  # the release range whose defaults these are (`engine_versions`)
     scheduler: Scheduler
     chunk_prompts: bool  # long prompts are split over steps
     reserve_output_kv: bool  # admission reserves KV for the whole output (no eviction later)
@@ -135,7 +136,11 @@ def _tier(entry: Mapping[str, Any], *, gib: float, device: str, tp: int) -> Any:
             continue
         if "below_gib" in tier and gib >= tier["below_gib"]:
             continue
+        if "min_tp" in tier and tp < tier["min_tp"]:
+            continue
         if any(word in device.lower() for word in tier.get("exclude", ())):
+            continue
+        if "only" in tier and not any(word in device.lower() for word in tier["only"]):
             continue
         return tier["tp_ge_4"] if tp >= 4 and "tp_ge_4" in tier else tier["value"]
     raise SpecError("serving.engine", f"no tier matches a {gib:.0f} GiB {device}")
@@ -161,6 +166,14 @@ def _backend_settings(engine: str, backend: str) -> Mapping[str, Any]:
     return known[backend] or {}
 
 
+def _token_budget(entry: Mapping[str, Any], pick: Callable[..., Any], max_model_len: int) -> int:
+    """Tokens per step: the entry's value or tier, or by ``rule`` the model's length (vLLM V0
+    without chunked prefill: max(max_model_len, 2048), vllm/config.py SchedulerConfig)."""
+    if "rule" in entry:
+        return max(max_model_len, int(entry["at_least"]))
+    return int(pick("max_batched_tokens"))
+
+
 def _front_end(pick: Callable[..., Any]) -> dict[str, Any]:
     """The API server's costs and layout (`simulate.serving.stream`) from the engine file."""
     return {
@@ -175,10 +188,12 @@ def _front_end(pick: Callable[..., Any]) -> dict[str, Any]:
 
 
 def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
-                  pp: int = 1, backend: str = "") -> EnginePreset:
+                  pp: int = 1, backend: str = "", version: str = "",
+                  max_model_len: int = 0) -> EnginePreset:
     """Resolve `engine`'s defaults for one GPU (its memory in bytes and its name), under one of
-    its backends ("": the engine's default)."""
-    data = engine_data(engine)
+    its backends ("": the engine's default), as release ``version`` set them ("": the newest;
+    `engine_versions`) for a model of ``max_model_len`` tokens (0: not known)."""
+    label, data = versioned_data(engine_data(engine), engine, version, max_model_len)
     gib = memory_bytes / GIB
     override = _backend_settings(engine, backend)
 
@@ -190,7 +205,7 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
             return default
         return _tier(data[key], gib=gib, device=device, tp=tp)
 
-    budget = int(pick("max_batched_tokens"))
+    budget = _token_budget(data["max_batched_tokens"], pick, max_model_len)
     max_seqs = int(pick("max_num_seqs"))
     if engine == "vllm":  # max_num_seqs = min(default, max_num_batched_tokens) (arg_utils.py)
         max_seqs = min(max_seqs, budget)
@@ -205,12 +220,10 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
     custom_ar = pick("custom_all_reduce", {}) or {}
     fp8_ratio = pick("fp8_gemm_vs_bf16", {}) or {}
     return EnginePreset(
-        engine=ServingEngine(engine), version=str(data["version"]),
-        scheduler=Scheduler(pick("scheduler")),
+        engine=ServingEngine(engine), version=label, scheduler=Scheduler(pick("scheduler")),
         chunk_prompts=bool(pick("chunk_prompts")),
         reserve_output_kv=bool(pick("reserve_output_kv")), window_kv=bool(pick("window_kv")),
-        max_batched_tokens=budget,
-        max_num_seqs=max_seqs, block_size=int(pick("block_size")),
+        max_batched_tokens=budget, max_num_seqs=max_seqs, block_size=int(pick("block_size")),
         gpu_memory_utilization=util, memory_rule=MemoryRule(pick("memory_rule")),
         prefix_caching=bool(pick("prefix_caching")), cuda_graph_max_bs=graph_bs,
         cuda_graph_padding=bool(pick("cuda_graph_padding")),
@@ -277,4 +290,4 @@ def preset_sources(engine: str) -> dict[str, str]:
     """Setting -> where its value comes from (for reports and tests)."""
     data = engine_data(engine)
     return {key: " ".join(str(entry.get("source", "")).split()) for key, entry in data.items()
-            if isinstance(entry, Mapping)}
+            if isinstance(entry, Mapping) and key != "versions"}

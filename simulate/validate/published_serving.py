@@ -26,6 +26,7 @@ import numpy as np
 from analytical.errors import LlmsimError
 from profiler.progress import advance, expect
 from simulate.serving.engine_presets import engine_data
+from simulate.serving.engine_versions import versioned_data
 from simulate.validate.serving_corpus import MEASURES, ServingRow, load_corpus, row_scenario
 
 BANDS = (("1-4", 1, 4), ("5-16", 5, 16), ("17-64", 17, 64), (">64", 65, 1 << 30))
@@ -267,11 +268,14 @@ def fit_host_overhead(pairs: Sequence[tuple[ServingRow, Mapping[str, Any]]]
     return {engine: _fit_engine(by_source, pooled_us) for engine, by_source in points.items()}
 
 
-def hides_host_time(engine: str) -> bool:
-    """Whether the engine runs a step's host work while the GPU runs the previous step
-    (`host_overlap` in datasets/engines/*.yaml): its residuals are not host time, and a fitted
-    host overhead would be hidden under the GPU step anyway."""
-    return bool(engine) and bool(engine_data(engine)["host_overlap"]["value"])
+def hides_host_time(engine: str, version: str = "") -> bool:
+    """Whether the engine's ``version`` runs a step's host work while the GPU runs the previous
+    step (`host_overlap` in datasets/engines/*.yaml, by release): its residuals are not host
+    time, and a fitted host overhead would be hidden under the GPU step anyway."""
+    if not engine:
+        return False
+    _, data = versioned_data(engine_data(engine), engine, version)
+    return bool(data["host_overlap"]["value"])
 
 
 def _host_time_rows(rows: Sequence[ServingRow], by_id: Mapping[str, Mapping[str, Any]]
@@ -281,7 +285,7 @@ def _host_time_rows(rows: Sequence[ServingRow], by_id: Mapping[str, Mapping[str,
     residual is mostly the roofline's own error (vllm-ci on H200, which the store lacks, would
     hand ~3 ms of it to every vLLM row). In a roofline-only run every row is used, and the fit
     then also absorbs what the roofline misses."""
-    rows = [r for r in rows if not hides_host_time(r.engine)]
+    rows = [r for r in rows if not hides_host_time(r.engine, r.engine_version)]
     measured = [r for r in rows if by_id[r.id].get("measured_share", 0.0) >= 0.5]
     return measured or list(rows)
 
@@ -309,7 +313,7 @@ def score_serving_loso(rows: Sequence[ServingRow] | None = None, *,
         fitted[source] = {e: {"step_ms": h.step_ms, "per_seq_us": h.per_seq_us}
                           for e, h in fit.items()}
         for row in (r for r in rows if r.source == source):
-            if hides_host_time(row.engine):  # nothing to add: the presets' prediction stands
+            if hides_host_time(row.engine, row.engine_version):  # nothing to add: the presets' prediction stands
                 results.append(by_id[row.id])
                 advance(1, unit="runs", label=f"{row.id} (host time overlapped)")
                 continue

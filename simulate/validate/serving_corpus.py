@@ -277,6 +277,8 @@ def row_scenario(row: ServingRow, *, engine_presets: bool = True, max_prompts: i
     serving: dict[str, Any] = {"arrival": arrival}
     if engine_presets and row.engine:
         serving["engine"] = row.engine
+        if row.engine_version:  # the release's defaults (`simulate.serving.engine_versions`)
+            serving["engine_version"] = row.engine_version
         if row.engine_backend:
             serving["engine_backend"] = row.engine_backend
     if row.endpoint:  # e.g. `vllm bench serve --backend openai-chat`

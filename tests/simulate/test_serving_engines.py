@@ -323,7 +323,7 @@ def _no_host_overlap(monkeypatch) -> None:
     presets overlap the two (host_overlap), so these tests switch that off."""
     from simulate.validate import published_serving
 
-    monkeypatch.setattr(published_serving, "hides_host_time", lambda engine: False)
+    monkeypatch.setattr(published_serving, "hides_host_time", lambda engine, version="": False)
 
 
 def test_loso_fits_the_step_overhead_on_the_other_sources_only(monkeypatch) -> None:
