@@ -216,7 +216,32 @@ def _retimed(op: OpSpec, e: Estimate, hw: HardwareSpec, framework: str, kernel: 
         if frac != 1.0:
             r = roofline_estimate(op, hw)
             return _repriced(e, hw, r.compute_s, r.memory_s / frac, f"{frac:.2f} of bandwidth")
+        if composite_in_store(op, e, framework, compiled):
+            r = roofline_estimate(op, hw)
+            return replace(_repriced(e, hw, r.compute_s, r.memory_s,
+                                     "fused kernel: the store times the eager composite"),
+                           engine="roofline")
     return e
+
+
+# Store rows (and the predictors learned from them) that time an eager composite where the
+# framework runs one fused kernel: `profiler.benchmarks.memory` times rotary as slices, a
+# concatenation and three element-wise ops, and SwiGLU as `F.silu(x) * y` (two kernels).
+# Megatron-Core and NeMo run Transformer Engine's fused RoPE (`apply_rope_fusion`, on by default:
+# Megatron-LM `--no-rope-fusion` turns it off; `fused_apply_rotary_pos_emb`,
+# megatron/core/models/common/embeddings/rope_utils.py) and the fused bias-SwiGLU
+# (`bias_swiglu_fusion`, `bias_swiglu_impl` in megatron/core/fusions/fused_bias_swiglu.py);
+# Inductor fuses the point-wise chain of a compiled PyTorch-native model into one kernel. Those
+# ops take the graph's one fused pass at the roofline, as serving engines' fused kernels do
+# (`simulate.inference.graph_replay`); eager PyTorch-native frameworks keep the composite.
+COMPOSITE_IN_STORE = frozenset({MemoryOpKind.ROTARY, MemoryOpKind.SWIGLU})
+
+
+def composite_in_store(op: OpSpec, e: Estimate, framework: str, compiled: bool) -> bool:
+    """A measured (or learned) eager composite standing for a kernel ``framework`` fuses."""
+    return (isinstance(op, MemoryBoundSpec) and op.kind in COMPOSITE_IN_STORE
+            and e.engine != "roofline"
+            and eager_traffic(framework, compiled, op.kind, backward=op.backward) == 1.0)
 
 
 def _repriced(e: Estimate, hw: HardwareSpec, compute_s: float, memory_s: float,
@@ -236,6 +261,7 @@ def framework_estimates(ops: Sequence[OpSpec], estimates: Sequence[Estimate],
     return [sustained(op, _retimed(op, e, hw, framework, kernel, compiled)
                       if e.engine == "roofline" or _foreign_kernel(op, e, hw, framework, kernel)
                       or fused_in_store(op, framework, compiled)
+                      or composite_in_store(op, e, framework, compiled)
                       else e, hw)
             for op, e in zip(ops, estimates, strict=True)]
 

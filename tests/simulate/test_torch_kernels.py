@@ -393,3 +393,25 @@ def test_fp8_weights_are_cast_per_call_where_te_or_torchao_is_called_so():
     assert weight_casts("composer") == 4  # qkv, out, up, down
     assert weight_casts("torchtitan") == 7  # its seven separate linears
     assert weight_casts("megatron") == weight_casts("nemo") == 0
+
+
+def test_a_measured_eager_composite_is_the_fused_kernel_where_the_framework_fuses_it():
+    """The store times rotary and SwiGLU as eager composites (`profiler.benchmarks.memory`);
+    Megatron-Core / NeMo (TE fused RoPE, fused bias-SwiGLU) and compiled PyTorch run one fused
+    kernel, so a measured or learned answer is re-priced as the roofline's one pass, and
+    reported as the roofline's; eager torchtitan keeps the composite's measurement."""
+    hw = get_hardware("h100-sxm")
+    chain = EngineChain.from_options(hw, ENGINES)
+    for kind in (MemoryOpKind.ROTARY, MemoryOpKind.SWIGLU):
+        op = MemoryBoundSpec(kind=kind, rows=8192, cols=4096, dtype=DType.BF16)
+        roof = chain.estimate(op)
+        measured = Estimate(latency_s=20 * roof.latency_s, engine="learned")
+        for framework, compiled in (("megatron", True), ("nemo", False), ("torchtitan", True)):
+            fused = framework_estimates([op], [measured], hw, framework, compiled=compiled)[0]
+            assert fused.latency_s == pytest.approx(roof.latency_s, rel=1e-6)
+            assert fused.engine == "roofline"
+        eager = framework_estimates([op], [measured], hw, "torchtitan", compiled=False)[0]
+        assert eager == measured
+    norm = MemoryBoundSpec(kind=MemoryOpKind.RMSNORM, rows=8192, cols=4096, dtype=DType.BF16)
+    kept = Estimate(latency_s=5e-5, engine="store")
+    assert framework_estimates([norm], [kept], hw, "megatron")[0] == kept
