@@ -231,9 +231,8 @@ def _retimed(op: OpSpec, e: Estimate, hw: HardwareSpec, framework: str, kernel: 
 # Megatron-LM `--no-rope-fusion` turns it off; `fused_apply_rotary_pos_emb`,
 # megatron/core/models/common/embeddings/rope_utils.py) and the fused bias-SwiGLU
 # (`bias_swiglu_fusion`, `bias_swiglu_impl` in megatron/core/fusions/fused_bias_swiglu.py);
-# Inductor fuses the point-wise chain of a compiled PyTorch-native model into one kernel. Those
-# ops take the graph's one fused pass at the roofline, as serving engines' fused kernels do
-# (`simulate.inference.graph_replay`); eager PyTorch-native frameworks keep the composite.
+# Inductor fuses a compiled PyTorch-native model's point-wise chain. Those take the graph's one
+# fused pass at the roofline, as serving engines' do (`simulate.inference.graph_replay`).
 COMPOSITE_IN_STORE = frozenset({MemoryOpKind.ROTARY, MemoryOpKind.SWIGLU})
 
 
