@@ -242,9 +242,10 @@ def test_nemo_long_seq_h100_rows_load_with_their_cp_layout():
 
 def test_nemo_24_07_rows_run_flash_attention_2():
     """NeMo-Framework-Launcher tag 24.07 (8325688d) conf/config.yaml ``NVTE_FUSED_ATTN: 0`` for
-    every job; no example of the tag overrides it (the 175B one's override came at 24.09)."""
+    every job (pretraining, SFT and the LoRA `*_1node_lora.sh` runs alike); no example of the tag
+    overrides it (the 175B one's override came at 24.09)."""
     rows = [r for r in pub.load_corpus() if r["source"] == "nemo-24.07"]
-    assert len(rows) == 15 and {r["attention"] for r in rows} == {"flash2"}
+    assert len(rows) == 18 and {r["attention"] for r in rows} == {"flash2"}
 
 
 def test_megatron_bridge_dense_rows_carry_their_release_recipes():
