@@ -257,9 +257,13 @@ def _model_states(model: ModelSpec, parallel: ParallelConfig, stage: StageParams
         raise SpecError("training.lora_params", f"must be >= 0, got {lora_params}")
     # frozen base: its linear weights in ``base_bytes`` (TE fp8_model_init: 1), the rest as stored
     linear = base_bytes if base_bytes is not None else param_dtype_bytes
-    base = stage.total * param_dtype_bytes - stage.linear * (param_dtype_bytes - linear)
-    if zero >= 3:
-        base = (stage.dense / dense_shard + stage.expert / expert_shard) * param_dtype_bytes
+    # routed experts are all linear weights (``StageParams.linear`` includes them)
+    dense_base = stage.dense * param_dtype_bytes - (stage.linear - stage.expert) * (
+        param_dtype_bytes - linear)
+    expert_base = stage.expert * linear
+    base = dense_base + expert_base
+    if zero >= 3:  # each group's frozen weights sharded over its own group
+        base = dense_base / dense_shard + expert_base / expert_shard
     local_lora = lora_params * stage.total / model.params_total
     weights, grads, opt = model_states_bytes(
         local_lora, zero_stage=zero, shard=dense_shard, param_dtype_bytes=param_dtype_bytes,

@@ -224,6 +224,20 @@ def test_lora_freezes_base_weights() -> None:
     assert lora.optimizer_bytes == pytest.approx(12 * 20e6)
 
 
+def test_an_fp8_lora_base_is_one_byte_per_linear_weight_under_every_zero_stage() -> None:
+    """The frozen base's block matmul weights (routed experts included) in fp8 keep 1 byte each
+    whether or not ZeRO-3 shards them; embeddings and norms keep 2 (`_model_states`)."""
+    for m, par in ((LLAMA2_7B, ParallelConfig(dp=8, zero=3)),
+                   (MIXTRAL, ParallelConfig(dp=8, ep=8, zero=3)),
+                   (MIXTRAL, ParallelConfig(dp=8, ep=8, zero=1))):
+        bf16 = _train(m, par, lora_params=0)
+        fp8 = _train(m, par, lora_params=0, lora_base_bytes=1.0)
+        st = stage_params(m, tp=1, ep=par.ep)
+        dense_shard = 8 if par.zero_stage >= 3 else 1  # experts: dp 8 / ep 8 = 1 either way
+        saved = (st.linear - st.expert) / dense_shard + st.expert
+        assert bf16.weights_bytes - fp8.weights_bytes == pytest.approx(saved, rel=1e-9)
+
+
 @pytest.mark.parametrize(("model", "parallel", "kw", "field"), [
     (LLAMA2_7B, ParallelConfig(tp=3), {}, "parallel.tp"),
     (LLAMA3_8B, ParallelConfig(tp=16), {}, None),  # kv heads replicate: accepted
