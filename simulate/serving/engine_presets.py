@@ -187,6 +187,7 @@ def _front_end(pick: Callable[..., Any]) -> dict[str, Any]:
     }
 
 
+@functools.lru_cache(maxsize=256)  # a served prediction asks it per plan, tenant and report
 def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
                   pp: int = 1, backend: str = "", version: str = "",
                   max_model_len: int = 0) -> EnginePreset:
