@@ -41,6 +41,7 @@ from analytical.ops import (
 from analytical.roofline import roofline_estimate
 from simulate.dtensor_tp import float8_tp
 from simulate.engines import EngineChain, Estimate
+from simulate.store_kernels import composite_in_store, fused_in_store
 from simulate.sustained import sustained
 from simulate.torch_kernels import (
     SHARED_INPUT,
@@ -49,7 +50,6 @@ from simulate.torch_kernels import (
     Fp8Recipe,
     eager_traffic,
     fp8_weight_gemm,
-    fused_in_store,
     optimizer_traffic,
     rowwise_backward,
 )
@@ -222,25 +222,6 @@ def _retimed(op: OpSpec, e: Estimate, hw: HardwareSpec, framework: str, kernel: 
                                      "fused kernel: the store times the eager composite"),
                            engine="roofline")
     return e
-
-
-# Store rows (and the predictors learned from them) that time an eager composite where the
-# framework runs one fused kernel: `profiler.benchmarks.memory` times rotary as slices, a
-# concatenation and three element-wise ops, and SwiGLU as `F.silu(x) * y` (two kernels).
-# Megatron-Core and NeMo run Transformer Engine's fused RoPE (`apply_rope_fusion`, on by default:
-# Megatron-LM `--no-rope-fusion` turns it off; `fused_apply_rotary_pos_emb`,
-# megatron/core/models/common/embeddings/rope_utils.py) and the fused bias-SwiGLU
-# (`bias_swiglu_fusion`, `bias_swiglu_impl` in megatron/core/fusions/fused_bias_swiglu.py);
-# Inductor fuses a compiled PyTorch-native model's point-wise chain. Those take the graph's one
-# fused pass at the roofline, as serving engines' do (`simulate.inference.graph_replay`).
-COMPOSITE_IN_STORE = frozenset({MemoryOpKind.ROTARY, MemoryOpKind.SWIGLU})
-
-
-def composite_in_store(op: OpSpec, e: Estimate, framework: str, compiled: bool) -> bool:
-    """A measured (or learned) eager composite standing for a kernel ``framework`` fuses."""
-    return (isinstance(op, MemoryBoundSpec) and op.kind in COMPOSITE_IN_STORE
-            and e.engine != "roofline"
-            and eager_traffic(framework, compiled, op.kind, backward=op.backward) == 1.0)
 
 
 def _repriced(e: Estimate, hw: HardwareSpec, compute_s: float, memory_s: float,

@@ -71,7 +71,7 @@ from analytical.paths import REPO_ROOT
 from simulate.inference.fp8_gemm import load_ratio_table, nearest_shape_ratio
 
 __all__ = ["SHARED_INPUT", "SYMM_MEM_TP", "Fp8Recipe", "copy_pass", "cp_sharding", "eager_traffic",
-           "fp8_weight_gemm", "fsdp_copy_nodes", "fused_in_store", "loss_upcast_nodes",
+           "fp8_weight_gemm", "fsdp_copy_nodes", "loss_upcast_nodes",
            "optimizer_traffic", "ring_merge_nodes", "rowwise_backward", "rowwise_forward", "rowwise_fwd_ratio",
            "rowwise_nodes", "symm_mem_reduce_nodes", "unfused_loss_nodes", "unpad_nodes"]
 
@@ -97,17 +97,6 @@ def eager_traffic(framework: str, compiled: bool, kind: MemoryOpKind, *, backwar
     if compiled or Framework(framework) not in PYTORCH_NATIVE:
         return 1.0
     return EAGER_TRAFFIC.get(kind, (1.0, 1.0))[int(backward)]
-
-
-# Store rows timing a fused kernel that eager frameworks run as the composite: `F.rms_norm`, one CUDA
-# kernel in torch 2.11 (H200 8,192 x 4,096 bf16: 46 us); rotary / SwiGLU rows are composites.
-FUSED_IN_STORE = frozenset({MemoryOpKind.RMSNORM})
-
-
-def fused_in_store(op: object, framework: str, compiled: bool) -> bool:
-    """A measured fused kernel standing for the eager composite (`simulate.efficiency._retimed`)."""
-    return (isinstance(op, MemoryBoundSpec) and op.kind in FUSED_IN_STORE
-            and eager_traffic(framework, compiled, op.kind, backward=op.backward) != 1.0)
 
 
 # The optimizer step as PyTorch-native frameworks run it, in fp32 passes over this rank's
