@@ -75,3 +75,17 @@ def test_recompute_count_adds_one_forward_of_the_layers_only():
                - 1) < 1e-3
     model_flops = pub.source_flops_per_token({**row, "flops_recompute": ""})
     assert abs(model_flops / (72 * n * h * h + 12 * n * s * h + 6 * h * v) - 1) < 1e-3
+
+
+def test_local_ddp_rows_reduce_gradients_after_the_backward():
+    """Megatron-LM at 6985e589 (megatron/training.py `train_step`): with --DDP-impl local the
+    gradients are all-reduced after the whole forward-backward (`allreduce_gradients`), so those
+    rows set `dp_grad_overlap: false`; the torch-DDP rows overlap in PyTorch DDP's default 25 MB
+    buckets. An unset cell keeps the overlap."""
+    for r in _rows():
+        t = pub.row_scenario(r, "r")["training"]
+        local = "--DDP-impl torch" not in r["notes"]
+        assert t["overlap"]["dp_grad"] is not local
+        assert t.get("dp_bucket_mb") == (None if local else 25.0)
+    other = next(r for r in pub.load_corpus() if r["source"] == "korthikanti-2022")
+    assert pub.row_scenario(other, "r")["training"]["overlap"]["dp_grad"] is True
