@@ -18,7 +18,7 @@ DEFAULTS: dict[str, Any] = {"cp": 1, "ep": 1, "vpp": 1, "zero": 0, "micro_batch"
                             "recompute": "none", "sp": False, "fsdp": False,
                             "attention": "flash", "framework": "megatron",
                             "tp_comm_overlap": False, "moe_a2a_overlap": False, "compile": True,
-                            "fp8_recipe": "tensorwise", "cp_max_ctas": 0}
+                            "fp8_recipe": "tensorwise", "cp_max_ctas": 0, "dp_grad_overlap": True}
 INTERLEAVED_VPP = 2  # "interleaved" with no stated vpp: the smallest interleaving
 
 
@@ -83,7 +83,9 @@ def row_scenario(row: Mapping[str, str], name: str) -> dict[str, Any]:
     training["framework"] = framework
     training["overlap"] = {"tp_comm": _bool(row, "tp_comm_overlap"),
                            "moe_a2a": _bool(row, "moe_a2a_overlap"),
-                           "cp_max_ctas": _int(row, "cp_max_ctas")}  # `simulate.comm_ctas`
+                           "cp_max_ctas": _int(row, "cp_max_ctas"),  # `simulate.comm_ctas`
+                           # false: the DP reduction waits for the backward (2021 Megatron local DDP)
+                           "dp_grad": _bool(row, "dp_grad_overlap")}
     training["compile"] = _bool(row, "compile")
     training["fp8_recipe"] = _get(row, "fp8_recipe") or DEFAULTS["fp8_recipe"]
     training.update(_stated_options(row))

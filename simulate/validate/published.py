@@ -100,10 +100,27 @@ def _measured_tps(row: Mapping[str, str]) -> tuple[float | None, bool]:
         tflops = mfu * peak
     if not tflops:
         return None, False
+    return tflops * 1e12 / source_flops_per_token(row), True
+
+
+def source_flops_per_token(row: Mapping[str, str]) -> float:
+    """Training FLOPs per token as the row's source counts them in its TFLOP/s.
+
+    ``attention_flops`` full: every s^2 score, else causal (see `_measured_tps`).
+    ``flops_recompute`` true: one more forward of every Transformer layer, the full-recompute
+    pass (Narayanan et al. 2021 eq. 3, 96Bslh^2(1 + s/6h + V/16lh) = 4 passes of the layers, 3 of
+    the logits; Megatron-DeepSpeed `throughput_calculator`, megatron/utils.py at 0782d753: "the
+    factor of 4 is when used with activation check-pointing"). Model FLOPs otherwise.
+    """
     seq = _parsed(row, "seq_len", int)
     causal = _get(row, "attention_flops") != "full"
-    per_token = load_model(_get(row, "model")).flops_per_token(seq, training=True, causal=causal)
-    return tflops * 1e12 / per_token, True
+    model = load_model(_get(row, "model"))
+    per_token = model.flops_per_token(seq, training=True, causal=causal)
+    if _get(row, "flops_recompute").lower() == "true":
+        layers_matmul = model.matmul_params_active - model.vocab * model.hidden  # LM head kept out
+        per_token += 2.0 * layers_matmul + model.attention_flops_per_token(
+            seq, training=False, causal=causal)
+    return per_token
 
 
 def _measured_mfu(row: Mapping[str, str]) -> float | None:
