@@ -64,9 +64,12 @@ def test_the_scenario_key_needs_activation_offload_and_a_count():
 
 
 def test_validate_offloads_only_the_rows_whose_preset_does():
+    """The Megatron-FSDP presets that set cpu_offloading_num_layers: 70B GB200 / GB300 (25.09
+    and 25.11 on) and, at 25.09 (Megatron-Bridge v0.1.0rc3 perf_matrix fp8_cs), 405B GB200."""
     offloaded = {}
     for i, row in enumerate(load_corpus()):
         training = row_scenario(row, f"r{i}")["training"]
         if "offload" in training:
             offloaded[(row["model"], row["gpu"])] = training["offload"]["activation_layers"]
-    assert offloaded == {("llama-3-70b", "gb200"): 40, ("llama-3-70b", "gb300"): 20}
+    assert offloaded == {("llama-3-70b", "gb200"): 40, ("llama-3-70b", "gb300"): 20,
+                         ("llama-3-405b", "gb200"): 95}

@@ -249,13 +249,13 @@ def test_nemo_24_07_rows_run_flash_attention_2():
 
 
 def test_megatron_bridge_dense_rows_carry_their_release_recipes():
-    """Megatron-Bridge's dense Llama tables, 25.11 and the archive's 26.02-26.06 (corpus
-    README): layouts as published, the recipes' TP overlap (TP > 1), 405B pipeline split, bf16
+    """Megatron-Bridge's dense Llama tables, 25.11 and the archive's 25.09 and 26.02-26.06
+    (corpus README): layouts as published, the recipes' TP overlap (TP > 1), 405B pipeline split, bf16
     gradient reduction, and the 70B Megatron-FSDP GB200/GB300 presets' activation offload
     (40 / 20); the 256-GPU GB rows leave their placement to the scorer (64 per NVL72 rack)."""
     rows = [r for r in pub.load_corpus() if r["source"] == "megatron-bridge-dense"]
     versions = {r["framework_version"].split("NeMo ")[-1] for r in rows}
-    assert versions == {"25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06"}
+    assert versions == {"25.09", "25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06"}
     for r in rows:
         dims = int(r["tp"]) * int(r["pp"]) * int(r["dp"]) * int(r["cp"] or 1)
         assert dims == int(r["num_gpus"])
@@ -268,6 +268,11 @@ def test_megatron_bridge_dense_rows_carry_their_release_recipes():
             assert r["tp_comm_overlap"] == "true" and r["sp"] == "true"
         if r["fsdp"] == "true" and r["model"] == "llama-3-70b":
             assert r["activation_offload_layers"] == {"gb200": "40", "gb300": "20"}[r["gpu"]]
+    # 25.09 (stop 42): v0.1.0rc3 perf_matrix fp8_cs; the 405B GB200 Megatron-FSDP preset
+    # offloads 95 layers' activations
+    r2509 = {(r["gpu"], r["model"]): r for r in rows if r["framework_version"].endswith("25.09")}
+    assert len(r2509) == 8 and r2509[("gb200", "llama-3-405b")]["activation_offload_layers"] == "95"
+    assert r2509[("h100-sxm", "llama-3-8b")]["fsdp"] == "true"
     sft = [r for r in rows if "SFT" in r["section"]]
     assert {r["gpu"] for r in sft} == {"gb200", "gb300", "h100-sxm"}
     assert {r["seq_len"] for r in sft} == {"4096"}
@@ -382,3 +387,27 @@ def test_mlperf_partner_rows_carry_their_configs_layout():
     assert scenario["hardware"]["gpu"] == "b200"
     assert (par["tp"], par["cp"], par["dp"], t["global_batch"]) == (1, 2, 16, 16)
     assert t["dp_bucket_mb"] == 256.0 and t["overlap"]["cp_max_ctas"] == 1
+
+
+def test_nemo_perf_summary_rows_load_with_their_stated_layout():
+    """NeMo 2.0 performance summary (docs.nvidia.com NeMo Framework user guide): the 25.02
+    DGX-B200 and 25.04 DGX-GB200 fp8 pre-training tables, six dense rows each (the Mixtral rows
+    run NeMo's MegatronTokenDropCallback: left out), TP x PP x DP x CP = GPUs; the 25.04 Llama3-70B
+    row runs Megatron-FSDP; every row reduces gradients in bf16 (the fp8 scripts'
+    grad_reduce_in_fp32 False)."""
+    rows = [r for r in pub.load_corpus() if r["source"] == "nemo-perf-summary"]
+    assert [(r["gpu"], len([x for x in rows if x["gpu"] == r["gpu"]])) for r in rows[::6]] == [
+        ("b200", 6), ("gb200", 6)]
+    assert not [r for r in rows if r["model"].startswith("mixtral")]
+    for r in rows:
+        dims = int(r["tp"]) * int(r["pp"]) * int(r["dp"]) * int(r["cp"])
+        assert dims == int(r["num_gpus"]) and r["precision"] == "fp8"
+        assert r["sp"] == str(int(r["tp"]) > 1).lower() and r["grad_reduce_dtype"] == "bf16"
+        assert float(r["tokens_per_s_per_gpu"]) > 0 and r["framework"] == "nemo"
+    fsdp = [r for r in rows if r["fsdp"] == "true"]
+    assert [(r["model"], r["gpu"]) for r in fsdp] == [("llama-3-70b", "gb200")]
+    big = next(r for r in rows if r["model"] == "llama-3-405b" and r["gpu"] == "b200")
+    training = pub.row_scenario(big, "x")["training"]
+    parallel = training["parallel"]
+    assert (parallel["tp"], parallel["pp"], parallel["cp"], parallel["dp"]) == (4, 8, 2, 2)
+    assert (training["seq_len"], training["global_batch"]) == (8192, 64)
