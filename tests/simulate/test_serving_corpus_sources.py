@@ -62,3 +62,27 @@ def test_sglang_cookbook_llama31_rows_load_with_run_means_carryover_and_simulate
     # one decode step reads 16.4 GiB of bf16 weights per GPU, 8.6 ms at 2.04 TB/s: a token
     # takes longer than that, and not twice the published 18.6 ms
     assert 8.6 < result["predicted"]["tpot_ms"] < 2 * 18.63
+
+
+def test_nim_500_in_2000_out_table_loads_with_its_headings() -> None:
+    """NIM benchmarking page, Llama-3.3-70B NIM 1.8.0 "2 x H100 80G / fp8 TP2 / 500 Input
+    Tokens / 2000 Output Tokens": the file's defaults give every row the page's profile and
+    AIPerf client; the stored copy ends at the 5-client row's TTFT, so that row measures TTFT
+    only and the others stay unset."""
+    rows = [r for r in _rows("nim-benchmarking") if r.input_len == 500]
+    assert [(r.output_len, r.concurrency) for r in rows] == [(2000, 1), (2000, 5)]
+    one, five = rows
+    assert (one.model, one.gpu, one.num_gpus, one.tp, one.engine, one.engine_backend,
+            one.engine_version, one.weight_dtype, one.checkpoint_kv_dtype, one.tool,
+            one.mode) == ("llama-3-70b", "h100-sxm", 2, 2, "trtllm", "tensorrt", "NIM 1.8.0",
+                          "fp8", "fp8", "aiperf", "closed")
+    assert dict(one.measured) == pytest.approx(
+        {"ttft_ms": 47.77, "tpot_ms": 18.91, "output_tok_s": 52.85})
+    assert dict(five.measured) == pytest.approx({"ttft_ms": 126.53})
+    doc = row_scenario(five)
+    assert (doc["inference"]["input_len"], doc["inference"]["output_len"]) == (500, 2000)
+    assert doc["inference"]["kv_cache_dtype"] == "fp8"
+    arrival = doc["serving"]["arrival"]
+    assert (arrival["process"], arrival["concurrency"]) == ("closed", 5)
+    assert arrival["warmup_requests"] == 5  # AIPerf: the first wave is left out
+    assert doc["serving"]["engine_backend"] == "tensorrt"
