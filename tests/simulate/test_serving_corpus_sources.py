@@ -86,3 +86,25 @@ def test_nim_500_in_2000_out_table_loads_with_its_headings() -> None:
     assert (arrival["process"], arrival["concurrency"]) == ("closed", 5)
     assert arrival["warmup_requests"] == 5  # AIPerf: the first wave is left out
     assert doc["serving"]["engine_backend"] == "tensorrt"
+
+
+def test_trtllm_tuning_guide_baseline_rows_load_as_trtllm_bench_runs() -> None:
+    """TensorRT-LLM tuning guide's baseline engine (Llama-3.3-70B bf16, TP 4 on 4 x H100 SXM,
+    2048/2048 tokens, 0.16.0 defaults): `trtllm-bench latency` is one request at a time and
+    `trtllm-bench throughput` all 1,000 at once, both in-process; the 0.x release is not passed
+    on (llmsim refuses it), the prebuilt TensorRT engine is."""
+    latency, offline = _rows("trtllm-tuning-guide")
+    for row in (latency, offline):
+        assert (row.model, row.gpu, row.num_gpus, row.tp, row.engine, row.engine_backend,
+                row.engine_version, row.weight_dtype, row.input_len, row.output_len,
+                row.tool) == ("llama-3-70b", "h100-sxm", 4, 4, "trtllm", "tensorrt", "",
+                              "bf16", 2048, 2048, "trtllm-bench")
+    assert (latency.mode, latency.batch_size, latency.num_prompts) == ("latency", 1, 100)
+    assert dict(latency.measured) == pytest.approx({"ttft_ms": 147.6976, "tpot_ms": 31.3276})
+    assert (offline.mode, offline.num_prompts) == ("offline", 1000)
+    assert dict(offline.measured) == pytest.approx({"output_tok_s": 1564.3040})
+    doc = row_scenario(latency)
+    assert doc["serving"]["arrival"] == {"process": "burst", "num_requests": 1, "seed": 0}
+    assert doc["serving"]["frontend_ms"] == 0.0 and "engine_version" not in doc["serving"]
+    assert doc["inference"]["kv_cache_dtype"] == "bf16"
+    assert row_scenario(offline, max_prompts=300)["serving"]["arrival"]["num_requests"] == 300
