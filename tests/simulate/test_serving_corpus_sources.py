@@ -62,3 +62,49 @@ def test_sglang_cookbook_llama31_rows_load_with_run_means_carryover_and_simulate
     # one decode step reads 16.4 GiB of bf16 weights per GPU, 8.6 ms at 2.04 TB/s: a token
     # takes longer than that, and not twice the published 18.6 ms
     assert 8.6 < result["predicted"]["tpot_ms"] < 2 * 18.63
+
+
+def test_nim_500_in_2000_out_table_loads_with_its_headings() -> None:
+    """NIM benchmarking page, Llama-3.3-70B NIM 1.8.0 "2 x H100 80G / fp8 TP2 / 500 Input
+    Tokens / 2000 Output Tokens": the file's defaults give every row the page's profile and
+    AIPerf client; the stored copy ends at the 5-client row's TTFT, so that row measures TTFT
+    only and the others stay unset."""
+    rows = [r for r in _rows("nim-benchmarking") if r.input_len == 500]
+    assert [(r.output_len, r.concurrency) for r in rows] == [(2000, 1), (2000, 5)]
+    one, five = rows
+    assert (one.model, one.gpu, one.num_gpus, one.tp, one.engine, one.engine_backend,
+            one.engine_version, one.weight_dtype, one.checkpoint_kv_dtype, one.tool,
+            one.mode) == ("llama-3-70b", "h100-sxm", 2, 2, "trtllm", "tensorrt", "NIM 1.8.0",
+                          "fp8", "fp8", "aiperf", "closed")
+    assert dict(one.measured) == pytest.approx(
+        {"ttft_ms": 47.77, "tpot_ms": 18.91, "output_tok_s": 52.85})
+    assert dict(five.measured) == pytest.approx({"ttft_ms": 126.53})
+    doc = row_scenario(five)
+    assert (doc["inference"]["input_len"], doc["inference"]["output_len"]) == (500, 2000)
+    assert doc["inference"]["kv_cache_dtype"] == "fp8"
+    arrival = doc["serving"]["arrival"]
+    assert (arrival["process"], arrival["concurrency"]) == ("closed", 5)
+    assert arrival["warmup_requests"] == 5  # AIPerf: the first wave is left out
+    assert doc["serving"]["engine_backend"] == "tensorrt"
+
+
+def test_trtllm_tuning_guide_baseline_rows_load_as_trtllm_bench_runs() -> None:
+    """TensorRT-LLM tuning guide's baseline engine (Llama-3.3-70B bf16, TP 4 on 4 x H100 SXM,
+    2048/2048 tokens, 0.16.0 defaults): `trtllm-bench latency` is one request at a time and
+    `trtllm-bench throughput` all 1,000 at once, both in-process; the 0.x release is not passed
+    on (llmsim refuses it), the prebuilt TensorRT engine is."""
+    latency, offline = _rows("trtllm-tuning-guide")
+    for row in (latency, offline):
+        assert (row.model, row.gpu, row.num_gpus, row.tp, row.engine, row.engine_backend,
+                row.engine_version, row.weight_dtype, row.input_len, row.output_len,
+                row.tool) == ("llama-3-70b", "h100-sxm", 4, 4, "trtllm", "tensorrt", "",
+                              "bf16", 2048, 2048, "trtllm-bench")
+    assert (latency.mode, latency.batch_size, latency.num_prompts) == ("latency", 1, 100)
+    assert dict(latency.measured) == pytest.approx({"ttft_ms": 147.6976, "tpot_ms": 31.3276})
+    assert (offline.mode, offline.num_prompts) == ("offline", 1000)
+    assert dict(offline.measured) == pytest.approx({"output_tok_s": 1564.3040})
+    doc = row_scenario(latency)
+    assert doc["serving"]["arrival"] == {"process": "burst", "num_requests": 1, "seed": 0}
+    assert doc["serving"]["frontend_ms"] == 0.0 and "engine_version" not in doc["serving"]
+    assert doc["inference"]["kv_cache_dtype"] == "bf16"
+    assert row_scenario(offline, max_prompts=300)["serving"]["arrival"]["num_requests"] == 300
