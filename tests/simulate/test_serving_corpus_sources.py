@@ -62,3 +62,30 @@ def test_sglang_cookbook_llama31_rows_load_with_run_means_carryover_and_simulate
     # one decode step reads 16.4 GiB of bf16 weights per GPU, 8.6 ms at 2.04 TB/s: a token
     # takes longer than that, and not twice the published 18.6 ms
     assert 8.6 < result["predicted"]["tpot_ms"] < 2 * 18.63
+
+
+def test_sglang_cookbook_deepseek_r1_rows_load_as_published_and_simulate() -> None:
+    """SGLang cookbook DeepSeek-R1-0528 on 8 x B200 (TP 8, SGLang 0.5.6.post1, defaults, the
+    checkpoint's FP8 weights; sglang.bench_serving closed loops): the DeepSeek-V3 architecture,
+    the run's mean lengths, the carryover within each scenario, and a one-client row that runs
+    through the SGLang preset."""
+    rows = _rows("sglang-cookbook-deepseek-r1")
+    assert len(rows) == 9 and {r.mode for r in rows} == {"closed"}
+    first = rows[0]
+    assert (first.model, first.gpu, first.num_gpus, first.tp, first.ep, first.engine,
+            first.engine_version, first.weight_dtype, first.tool) == (
+        "deepseek-v3", "b200", 8, 8, 1, "sglang", "0.5.6.post1", "fp8", "sglang-bench-serving")
+    assert (first.input_len, first.output_len) == (round(6101 / 10), round(4210 / 10))
+    assert first.measured["ttft_ms"] == pytest.approx(153.00)
+    assert rows[5].measured["output_tok_s"] == pytest.approx(2207.16)
+    assert [r.concurrency for r in rows] == [1, 16, 100, 1, 16, 64, 1, 16, 64]
+    assert [r.warm_prompts for r in rows] == [1, 10, 80] * 3
+    doc = row_scenario(first)
+    assert doc["inference"]["precision"] == "fp8" and doc["inference"]["kv_cache_dtype"] == "bf16"
+    assert doc["serving"]["engine_version"] == "0.5.6.post1"
+    scored = score_serving([first], use_store=False, max_prompts=2)
+    result = scored["rows"][0]
+    assert result["fits"] is True
+    # 37 B active parameters in FP8 over 8 GPUs are ~4.6 GB a step per GPU, ~0.6 ms at B200's
+    # 8 TB/s: a token takes longer than that, and not twice the published 9.16 ms
+    assert 0.6 < result["predicted"]["tpot_ms"] < 2 * 9.16
