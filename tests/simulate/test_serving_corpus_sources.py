@@ -89,3 +89,17 @@ def test_sglang_cookbook_deepseek_r1_rows_load_as_published_and_simulate() -> No
     # 37 B active parameters in FP8 over 8 GPUs are ~4.6 GB a step per GPU, ~0.6 ms at B200's
     # 8 TB/s: a token takes longer than that, and not twice the published 9.16 ms
     assert 0.6 < result["predicted"]["tpot_ms"] < 2 * 9.16
+
+
+def test_sglang_cookbook_deepseek_v31_rows_load_as_published() -> None:
+    """SGLang cookbook DeepSeek-V3.1 on 8 x MI300X (TP 8, SGLang 0.5.7, defaults, FP8
+    checkpoint; sglang.bench_serving closed loops): the setup and the printed means."""
+    rows = _rows("sglang-cookbook-deepseek-v31")
+    assert len(rows) == 9 and {r.mode for r in rows} == {"closed"}
+    assert {(r.model, r.gpu, r.num_gpus, r.tp, r.engine, r.engine_version, r.weight_dtype)
+            for r in rows} == {("deepseek-v3", "mi300x", 8, 8, "sglang", "0.5.7", "fp8")}
+    assert [r.concurrency for r in rows] == [1, 16, 100, 1, 16, 64, 1, 16, 64]
+    assert (rows[4].input_len, rows[4].output_len) == (round(39668 / 80), round(318306 / 80))
+    assert rows[8].measured["tpot_ms"] == pytest.approx(97.93)
+    assert [r.warm_prompts for r in rows] == [1, 10, 80] * 3
+    assert row_scenario(rows[0])["serving"]["engine_version"] == "0.5.7"
