@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from simulate.validate.published_serving import score_serving
-from simulate.validate.serving_corpus import load_corpus, row_scenario
+from simulate.validate.serving_corpus import CORPUS_DIR, load_corpus, row_scenario
 
 
 def _rows(source: str):
@@ -93,8 +93,10 @@ def test_sglang_cookbook_deepseek_r1_rows_load_as_published_and_simulate() -> No
 
 def test_sglang_cookbook_deepseek_v31_rows_load_as_published() -> None:
     """SGLang cookbook DeepSeek-V3.1 on 8 x MI300X (TP 8, SGLang 0.5.7, defaults, FP8
-    checkpoint; sglang.bench_serving closed loops): the setup and the printed means."""
-    rows = _rows("sglang-cookbook-deepseek-v31")
+    checkpoint; sglang.bench_serving closed loops): the setup and the printed means. The file
+    sits in ``unscored/`` (outside the default corpus) until MI300X has a kernel latency."""
+    assert not _rows("sglang-cookbook-deepseek-v31")
+    rows = load_corpus([CORPUS_DIR / "unscored" / "sglang-cookbook-deepseek-v31-mi300x.yaml"])
     assert len(rows) == 9 and {r.mode for r in rows} == {"closed"}
     assert {(r.model, r.gpu, r.num_gpus, r.tp, r.engine, r.engine_version, r.weight_dtype)
             for r in rows} == {("deepseek-v3", "mi300x", 8, 8, "sglang", "0.5.7", "fp8")}
