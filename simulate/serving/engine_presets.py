@@ -101,6 +101,9 @@ class EnginePreset:
     # > 0: the start-up profile's peak is max(forward, sampler over max_num_seqs x vocab at these
     # bytes per logit) as vLLM V1 measures it (`run.activation_reserve_bytes`); 0: their sum
     sampler_profile_bytes_per_logit: float = 0.0
+    # the captured sizes as (first size, step) runs, each up to the next run's first size, the
+    # last up to cuda_graph_max_bs (`cuda_graph_sizes`; empty: none captured for padding)
+    cuda_graph_ladder: tuple[tuple[int, int], ...] = ()
 
     def fp8_vs_bf16(self, architecture: str) -> Fp8GemmRatios:
         """The ratios that apply on a GPU of ``architecture`` (empty: none)."""
@@ -131,6 +134,13 @@ def _tier(entry: Mapping[str, Any], *, gib: float, device: str, tp: int) -> Any:
     """A value chosen by GPU memory / name / tp, as the engine does at start-up."""
     if "value" in entry:
         return entry["value"]
+    tier = _matching_tier(entry, gib=gib, device=device, tp=tp)
+    return tier["tp_ge_4"] if tp >= 4 and "tp_ge_4" in tier else tier["value"]
+
+
+def _matching_tier(entry: Mapping[str, Any], *, gib: float, device: str,
+                   tp: int) -> Mapping[str, Any]:
+    """The first of the entry's ``tiers`` whose GPU memory / name / tp bounds hold."""
     for tier in entry["tiers"]:
         if "min_gib" in tier and gib < tier["min_gib"]:
             continue
@@ -142,7 +152,7 @@ def _tier(entry: Mapping[str, Any], *, gib: float, device: str, tp: int) -> Any:
             continue
         if "only" in tier and not any(word in device.lower() for word in tier["only"]):
             continue
-        return tier["tp_ge_4"] if tp >= 4 and "tp_ge_4" in tier else tier["value"]
+        return tier
     raise SpecError("serving.engine", f"no tier matches a {gib:.0f} GiB {device}")
 
 
@@ -153,6 +163,32 @@ def sglang_mem_fraction_static(*, gpu_mib: float, chunked_prefill: int, graph_ma
     if gpu_mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
     return round((gpu_mib - reserved) / gpu_mib, 3)
+
+
+def reserved_mem_fraction(entry: Mapping[str, Any], *, gpu_mib: float, device: str, tp: int,
+                          pp: int) -> float:
+    """SGLang 0.4.8-0.5.2's default mem_fraction_static: round((gpu_mem - reserved) / gpu_mem, 3)
+    with reserved (GiB) = the GPU-memory tier's ``gib`` + ``per_parallel_gib`` x tp x pp (the
+    ``reserved_mem`` rule of the engine file; server_args.py ServerArgs.__post_init__ at those
+    tags)."""
+    tier = _matching_tier(entry, gib=gpu_mib / 1024, device=device, tp=tp)
+    reserved = (float(tier["gib"]) + float(tier.get("per_parallel_gib", 0.0)) * tp * pp) * 1024
+    return round((gpu_mib - reserved) / gpu_mib, 3)
+
+
+def _memory_fraction(entry: Mapping[str, Any], pick: Callable[..., Any], *, memory_bytes: float,
+                     device: str, budget: int, graph_bs: int, tp: int, pp: int) -> float:
+    """The engine's memory setting: a value or tier, or by ``rule`` SGLang's formulas."""
+    rule = entry.get("rule")
+    if rule == "mem_fraction_static":
+        return sglang_mem_fraction_static(gpu_mib=memory_bytes / MIB, chunked_prefill=budget,
+                                          graph_max_bs=graph_bs, tp=tp, pp=pp)
+    if rule == "reserved_mem":
+        return reserved_mem_fraction(entry, gpu_mib=memory_bytes / MIB, device=device, tp=tp,
+                                     pp=pp)
+    if rule is not None:
+        raise SpecError("serving.engine", f"unknown gpu_memory_utilization rule {rule!r}")
+    return float(pick("gpu_memory_utilization"))
 
 
 def _backend_settings(engine: str, backend: str) -> Mapping[str, Any]:
@@ -212,11 +248,8 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
         max_seqs = min(max_seqs, budget)
     graph_bs = (min(2 * max_seqs, 512) if "rule" in data["cuda_graph_max_bs"]
                 else int(pick("cuda_graph_max_bs")))
-    if "rule" in data["gpu_memory_utilization"]:
-        util = sglang_mem_fraction_static(gpu_mib=memory_bytes / MIB, chunked_prefill=budget,
-                                          graph_max_bs=graph_bs, tp=tp, pp=pp)
-    else:
-        util = float(pick("gpu_memory_utilization"))
+    util = _memory_fraction(data["gpu_memory_utilization"], pick, memory_bytes=memory_bytes,
+                            device=device, budget=budget, graph_bs=graph_bs, tp=tp, pp=pp)
     fused_ar = pick("allreduce_norm_fusion", {}) or {}
     custom_ar = pick("custom_all_reduce", {}) or {}
     fp8_ratio = pick("fp8_gemm_vs_bf16", {}) or {}
@@ -247,7 +280,8 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
         batched_prefill_attention=bool(pick("batched_prefill_attention", False)),
         fp8_gemm_vs_bf16=_fp8_ratios(fp8_ratio),
         fp8_gemm_vs_bf16_archs=tuple(fp8_ratio.get("architectures", ())),
-        sampler_profile_bytes_per_logit=float(pick("sampler_profile_bytes_per_logit", 0.0)))
+        sampler_profile_bytes_per_logit=float(pick("sampler_profile_bytes_per_logit", 0.0)),
+        cuda_graph_ladder=tuple((int(a), int(b)) for a, b in pick("cuda_graph_ladder", [])))
 
 
 def _fp8_ratios(entry: Mapping[str, Any]) -> Fp8GemmRatios:
@@ -266,14 +300,19 @@ def _fp8_ratios(entry: Mapping[str, Any]) -> Fp8GemmRatios:
 
 
 def cuda_graph_sizes(preset: EnginePreset) -> tuple[int, ...]:
-    """Token counts a padding engine captured CUDA graphs for (empty: no padding). vLLM:
-    [1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16) (vllm/config/vllm.py
-    VllmConfig._set_cudagraph_sizes, the sizes cited in datasets/engines/vllm.yaml)."""
+    """Token counts a padding engine captured CUDA graphs for (empty: no padding), from the
+    release's ``cuda_graph_ladder`` up to ``cuda_graph_max_bs``: vLLM 0.11.1+ [1, 2, 4] +
+    range(8, 256, 8) + range(256, max + 1, 16), earlier releases [1, 2, 4] + range(8, max + 1,
+    8) (vllm/config at each tag, cited in datasets/engines/vllm.yaml)."""
     if not preset.cuda_graph_padding:
         return ()
     top = preset.cuda_graph_max_bs
-    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, top + 1, 16)]
-    return tuple(s for s in sizes if s <= top)
+    ladder = preset.cuda_graph_ladder
+    sizes: list[int] = []
+    for i, (first, step) in enumerate(ladder):
+        end = ladder[i + 1][0] if i + 1 < len(ladder) else top + 1
+        sizes.extend(range(first, min(end, top + 1), step))
+    return tuple(sizes)
 
 
 def kv_cache_bytes(rule: MemoryRule | str, *, capacity: float, utilization: float,

@@ -7,8 +7,9 @@ ranges (``older``), each with only the settings that differ, read at the release
 with the release they run (vLLM 0.6 ran the V0 engine: prefill-first steps, 256 sequences), so
 ``serving.engine_version`` picks the range; an empty or unversioned string ("NIM 1.8.0": NIM
 publishes no engine release per NIM version) takes the newest. A release below the oldest range,
-or in a gap no tag was read for, is refused (one line naming the ranges): silently using other
-defaults is what this module exists to stop.
+or in a gap no tag was read for, is refused (one line naming the ranges; a ``refused`` entry of the
+file adds why, e.g. defaults that llmsim's settings cannot express): silently using other defaults
+is what this module exists to stop.
 """
 
 from __future__ import annotations
@@ -50,6 +51,18 @@ class ReleaseRange:
         return self.first <= release and (self.below is None or release < self.below)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RefusedRange:
+    """Releases ``first`` <= r < ``below`` that are refused, and the one-line ``reason``."""
+
+    first: Release
+    below: Release
+    reason: str
+
+    def covers(self, release: Release) -> bool:
+        return self.first <= release < self.below
+
+
 def _release(text: Any, where: str) -> Release:
     release = parse_release(str(text))
     if release is None:
@@ -72,9 +85,21 @@ def release_ranges(data: Mapping[str, Any], engine: str) -> tuple[ReleaseRange, 
     return tuple(ranges)
 
 
+def refused_ranges(data: Mapping[str, Any], engine: str) -> tuple[RefusedRange, ...]:
+    """The file's ``versions.refused`` entries: releases refused with a stated reason."""
+    versions = data.get("versions") or {}
+    out = []
+    for i, entry in enumerate(versions.get("refused") or ()):
+        where = f"{engine}.versions.refused[{i}]"
+        out.append(RefusedRange(first=_release(entry["from"], where),
+                                below=_release(entry["below"], where),
+                                reason=" ".join(str(entry["reason"]).split())))
+    return tuple(out)
+
+
 def release_range(data: Mapping[str, Any], engine: str, version: str) -> ReleaseRange:
     """The range of ``version`` ("" or unversioned: the newest); a release no range covers is
-    refused naming the supported ranges."""
+    refused naming the supported ranges (and the file's reason, where it gives one)."""
     ranges = release_ranges(data, engine)
     release = parse_release(version)
     if release is None:
@@ -83,8 +108,10 @@ def release_range(data: Mapping[str, Any], engine: str, version: str) -> Release
         if candidate.covers(release):
             return candidate
     known = "; ".join(r.label for r in ranges)
+    why = next((r.reason for r in refused_ranges(data, engine) if r.covers(release)),
+               "not a release whose defaults were read")
     raise SpecError("serving.engine_version",
-                    f"{engine} {version!r} is not a release whose defaults were read; "
+                    f"{engine} {version!r} is refused: {why}; "
                     f"supported: {known} (leave it empty for the newest)")
 
 
