@@ -19,7 +19,7 @@ from predictors.features import MONOTONE_FEATURES
 from predictors.fit import FIT_UNIT, fit_model
 from predictors.model import HyperParams, Target, base_targets, size_column
 from predictors.search_folds import masked_mape, search_anchored, search_folds, unseen_in_fold
-from predictors.splits import region_axes, shape_key
+from predictors.splits import ShapeKey, region_axes, shape_key
 from predictors.train_config import TrainConfig
 from profiler.progress import advance, expect
 
@@ -105,8 +105,8 @@ def _validation(ops: Sequence[OpSpec], x: np.ndarray, latency: np.ndarray,
     axes = region_axes(family)
     unseen = [unseen_in_fold(ops, folds, key) & ~beyond for key, _ in axes] \
         if len(axes) > 1 else []
-    key, ids = shape_key(family), {}
-    shapes = np.array([ids.setdefault(key(ops[i]), len(ids))
+    shape_of, ids = shape_key(family), dict[ShapeKey, int]()
+    shapes = np.array([ids.setdefault(shape_of(ops[i]), len(ids))
                        for _, rows in folds for i in rows.tolist()])
     return _Validation(folds=folds, measured=measured, parts=parts, unseen=unseen,
                        shapes=shapes)
