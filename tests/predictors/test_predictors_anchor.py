@@ -20,6 +20,7 @@ from predictors.anchor import ANCHOR_FILE, AnchorTable
 from predictors.baselines import TableBaseline
 from predictors.dataset import training_data
 from predictors.features import feature_matrix, roofline_seconds
+from predictors.loader import load_predictor_dir
 from predictors.model import LatencyModel, Target
 from predictors.train import train_predictor
 
@@ -204,6 +205,11 @@ def test_anchor_weight_scales_the_correction_and_survives_a_reload(anchored, tmp
         assert got == pytest.approx(expected, rel=1e-12)
         folder = weighted.save(tmp_path / f"w{weight}")
         assert LatencyModel.load(folder).anchor_weight == weight
+        # what simulate loads applies the stored weight (0: exactly the table)
+        on_ops = [op for op, o in zip(data.ops, on, strict=True) if o]
+        loaded = load_predictor_dir(folder, hw=HW).predict(on_ops)
+        assert np.array_equal(loaded, got)
+        assert np.array_equal(loaded, np.exp(log_anchor[on])) == (weight == 0.0)
     # weight 0 is the table itself
     table_only = LatencyModel.load(tmp_path / "w0.0").predict_features(x[on])
     assert np.array_equal(table_only, np.exp(log_anchor[on]))
