@@ -89,11 +89,22 @@ def refused_ranges(data: Mapping[str, Any], engine: str) -> tuple[RefusedRange, 
     """The file's ``versions.refused`` entries: releases refused with a stated reason."""
     versions = data.get("versions") or {}
     out = []
+    supported = release_ranges(data, engine)
     for i, entry in enumerate(versions.get("refused") or ()):
         where = f"{engine}.versions.refused[{i}]"
-        out.append(RefusedRange(first=_release(entry["from"], where),
-                                below=_release(entry["below"], where),
-                                reason=" ".join(str(entry["reason"]).split())))
+        refused = RefusedRange(first=_release(entry.get("from"), where),
+                               below=_release(entry.get("below"), where),
+                               reason=" ".join(str(entry.get("reason") or "").split()))
+        # A refusal must say why, span some release, and not contradict a read range.
+        if not refused.reason:
+            raise SpecError(f"{where}.reason", "a refused range states its reason")
+        if not refused.first < refused.below:
+            raise SpecError(f"{where}.below", "must be above `from`")
+        overlap = next((r.label for r in supported if r.covers(refused.first)
+                        or refused.covers(r.first)), None)
+        if overlap is not None:
+            raise SpecError(where, f"overlaps the supported range {overlap!r}")
+        out.append(refused)
     return tuple(out)
 
 

@@ -40,9 +40,18 @@ def _int(row: Mapping[str, str], key: str) -> int:
     return _parsed(row, key, int) if _get(row, key) else int(DEFAULTS[key])
 
 
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+
+
 def _bool(row: Mapping[str, str], key: str) -> bool:
+    """A yes/no cell; empty takes `DEFAULTS` (False for a column without one). Any other
+    text is refused naming its column: a typo must not silently read as false."""
     value = _get(row, key).lower()
-    return value in ("true", "1", "yes") if value else bool(DEFAULTS[key])
+    if not value:
+        return bool(DEFAULTS.get(key, False))
+    if value not in _TRUE + _FALSE:
+        raise SpecError(f"corpus.{key}", f"not true/false: {_get(row, key)!r}")
+    return value in _TRUE
 
 
 def _float(row: Mapping[str, str], key: str) -> float | None:

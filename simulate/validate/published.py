@@ -24,7 +24,7 @@ from analytical.hardware import get_hardware
 from analytical.model import load_model
 from analytical.paths import DATASETS_DIR
 from profiler.progress import advance, expect
-from simulate.validate.corpus_row import _float, _get, _parsed, row_scenario
+from simulate.validate.corpus_row import _bool, _float, _get, _parsed, row_scenario
 
 TRAINING_CORPUS = DATASETS_DIR / "validation" / "training" / "published_runs.csv"
 README_START = "<!-- validate-published:start -->"
@@ -116,7 +116,7 @@ def source_flops_per_token(row: Mapping[str, str]) -> float:
     causal = _get(row, "attention_flops") != "full"
     model = load_model(_get(row, "model"))
     per_token = model.flops_per_token(seq, training=True, causal=causal)
-    if _get(row, "flops_recompute").lower() == "true":
+    if _bool(row, "flops_recompute"):
         layers_matmul = model.matmul_params_active - model.vocab * model.hidden  # LM head kept out
         per_token += 2.0 * layers_matmul + model.attention_flops_per_token(
             seq, training=False, causal=causal)

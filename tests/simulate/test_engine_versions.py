@@ -16,6 +16,7 @@ from analytical.errors import SpecError
 from analytical.hardware import get_hardware
 from simulate.api import run
 from simulate.cli.main import main
+from simulate.serving import engine_versions
 from simulate.serving.engine_presets import engine_preset
 from simulate.serving.engine_versions import parse_release
 from simulate.validate.serving_corpus import load_corpus, row_scenario
@@ -267,3 +268,19 @@ def test_corpus_rows_carry_their_release_into_the_scenario() -> None:
     assert rows
     for row in rows:
         assert row_scenario(row)["serving"]["engine_version"] == row.engine_version
+
+
+@pytest.mark.parametrize(("entry", "field"), [
+    ({"from": "0.1", "below": "0.2"}, ".reason"),  # no reason: a refusal says why
+    ({"from": "0.2", "below": "0.1", "reason": "x"}, ".below"),  # an empty span
+    ({"from": "0.1", "below": "9.0", "reason": "x"}, ": overlaps"),  # covers a read range
+])
+def test_a_refused_entry_without_reason_span_or_room_is_refused(entry: dict[str, str],
+                                                                 field: str) -> None:
+    """`versions.refused` is checked when read: every shipped engine file passes (the
+    parametrised refusals above), and a broken edit names the entry and field."""
+    data = {"version": "1.0", "versions": {"newest": {"label": "1.0+", "from": "1.0"},
+                                           "refused": [entry]}}
+    with pytest.raises(SpecError) as err:
+        engine_versions.refused_ranges(data, "trtllm")
+    assert str(err.value).startswith(f"trtllm.versions.refused[0]{field}")

@@ -6,7 +6,11 @@ count the full-recompute forward pass (eq. 3), which `source_flops_per_token` fo
 
 from __future__ import annotations
 
+import pytest
+
+from analytical.errors import SpecError
 from analytical.model import load_model
+from simulate.validate import corpus_row
 from simulate.validate import published as pub
 
 # run_table_1.sh: model, GPUs (NNODES x 8), TP, PP, MBS, GBS, vpp (layers / PP / the
@@ -89,3 +93,15 @@ def test_local_ddp_rows_reduce_gradients_after_the_backward():
         assert t.get("dp_bucket_mb") == (None if local else 25.0)
     other = next(r for r in pub.load_corpus() if r["source"] == "korthikanti-2022")
     assert pub.row_scenario(other, "r")["training"]["overlap"]["dp_grad"] is True
+
+
+def test_a_yes_no_cell_that_is_neither_is_refused_naming_its_column():
+    """A typo in a boolean column (here `flops_recompute: ture`) must not read as false: the
+    scorer would silently drop the recompute forward from the row's FLOP count."""
+    row = {"model": "megatron-gpt-1t", "seq_len": "2048", "flops_recompute": "ture"}
+    with pytest.raises(SpecError, match="corpus.flops_recompute"):
+        pub.source_flops_per_token(row)
+    with pytest.raises(SpecError, match="corpus.sp"):
+        corpus_row._bool({"sp": "maybe"}, "sp")
+    assert corpus_row._bool({"sp": "No"}, "sp") is False
+    assert corpus_row._bool({}, "dp_grad_overlap") is True  # empty: the column's default
