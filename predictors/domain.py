@@ -17,20 +17,6 @@ vendors' datasheets, e.g. A100 312 TFLOP/s for both, H100 SXM 989), a GEMM, atte
 memory-bound op in one 16-bit float is asked in the other: same element width, so the same
 bytes, and the same tensor-core rate. Vidur measured its A100/H100/A40 GEMMs and norms in fp16
 only; serving and training run bf16.
-
-A collective's node span is checked too, per kind (`NODES_PREFIX`): the node counts
-(`CollectiveSpec.nodes`) the training rows of that kind held. Crossing a node boundary changes
-the link (NVLink or PCIe inside a node, the NIC and the inter-node network across nodes), and
-no feature of one node's table says what that network does: a champion trained on one node's
-NCCL tables asked an inter-node all-reduce goes off every measured curve and its trees
-extrapolate to a hop they never saw. Stop 42's quickstart (docs/validation/transfer-effects.md,
-issue 23) had L40S and H100 SXM champions trained on aiconfigurator's single-node tables price
-the MLPerf llama2_70b_lora collectives of 64 and 384 GPUs: the L40S rows went from -1% (the NCCL
-link model) to -70%. Per kind, because Vidur's tables hold 2-node send/recv but single-node
-all-reduce only. The group size is not checked: inside a node an unseen group size is a point
-off the curves that the roofline-ratio extrapolator prices over the same link, whose bus factor
-the link model carries (numeric, like sizes). A model saved before the node span was recorded
-(no `NODES_PREFIX` field in its domain) answers every node count, as it did.
 """
 
 from __future__ import annotations
@@ -42,11 +28,9 @@ from enum import Enum
 from analytical.dtypes import DType
 from analytical.errors import LlmsimError
 from analytical.hardware import get_hardware
-from analytical.ops import CollectiveSpec, OpSpec, op_to_dict
+from analytical.ops import OpSpec, op_to_dict
 
-Domain = dict[str, list[object]]  # field -> sorted values seen (JSON: str, bool or int)
-# "nodes.<kind>" -> the node counts the collective rows of that kind spanned
-NODES_PREFIX = "nodes."
+Domain = dict[str, list[object]]  # field -> sorted values seen (JSON: str or bool)
 
 
 def categorical_fields(op: OpSpec) -> dict[str, object]:
@@ -55,29 +39,13 @@ def categorical_fields(op: OpSpec) -> dict[str, object]:
             if isinstance(value, (bool, str, Enum))}
 
 
-def span_fields(op: OpSpec) -> dict[str, int]:
-    """A collective's node count under its kind's field (``{"nodes.all_reduce": 2}``);
-    empty for other ops."""
-    if isinstance(op, CollectiveSpec):
-        return {f"{NODES_PREFIX}{op.kind.value}": op.nodes}
-    return {}
-
-
-def _order(value: object) -> tuple[int, object]:
-    """Node counts in numeric order, other values by repr (stable JSON)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return (0, value)
-    return (1, repr(value))
-
-
 def training_domain(ops: Iterable[OpSpec]) -> Domain:
-    """Every categorical value the ops hold, per field, and each collective kind's node
-    counts, sorted (stable JSON)."""
+    """Every categorical value the ops hold, per field, sorted (stable JSON)."""
     seen: dict[str, set[object]] = {}
     for op in ops:
-        for name, value in {**categorical_fields(op), **span_fields(op)}.items():
+        for name, value in categorical_fields(op).items():
             seen.setdefault(name, set()).add(value)
-    return {name: sorted(values, key=_order) for name, values in sorted(seen.items())}
+    return {name: sorted(values, key=repr) for name, values in sorted(seen.items())}
 
 
 _HALF_FLOATS = {DType.FP16: DType.BF16, DType.BF16: DType.FP16}
@@ -117,17 +85,12 @@ def stand_in(domain: Mapping[str, list[object]] | None, op: OpSpec,
 def outside_domain(domain: Mapping[str, list[object]] | None, op: OpSpec,
                    hardware: str | None = None) -> str | None:
     """``"kind=send_recv"`` for the first categorical value ``op`` (after `stand_in`) has
-    that ``domain`` lacks, ``"all_reduce at nodes=2"`` for a collective over a node count its
-    kind's rows never spanned; None when inside (or when the domain is unknown: a model saved
-    before it was recorded; a domain without node spans checks no node count)."""
+    that ``domain`` lacks; None when inside (or when the domain is unknown: a model saved
+    before it was recorded)."""
     if domain is None:
         return None
     op = stand_in(domain, op, hardware)
     for name, value in categorical_fields(op).items():
         if name in domain and value not in domain[name]:
             return f"{name}={value}"
-    recorded = any(name.startswith(NODES_PREFIX) for name in domain)
-    for name, nodes in span_fields(op).items():
-        if recorded and nodes not in domain.get(name, ()):
-            return f"{name.removeprefix(NODES_PREFIX)} at nodes={nodes}"
     return None

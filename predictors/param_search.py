@@ -19,7 +19,7 @@ from predictors.features import MONOTONE_FEATURES
 from predictors.fit import FIT_UNIT, fit_model
 from predictors.model import HyperParams, Target, base_targets, size_column
 from predictors.search_folds import masked_mape, search_anchored, search_folds, unseen_in_fold
-from predictors.splits import ShapeKey, region_axes, shape_key
+from predictors.splits import region_axes
 from predictors.train_config import TrainConfig
 from profiler.progress import advance, expect
 
@@ -76,7 +76,6 @@ class _Validation:
     measured: np.ndarray
     parts: dict[str, np.ndarray]  # "all", "inside" / "beyond" the inner-train sizes
     unseen: list[np.ndarray]  # two held-out axes: per axis, the inside rows unseen on it
-    shapes: np.ndarray  # per row, an id of its held-out shape (`splits.shape_key`)
 
     def mape(self, predicted: np.ndarray) -> dict[str, float]:
         """MAPE on all inner-validation rows and on each side of the gate (0 when empty).
@@ -105,11 +104,7 @@ def _validation(ops: Sequence[OpSpec], x: np.ndarray, latency: np.ndarray,
     axes = region_axes(family)
     unseen = [unseen_in_fold(ops, folds, key) & ~beyond for key, _ in axes] \
         if len(axes) > 1 else []
-    shape_of, ids = shape_key(family), dict[ShapeKey, int]()
-    shapes = np.array([ids.setdefault(shape_of(ops[i]), len(ids))
-                       for _, rows in folds for i in rows.tolist()])
-    return _Validation(folds=folds, measured=measured, parts=parts, unseen=unseen,
-                       shapes=shapes)
+    return _Validation(folds=folds, measured=measured, parts=parts, unseen=unseen)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -200,8 +195,7 @@ def search(ops: Sequence[OpSpec], x: np.ndarray, latency: np.ndarray, train_rows
     if has_anchor(family):
         found = search_anchored(x, latency, family, hardware, valid.folds, valid.measured,
                                 s.configs, {i: s.predicted[Target.LOG_ROOFLINE_RATIO, i]
-                                            for i in range(len(s.configs))}, config,
-                                valid.shapes)
+                                            for i in range(len(s.configs))}, config)
         if found is not None:
             (on, off), anchor_weight, anchored_score, row = found
             scores[Target.ANCHORED], picks[Target.ANCHORED] = anchored_score, (on, off)

@@ -12,7 +12,7 @@ import numpy as np
 from analytical.errors import LlmsimError
 from analytical.ops import OpSpec
 from predictors.anchor import AnchorTable
-from predictors.evaluate import error_metrics, mape_gap
+from predictors.evaluate import error_metrics
 from predictors.fit import FIT_UNIT, fit_anchored_booster
 from predictors.model import HyperParams, Target, predict_on_curve
 from predictors.splits import KeyFn, region_axes
@@ -22,10 +22,8 @@ from profiler.progress import advance
 # The search's random validation is one ninth of the non-largest rows; at most this many
 # disjoint ninths (folds) are scored when one holds fewer than `TrainConfig.search_valid_rows`.
 MAX_SEARCH_FOLDS = 9
-# How much of the anchored trees' correction to apply (the shrinkage toward the measured
-# table), chosen on the search's on-curve rows: on dense, noisy tables the trees can only add
-# noise to the interpolated table (weight 0). The lightest weight whose inner MAPE is within
-# the noise of the best one is kept (`lightest_within_noise`).
+# How much of the anchored trees' correction to apply, chosen on the search's on-curve rows:
+# on dense, noisy tables the trees can only add noise to the interpolated table (weight 0).
 ANCHOR_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
@@ -86,42 +84,18 @@ def search_folds(ops: Sequence[OpSpec], large: np.ndarray, rest: np.ndarray,
     return folds
 
 
-def lightest_within_noise(measured: np.ndarray, predicted: dict[float, np.ndarray],
-                          shapes: np.ndarray, seed: int) -> tuple[float, float]:
-    """(chosen weight, lowest-MAPE weight) of ``predicted`` (weight -> seconds, same rows).
-
-    The one-standard-error rule of model selection (Breiman et al., "Classification and
-    Regression Trees", 1984, sec. 3.4.3; Hastie, Tibshirani & Friedman, "The Elements of
-    Statistical Learning", 2nd ed., sec. 7.10): of the candidates whose validation error
-    cannot be told from the best one's, keep the simplest. Here the simplest is the lightest
-    weight (0: the measured table), and "cannot be told" is the promotion gate's tie
-    (`predictors.promote.ties`): the 95% paired bootstrap interval of the MAPE gap, resampling
-    validation ``shapes`` whole (`evaluate.mape_gap`), reaches 0. The trees' correction is
-    applied only as far as the inner folds show it helps beyond their noise: on an NCCL table
-    an inner fold holds out about two message sizes, and a gain of a few tenths of a point
-    over some 17 sizes is noise, which a second set of held-out sizes reverses."""
-    weights = sorted(predicted)
-    best = min(weights, key=lambda w: (error_metrics(measured, predicted[w]).mape, w))
-    for weight in weights:
-        gap = mape_gap(measured, predicted[weight], predicted[best], shapes, seed=seed)
-        if weight == best or gap.low <= 0.0:
-            return weight, best
-    return best, best
-
-
 def search_anchored(x: np.ndarray, latency: np.ndarray, family: str, hardware: str,
                      folds: list[tuple[np.ndarray, np.ndarray]], measured: np.ndarray,
                      configs: list[HyperParams], ratio_predicted: dict[int, np.ndarray],
-                     config: TrainConfig, shapes: np.ndarray
+                     config: TrainConfig
                      ) -> tuple[tuple[int, int], float, float, dict[str, object]] | None:
     """Score the anchored target like the gated one: the anchored booster's params are the
     best draw on the inner-validation rows inside a measured curve (of the fold's inner-train
     table), the extrapolator's the best roofline-ratio draw on the rows outside (the search's
     own ratio fits: an anchored model's extrapolator is that booster). None when the data has
     too few rows on curves to fit it. Rows (and ``measured``) in fold order, as in `search`.
-    The weight of the trees' correction (`ANCHOR_WEIGHTS`) is the lightest whose on-curve
-    MAPE ties the lowest one (`lightest_within_noise`; ``shapes``: the held-out shape of each
-    validation row, in fold order). Each fit is
+    The weight of the trees' correction (`ANCHOR_WEIGHTS`) is the one with the lowest
+    on-curve MAPE for the chosen booster; the lightest weight wins a tie. Each fit is
     reported to the progress bar; stopping early reports the fits it skips."""
     tables = [(AnchorTable.build(family, x[train], latency[train]), train, valid)
               for train, valid in folds]
@@ -157,15 +131,12 @@ def search_anchored(x: np.ndarray, latency: np.ndarray, family: str, hardware: s
         return np.where(on_curve, np.exp(log_table + weight * correction), ratio_predicted[off])
 
     by_weight = {w: part_mape(weighted(w), on_curve) for w in ANCHOR_WEIGHTS}
-    weight, lowest = lightest_within_noise(
-        measured[on_curve], {w: weighted(w)[on_curve] for w in ANCHOR_WEIGHTS},
-        shapes[on_curve], config.seed)
+    weight = min(ANCHOR_WEIGHTS, key=lambda w: (by_weight[w], w))
     combined = weighted(weight)
     score = error_metrics(measured, combined).mape
     row = {"config": f"{on}+{off}", "target": Target.ANCHORED.value, "valid_mape": score,
            "valid_mape_on_curve": part_mape(combined, on_curve),
            "valid_mape_off_curve": part_mape(combined, ~on_curve), "anchor_weight": weight,
-           "anchor_weight_lowest_mape": lowest,
            **{f"valid_mape_on_curve_weight_{w:g}": m for w, m in by_weight.items()}}
     return (on, off), weight, score, row
 

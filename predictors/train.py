@@ -85,20 +85,10 @@ def _group_of(op: OpSpec) -> str | None:
     return None
 
 
-def split_rows(split: Split, config: TrainConfig) -> np.ndarray:
-    """The rows a split's model is fitted on (its training rows, capped and seeded)."""
-    return cap_rows(split.train, config.max_train_rows, config.seed + 4)
-
-
-def final_rows(data: TrainingData, config: TrainConfig) -> np.ndarray:
-    """The rows the final model is fitted on (all rows, capped and seeded)."""
-    return cap_rows(np.arange(len(data)), config.max_train_rows, config.seed + 4)
-
-
 def _evaluate_split(split: Split, data: TrainingData, x: np.ndarray, choice: SearchChoice,
                     config: TrainConfig) -> tuple[SplitResult, LatencyModel]:
     latency = data.latency_s
-    train_rows = split_rows(split, config)
+    train_rows = cap_rows(split.train, config.max_train_rows, config.seed + 4)
     inner_train, inner_valid = inner_split(train_rows, 0.1, config.seed + 3)
     stopped = fit_model(x, latency, data.family, data.hardware, inner_train, inner_valid,
                         choice.target, choice.params, config,
@@ -166,7 +156,7 @@ def train_predictor(data: TrainingData, hw: HardwareSpec,
     for split in splits:
         results[split.name], models[split.name] = _evaluate_split(split, data, x, choice, config)
         advance(1, unit=FIT_UNIT, label=f"split {split.name}")
-    everything = final_rows(data, config)
+    everything = cap_rows(np.arange(len(data)), config.max_train_rows, config.seed + 4)
     final = fit_model(x, data.latency_s, data.family, data.hardware, everything, None,
                       choice.target, choice.params, config, rounds=models[RANDOM].tree_counts,
                       extrapolator_params=choice.extrapolator_params,
