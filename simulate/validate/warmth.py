@@ -53,7 +53,7 @@ from simulate.validate.models import (
 )
 
 __all__ = ["WARMTH_PROBES", "WarmthCurve", "WarmthPoint", "blend", "fit_curve",
-           "measure_warmth", "warm_fraction"]
+           "measure_warmth", "non_increasing", "warm_fraction"]
 
 _TOKENS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
 
@@ -142,14 +142,35 @@ class WarmthCurve:
                 for mode, knots in self.knots.items()}
 
 
+def non_increasing(values: Sequence[float], weights: Sequence[float]) -> list[float]:
+    """The weighted least-squares non-increasing fit of ``values`` (pool adjacent violators,
+    Barlow et al., "Statistical inference under order restrictions", 1972)."""
+    blocks: list[list[float]] = []  # [mean, weight, count]
+    for value, weight in zip(values, weights, strict=True):
+        blocks.append([value, weight, 1])
+        while len(blocks) > 1 and blocks[-2][0] < blocks[-1][0]:
+            mean, w, n = blocks.pop()
+            prev = blocks[-1]
+            total = prev[1] + w
+            prev[0], prev[1], prev[2] = (prev[0] * prev[1] + mean * w) / total, total, prev[2] + n
+    return [mean for mean, _, n in blocks for _ in range(int(n))]
+
+
 def fit_curve(points: Sequence[WarmthPoint]) -> WarmthCurve:
-    """Knots per mode from the points that carry a fraction (equal working sets averaged)."""
+    """Knots per mode from the points that carry a fraction: equal working sets averaged, then
+    made non-increasing in the working set (a larger working set has longer reuse distances,
+    so it cannot run warmer, Drepper 2007 section 3.3; what breaks the order is noise)."""
     by_mode: dict[str, dict[int, list[float]]] = {}
     for point in points:
         if (f := point.fraction) is not None:
             by_mode.setdefault(point.mode, {}).setdefault(point.working_set_bytes, []).append(f)
-    return WarmthCurve(knots={mode: tuple((b, sum(fs) / len(fs)) for b, fs in sorted(ws.items()))
-                              for mode, ws in by_mode.items()})
+    knots = {}
+    for mode, ws in by_mode.items():
+        sizes = sorted(ws)
+        fitted = non_increasing([sum(ws[b]) / len(ws[b]) for b in sizes],
+                                [float(len(ws[b])) for b in sizes])
+        knots[mode] = tuple(zip(sizes, fitted, strict=True))
+    return WarmthCurve(knots=knots)
 
 
 def _single_s(spec: OpSpec, flush_bytes: int) -> float | None:
