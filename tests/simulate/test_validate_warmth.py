@@ -15,6 +15,7 @@ from simulate.cli.main import cli
 from simulate.frontend.price import TracedPrediction
 from simulate.validate.cache import MIN_COLD_FLUSH_BYTES, CacheRule, cold_flush_bytes
 from simulate.validate.loop import FAST_BUDGET, LoopConfig, run_validation
+from simulate.validate.models import VALIDATION_MODELS
 from simulate.validate.report import ValidationRow, row_dict
 from simulate.validate.warmth import (
     WARMTH_PROBES,
@@ -25,7 +26,6 @@ from simulate.validate.warmth import (
     non_increasing,
     warm_fraction,
 )
-from simulate.validate.models import VALIDATION_MODELS
 
 MiB = 2**20
 
