@@ -42,6 +42,9 @@ __all__ = ["CacheRule", "cold_flush_bytes", "fits_llc", "warm_flush_bytes",
 
 MIN_WARM_FLUSH_BYTES = 2**20  # when sysfs names no L2: 1 MiB, at least one L2 of any x86 core
 MIN_COLD_FLUSH_BYTES = 64 * 2**20  # the profiler's default CPU flush (profiler.timers)
+# At most 4 GiB: twice the largest LLC sold (AMD Genoa-X, 1152 MiB of L3 per socket); an LLC
+# size beyond it is a configuration error, and the buffer must fit in memory.
+MAX_COLD_FLUSH_BYTES = 4 * 2**30
 
 
 class CacheRule(StrEnum):
@@ -84,5 +87,6 @@ def warm_flush_bytes(l2_bytes: int) -> int:
 
 def cold_flush_bytes(llc_bytes: int) -> int:
     """The flush before each call of a cold profile: twice the LLC (module docstring), at
-    least `MIN_COLD_FLUSH_BYTES` (an unknown LLC keeps the profiler's default)."""
-    return max(MIN_COLD_FLUSH_BYTES, 2 * llc_bytes)
+    least `MIN_COLD_FLUSH_BYTES` (an unknown LLC keeps the profiler's default), at most
+    `MAX_COLD_FLUSH_BYTES`."""
+    return min(MAX_COLD_FLUSH_BYTES, max(MIN_COLD_FLUSH_BYTES, 2 * llc_bytes))

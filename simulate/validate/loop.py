@@ -264,7 +264,7 @@ def _host_and_warmth(config: LoopConfig, traces, fits: dict[tuple[str, str], boo
     curve, points = measure_warmth(
         {name: WARMTH_PROBES[name] for name in config.warmth_probes}, config.modes,
         threads=threads, host=host, cold_flush=cold_flush_bytes(llc_bytes),
-        warm_flush=warm_flush_bytes(cpu_cache_bytes(2)), warmup=config.warmup)
+        warm_flush=warm_flush_bytes(cpu_cache_bytes(2)), warmup=config.warmup, elapsed=elapsed)
     stages["warmth"] = {"points": [p.to_dict() for p in points], "curve": curve.to_dict()}
     elapsed["warmth"] = time.perf_counter() - t0
     return host, {key: curve.fraction(key[1], working_set_bytes(traced))

@@ -31,6 +31,7 @@ from __future__ import annotations
 import bisect
 import gc
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -189,12 +190,16 @@ def _costable(traced: TracedGraph) -> list[OpSpec] | None:
 
 def measure_warmth(probes: Mapping[str, ValidationModel], modes: Sequence[str], *,
                    threads: int, host: HostGap, cold_flush: int, warm_flush: int,
-                   warmup: int = 2, repeats: int = PROBE_REPEATS
+                   warmup: int = 2, repeats: int = PROBE_REPEATS,
+                   elapsed: dict[str, float] | None = None
                    ) -> tuple[WarmthCurve, list[WarmthPoint]]:
     """Trace, time and price every probe in every mode (module docstring); the curve and its
-    points. A (probe, mode) with an operator that is unknown or cannot run here is left out."""
+    points. A (probe, mode) with an operator that is unknown or cannot run here is left out.
+    ``elapsed`` receives the seconds of each part (trace, singles, models)."""
     import torch  # noqa: PLC0415
 
+    clock = elapsed if elapsed is not None else {}
+    t0 = time.perf_counter()
     traces: dict[tuple[str, str], tuple[TracedGraph, list[OpSpec]]] = {}
     for name, spec in probes.items():
         for mode in modes:
@@ -202,6 +207,7 @@ def measure_warmth(probes: Mapping[str, ValidationModel], modes: Sequence[str], 
             if (specs := _costable(traced)) is not None:
                 traces[(name, mode)] = (traced, specs)
     distinct = {s.key: s for _, specs in traces.values() for s in specs}
+    clock["warmth_trace"], t0 = time.perf_counter() - t0, time.perf_counter()
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:  # cold and warm alternately per operator: drift of the machine hits both alike
@@ -209,6 +215,7 @@ def measure_warmth(probes: Mapping[str, ValidationModel], modes: Sequence[str], 
                    for key, s in distinct.items()}
     finally:
         torch.set_num_threads(previous)
+    clock["warmth_singles"], t0 = time.perf_counter() - t0, time.perf_counter()
     points: list[WarmthPoint] = []
     for name, spec in probes.items():
         if not any(key[0] == name for key in traces):
@@ -234,6 +241,7 @@ def measure_warmth(probes: Mapping[str, ValidationModel], modes: Sequence[str], 
                                       host_s=host.seconds(traced)))
         del model
         gc.collect()
+    clock["warmth_models"] = time.perf_counter() - t0
     return fit_curve(points), points
 
 

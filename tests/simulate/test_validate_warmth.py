@@ -13,7 +13,12 @@ from click.testing import CliRunner
 from profiler.timers import FLUSH_CHUNK_BYTES, flush_chunks
 from simulate.cli.main import cli
 from simulate.frontend.price import TracedPrediction
-from simulate.validate.cache import MIN_COLD_FLUSH_BYTES, CacheRule, cold_flush_bytes
+from simulate.validate.cache import (
+    MAX_COLD_FLUSH_BYTES,
+    MIN_COLD_FLUSH_BYTES,
+    CacheRule,
+    cold_flush_bytes,
+)
 from simulate.validate.loop import FAST_BUDGET, LoopConfig, run_validation
 from simulate.validate.models import VALIDATION_MODELS
 from simulate.validate.report import ValidationRow, row_dict
@@ -95,6 +100,7 @@ def test_the_cold_flush_follows_the_llc() -> None:
     assert cold_flush_bytes(32 * MiB) == 64 * MiB  # this EPYC: today's 64 MiB
     assert cold_flush_bytes(8 * MiB) == MIN_COLD_FLUSH_BYTES == 64 * MiB  # never less
     assert cold_flush_bytes(0) == MIN_COLD_FLUSH_BYTES  # unknown LLC
+    assert cold_flush_bytes(2**40) == MAX_COLD_FLUSH_BYTES  # a buffer that fits in memory
     # a flush beyond one chunk is written by one thread per chunk, at most one per CPU
     assert flush_chunks(64 * MiB, cpus=16) == 1
     assert flush_chunks(600 * MiB, cpus=16) == -(-600 * MiB // FLUSH_CHUNK_BYTES) == 10
