@@ -72,7 +72,8 @@ def _neox(hidden: int, layers: int, vocab: int) -> ValidationModel:
 
 
 # Forward working sets ~1.9, 7.5, 30, 63 and 168 MiB (twice that with a backward): from inside
-# a server core's L2-to-LLC range to past 4x a 32 MiB LLC, the whole warmth stage 52-75 s on one core of the loaded 2-core dev box.
+# a server core's L2-to-LLC range to past 4x a 32 MiB LLC; the whole warmth stage took
+# 52-75 s on one core of the loaded 2-core dev box.
 WARMTH_PROBES: dict[str, ValidationModel] = {
     p.name: p for p in (_neox(64, 2, 2048), _neox(128, 2, 4096), _neox(256, 2, 8192),
                         _neox(384, 4, 8192), _neox(512, 6, 16384))}
