@@ -149,3 +149,19 @@ def test_the_loop_prices_each_row_between_the_stores_by_the_measured_curve(
     assert row.predicted_s == pytest.approx(row.composition_s + row.host_s, rel=1e-9)
     assert report.stages["warmth"] == {"points": [], "curve": {"forward": [
         {"working_set_mb": 1.0, "f": 0.25}]}}
+
+
+def test_a_chunked_flush_writes_every_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    from profiler import timers
+
+    monkeypatch.setattr(timers, "FLUSH_CHUNK_BYTES", MiB)
+    monkeypatch.setattr(timers.os, "cpu_count", lambda: 3)
+    monkeypatch.setattr(timers, "_flush_pool", [])  # a pool of this test's size, then dropped
+    nbytes = 4 * MiB + 8
+    assert timers.flush_chunks(nbytes) == 3
+    buf = np.ones(nbytes // 8)
+    monkeypatch.setitem(timers._cpu_flush_buffer, nbytes, buf)
+    timers._cpu_flush(nbytes)
+    assert not buf.any()  # the calling thread's chunk and the pool's
