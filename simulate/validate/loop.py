@@ -93,6 +93,10 @@ class LoopConfig:
             raise SpecError("models", "needs at least one validation model")
         for name in self.models:
             validation_model(name)
+        for name in self.warmth_probes:
+            if name not in WARMTH_PROBES:
+                raise SpecError("warmth_probes", f"unknown probe {name!r}; known: "
+                                f"{', '.join(WARMTH_PROBES)}")
         for mode in self.modes:
             if mode not in MODES:
                 raise SpecError("modes", f"unknown mode {mode!r}; known: {', '.join(MODES)}")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from analytical.errors import SpecError
 from profiler.timers import FLUSH_CHUNK_BYTES, flush_chunks
 from simulate.cli.main import cli
 from simulate.frontend.price import TracedPrediction
@@ -115,6 +116,8 @@ def test_probes_are_not_validation_models_and_span_the_caches() -> None:
 
 def test_measured_is_the_default_rule_of_the_loop_and_the_cli() -> None:
     assert LoopConfig().cache == CacheRule.MEASURED
+    with pytest.raises(SpecError, match="warmth_probes"):
+        LoopConfig(warmth_probes=("gpt2-small-test",))  # a validation model is no probe
     help_text = CliRunner().invoke(cli, ["validate", "cpu", "--help"]).output
     assert "measured" in help_text and "[default: measured]" in help_text
     row = ValidationRow(model="m", mode="forward", ops=1, distinct_ops=1, predicted_s=0.011,
