@@ -91,6 +91,21 @@ def cpu_flush_bytes() -> int:
     return int(float(os.environ.get("LLMSIM_CPU_FLUSH_MB", CPU_FLUSH_MB_DEFAULT)) * 2**20)
 
 
+# A flush larger than one chunk (a flush of twice a server LLC: 600 MiB on a 300 MiB L3) is
+# written by up to one thread per CPU, a chunk each, so that it costs about what 64 MiB costs on
+# one core; the calling thread writes the first chunk itself (its private L1/L2 are evicted
+# only by its own writes), the others evict the shared LLC. numpy releases the GIL in fill.
+FLUSH_CHUNK_BYTES = CPU_FLUSH_MB_DEFAULT * 2**20
+_flush_pool: list[object] = []
+
+
+def flush_chunks(nbytes: int, cpus: int | None = None) -> int:
+    """How many chunks (threads) write a flush of ``nbytes``: one per `FLUSH_CHUNK_BYTES`,
+    at most one per CPU, at least one."""
+    cpus = cpus if cpus is not None else (os.cpu_count() or 1)
+    return max(1, min(cpus, -(-nbytes // FLUSH_CHUNK_BYTES)))
+
+
 def _cpu_flush(nbytes: int) -> None:
     if nbytes <= 0:
         return
@@ -99,7 +114,22 @@ def _cpu_flush(nbytes: int) -> None:
         import numpy as np
 
         buf = _cpu_flush_buffer[nbytes] = np.empty(nbytes // 8, dtype=np.float64)
-    buf.fill(0.0)  # type: ignore[attr-defined]
+    chunks = flush_chunks(nbytes)
+    if chunks == 1:
+        buf.fill(0.0)  # type: ignore[attr-defined]
+        return
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    if not _flush_pool:
+        _flush_pool.append(ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 1) - 1)))
+    pool: ThreadPoolExecutor = _flush_pool[0]  # type: ignore[assignment]
+    size = len(buf)  # type: ignore[arg-type]
+    parts = [buf[i * size // chunks:(i + 1) * size // chunks]  # type: ignore[index]
+             for i in range(chunks)]
+    futures = [pool.submit(part.fill, 0.0) for part in parts[1:]]
+    parts[0].fill(0.0)
+    for future in futures:
+        future.result()
 
 
 def time_cpu(run: Callable[[], object], budget: Budget, *,

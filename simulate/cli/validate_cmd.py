@@ -70,10 +70,11 @@ def _status(label: str) -> None:
 @click.option("--threads", type=click.IntRange(1, 4096), default=1, show_default=True,
               help="torch intra-op threads for profiling and timing alike (1 resists other "
                    "load on the machine best).")
-@click.option("--cache", type=click.Choice(["fit", "cold", "warm"]), default="fit",
-              show_default=True,
-              help="Operator prices cold-flushed, warm in the last-level cache, or 'fit': warm "
-                   "where the model's working set fits this CPU's LLC (simulate.validate.cache).")
+@click.option("--cache", type=click.Choice(["measured", "fit", "cold", "warm"]),
+              default="measured", show_default=True,
+              help="Operator prices cold-flushed, warm in the last-level cache, 'fit': warm "
+                   "where the model's working set fits this CPU's LLC, or 'measured': both, "
+                   "weighted by the warmth probe models measure here (simulate.validate.cache).")
 @click.option("--skip-profile", is_flag=True, help="Use what the store holds; profile nothing.")
 @click.option("--skip-train", is_flag=True, help="Reuse the registered champion predictors.")
 @click.option("--fast", is_flag=True,
@@ -107,7 +108,8 @@ def cpu_cmd(models: str | None, modes: str, db: Path | None, tracking_uri: str |
                         train=not skip_train, fast_train=fast, progress=progress and not as_json,
                         cache=CacheRule(cache))
     # stages: trace, profile, train, host, predict, measure (each counted as it starts)
-    with bar("validate cpu", unit="stages", total=4 + (not skip_profile) + (not skip_train),
+    with bar("validate cpu", unit="stages", total=4 + (not skip_profile) + (not skip_train)
+             + (cache == "measured"),
              enabled=progress and not as_json), _quiet_transformers():
         report = run_validation(config, on_stage=_status)
     if as_json:

@@ -9,9 +9,10 @@
 4. Measure the host work between operators on this machine (`host.measure_host_gap`: probe
    decoders that are not validation models, against their operators timed alone warm): the
    host work per Python-issued aten call.
-   A (model, mode) whose working set fits this CPU's last-level cache is priced from a second
-   store, its shapes profiled LLC-warm (`simulate.validate.cache`); the others from the cold
-   store of step 2.
+   Every shape is also profiled LLC-warm into a second store (`simulate.validate.cache`), and
+   probe models measure how warm this machine keeps a working set (`validate.warmth`): each
+   (model, mode) is priced ``f * warm + (1 - f) * cold`` with f of its working set (rule
+   ``measured``; ``fit`` takes the warm store where the working set fits the LLC, else cold).
 5. Predict each trace through the engine chain (`traced.price_traced`): the sum over the
    traced calls in order, one device, no overlap, plus the host term of step 4.
    Unknown aten calls are priced by the roofline of their COPY proxy and listed with their
@@ -23,7 +24,6 @@
 
 from __future__ import annotations
 
-import gc
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -46,18 +46,19 @@ from simulate.frontend.aten_map import Category
 from simulate.frontend.graph import TracedGraph
 from simulate.frontend.hf import MODES
 from simulate.frontend.price import price_traced
-from simulate.validate.cache import CacheRule, fits_llc, warm_flush_bytes, working_set_bytes
-from simulate.validate.host import PROBE_MODELS, HostGap, measure_host_gap
-from simulate.validate.measure import measure_model
-from simulate.validate.models import (
-    VALIDATION_MODELS,
-    build_validation_model,
-    trace_validation_model,
-    validation_inputs,
-    validation_model,
+from simulate.validate.cache import (
+    CacheRule,
+    cold_flush_bytes,
+    fits_llc,
+    warm_flush_bytes,
+    working_set_bytes,
 )
+from simulate.validate.host import PROBE_MODELS, HostGap, measure_host_gap
+from simulate.validate.measure import time_models
+from simulate.validate.models import VALIDATION_MODELS, trace_validation_model, validation_model
 from simulate.validate.report import UnknownRow, ValidationReport, ValidationRow
 from simulate.validate.training import train_families
+from simulate.validate.warmth import WARMTH_PROBES, blend, measure_warmth
 
 __all__ = ["FAST_BUDGET", "LoopConfig", "needed_ops", "needed_sweep",
            "run_validation", "stored_medians", "validation_db_path", "warm_store_path"]
@@ -83,7 +84,8 @@ class LoopConfig:
     train: bool = True  # False: reuse the registered champions
     fast_train: bool = False  # a small hyper-parameter search (tests)
     progress: bool = False  # rich progress bar on stderr while profiling
-    cache: CacheRule = CacheRule.FIT  # cold or LLC-warm operator prices (validate.cache)
+    cache: CacheRule = CacheRule.MEASURED  # operator prices' cache state (validate.cache)
+    warmth_probes: tuple[str, ...] = tuple(WARMTH_PROBES)  # rule measured (validate.warmth)
     llc_bytes: int | None = None  # None: this CPU's last-level cache from sysfs
 
     def __post_init__(self) -> None:
@@ -91,6 +93,10 @@ class LoopConfig:
             raise SpecError("models", "needs at least one validation model")
         for name in self.models:
             validation_model(name)
+        for name in self.warmth_probes:
+            if name not in WARMTH_PROBES:
+                raise SpecError("warmth_probes", f"unknown probe {name!r}; known: "
+                                f"{', '.join(WARMTH_PROBES)}")
         for mode in self.modes:
             if mode not in MODES:
                 raise SpecError("modes", f"unknown mode {mode!r}; known: {', '.join(MODES)}")
@@ -181,25 +187,6 @@ def _composition(traced: TracedGraph, medians: dict[str, float]) -> tuple[float 
     return (None if missing else sum(medians[s.key] for s in specs)), missing
 
 
-def _timings(config: LoopConfig, threads: int
-             ) -> dict[tuple[str, str], tuple[float, float, float]]:
-    """(median s, relative p10-p90 spread, min s) of the real model per (model, mode)."""
-    out: dict[tuple[str, str], tuple[float, float, float]] = {}
-    for name in config.models:
-        spec = validation_model(name)
-        model = build_validation_model(spec)
-        model.eval()  # no dropout; train_step still builds the autograd graph
-        for mode in config.modes:
-            timing = measure_model(model, validation_inputs(spec, mode), mode=mode,
-                                   warmup=config.warmup, repeats=config.repeats,
-                                   threads=threads, new_tokens=spec.new_tokens).timing
-            spread = (timing.p90_s - timing.p10_s) / timing.median_s if timing.median_s else 0.0
-            out[(name, mode)] = (timing.median_s, spread, timing.min_s)
-        del model
-        gc.collect()
-    return out
-
-
 def run_validation(config: LoopConfig, *,
                    on_stage: Callable[[str], None] | None = None) -> ValidationReport:
     """Trace, profile, train, predict and measure; see the module docstring.
@@ -222,29 +209,26 @@ def run_validation(config: LoopConfig, *,
     stage("trace")
     traces = {(name, mode): trace_validation_model(validation_model(name), mode)
               for name in config.models for mode in config.modes}
-    probes = {name: trace_validation_model(spec, "generate")
-              for name, spec in PROBE_MODELS.items()}
     ops = needed_ops(list(traces.values()))
     llc = last_level_cache_bytes() if config.llc_bytes is None else config.llc_bytes
     warm = {key: fits_llc(traced, llc, config.cache) for key, traced in traces.items()}
-    warm_ops = needed_ops([traced for key, traced in traces.items() if warm[key]])
+    measured_rule = config.cache == CacheRule.MEASURED
+    warm_ops = ops if measured_rule else needed_ops(
+        [traced for key, traced in traces.items() if warm[key]])
     elapsed["trace"] = time.perf_counter() - started
 
     _profile_and_train(config, ops, hw.name, store_path, threads, stage=stage, stages=stages,
-                       elapsed=elapsed)
+                       elapsed=elapsed, flush_bytes=cold_flush_bytes(llc))
     warm_path = _profile_warm(config, warm_ops, llc, warm_store_path(store_path), threads,
                               stage=stage, stages=stages, elapsed=elapsed)
 
-    stage("host")
-    t0 = time.perf_counter()
-    host = measure_host_gap(probes, threads=threads, warmup=config.warmup)
-    stages["host"] = host.to_dict()
-    elapsed["host"] = time.perf_counter() - t0
-
+    host, fractions = _host_and_warmth(config, traces, warm, llc, threads, stage=stage,
+                                       stages=stages, elapsed=elapsed)
     stage("predict")
     t0 = time.perf_counter()
     stores = {False: (store_path, ops)} | ({True: (warm_path, warm_ops)} if warm_path else {})
-    priced, medians, cache = _predict(traces, warm, stores, hw, config.tracking_uri, threads)
+    priced, medians, cache = _predict(traces, fractions, warm, stores, hw, config.tracking_uri,
+                                      threads, measured_rule)
     # The same traces without the store: what the predictors alone say (in-sample shapes).
     no_store = EngineChain(hw, use_store=False, tracking_uri=config.tracking_uri)
     model_only = {key: price_traced(traced, no_store, hw) for key, traced in traces.items()}
@@ -252,7 +236,8 @@ def run_validation(config: LoopConfig, *,
 
     stage("measure")
     t0 = time.perf_counter()
-    timings = _timings(config, threads)
+    timings = time_models(config.models, config.modes, threads=threads,
+                          warmup=config.warmup, repeats=config.repeats)
     elapsed["measure"] = time.perf_counter() - t0
 
     rows, unknown_rows = _report_rows(traces, priced, model_only, medians, timings, host, cache)
@@ -262,9 +247,37 @@ def run_validation(config: LoopConfig, *,
                             threads=threads, stages=stages, elapsed_s=elapsed)
 
 
+def _host_and_warmth(config: LoopConfig, traces, fits: dict[tuple[str, str], bool],
+                     llc_bytes: int, threads: int, *, stage: Callable[[str], None],
+                     stages: dict[str, object], elapsed: dict[str, float]
+                     ) -> tuple[HostGap, dict[tuple[str, str], float]]:
+    """The host work per call (`host.py`'s probes) and the weight of the LLC-warm store per
+    (model, mode): measured by `warmth.py`'s probes under rule ``measured``, else 1 or 0 as
+    the rule says (``fits``)."""
+    stage("host")
+    t0 = time.perf_counter()
+    probes = {name: trace_validation_model(spec, "generate")
+              for name, spec in PROBE_MODELS.items()}
+    host = measure_host_gap(probes, threads=threads, warmup=config.warmup)
+    stages["host"] = host.to_dict()
+    elapsed["host"] = time.perf_counter() - t0
+    if config.cache != CacheRule.MEASURED:
+        return host, {key: float(hot) for key, hot in fits.items()}
+    stage("warmth")
+    t0 = time.perf_counter()
+    curve, points = measure_warmth(
+        {name: WARMTH_PROBES[name] for name in config.warmth_probes}, config.modes,
+        threads=threads, host=host, cold_flush=cold_flush_bytes(llc_bytes),
+        warm_flush=warm_flush_bytes(cpu_cache_bytes(2)), warmup=config.warmup, elapsed=elapsed)
+    stages["warmth"] = {"points": [p.to_dict() for p in points], "curve": curve.to_dict()}
+    elapsed["warmth"] = time.perf_counter() - t0
+    return host, {key: curve.fraction(key[1], working_set_bytes(traced))
+                  for key, traced in traces.items()}
+
+
 def _profile_and_train(config: LoopConfig, ops, hardware: str, store_path, threads: int, *,
                        stage: Callable[[str], None], stages: dict[str, object],
-                       elapsed: dict[str, float]) -> None:
+                       elapsed: dict[str, float], flush_bytes: int) -> None:
     """Measure the traced shapes into the store and train each family on them, as configured;
     record what each stage did in ``stages`` and how long it took in ``elapsed``."""
     if config.profile:
@@ -272,8 +285,10 @@ def _profile_and_train(config: LoopConfig, ops, hardware: str, store_path, threa
         t0 = time.perf_counter()
         summary: RunSummary = run_sweep(needed_sweep(ops, budget=config.budget),
                                         store_path, device="cpu", threads=threads,
-                                        progress=config.progress, command="validate cpu")
-        stages["profile"] = {"shapes": len(ops), "skipped": summary.skipped,
+                                        progress=config.progress, command="validate cpu",
+                                        flush_bytes=flush_bytes)
+        stages["profile"] = {"shapes": len(ops), "skipped": summary.skipped, "flush_mb":
+                             flush_bytes / 2**20,
                              "measured": summary.measured, "statuses": summary.statuses}
         elapsed["profile"] = time.perf_counter() - t0
 
@@ -287,20 +302,29 @@ def _profile_and_train(config: LoopConfig, ops, hardware: str, store_path, threa
         elapsed["train"] = time.perf_counter() - t0
 
 
-def _predict(traces, warm: dict[tuple[str, str], bool],
-             stores: dict[bool, tuple[Path, list[OpSpec]]], hw, tracking_uri: str | None,
-             threads: int) -> tuple[dict, dict, dict]:
-    """Each trace priced through the chain of its store (``stores[warm[key]]``: path and the
-    ops profiled there; cold when no warm store exists), the stored medians of (that store, the
-    cold store) for its compositions, and its cache label."""
-    warm = {key: hot and True in stores for key, hot in warm.items()}
+def _predict(traces, fractions: dict[tuple[str, str], float],
+             fits: dict[tuple[str, str], bool], stores: dict[bool, tuple[Path, list[OpSpec]]],
+             hw, tracking_uri: str | None, threads: int, measured_rule: bool
+             ) -> tuple[dict, dict, dict]:
+    """Each trace priced ``f * warm + (1 - f) * cold`` through the chains of the two stores
+    (``stores[hot]``: path and the ops profiled there; f = 0 when no warm store exists), the
+    stored medians (warm, cold) for its compositions with f and whether it fits the LLC (the
+    ``fit`` rule's composition), and its cache label."""
+    fractions = {key: f if True in stores else 0.0 for key, f in fractions.items()}
     fingerprint = _fingerprint(threads)
     medians = {hot: stored_medians(ops, path, fingerprint) for hot, (path, ops) in stores.items()}
     chains = {hot: EngineChain(hw, store_path=path, tracking_uri=tracking_uri)
               for hot, (path, _) in stores.items()}
-    return ({key: price_traced(traced, chains[warm[key]], hw) for key, traced in traces.items()},
-            {key: (medians[warm[key]], medians[False]) for key in traces},
-            {key: "llc-warm" if warm[key] else "cold" for key in traces})
+    priced = {}
+    for key, traced in traces.items():
+        cold = price_traced(traced, chains[False], hw)
+        priced[key] = (cold if fractions[key] == 0 else
+                       blend(price_traced(traced, chains[True], hw), cold, fractions[key]))
+    warm_medians = medians.get(True, medians[False])
+    return (priced,
+            {key: (warm_medians, medians[False], fractions[key], fits[key]) for key in traces},
+            {key: "measured" if measured_rule else "llc-warm" if fractions[key] else "cold"
+             for key in traces})
 
 
 def _profile_warm(config: LoopConfig, ops: Sequence[OpSpec], llc_bytes: int, path: Path,
@@ -310,7 +334,8 @@ def _profile_warm(config: LoopConfig, ops: Sequence[OpSpec], llc_bytes: int, pat
     the fitting models from, None when there is none."""
     flush = warm_flush_bytes(cpu_cache_bytes(2))
     stages["cache"] = {"rule": str(config.cache), "llc_mb": llc_bytes / 2**20,
-                       "warm_flush_mb": flush / 2**20, "warm_shapes": len(ops)}
+                       "warm_flush_mb": flush / 2**20, "warm_shapes": len(ops),
+                       "cold_flush_mb": cold_flush_bytes(llc_bytes) / 2**20}
     if not ops:
         return None
     if config.profile:
@@ -335,7 +360,11 @@ def _report_rows(traces, priced, model_only, medians, timings, host: HostGap,
     unknown_rows: list[UnknownRow] = []
     for (name, mode), traced in traces.items():
         pred, alone = priced[(name, mode)], model_only[(name, mode)]
-        composition, missing = _composition(traced, medians[(name, mode)][0])
+        warm_medians, cold_medians, fraction, fits = medians[(name, mode)]
+        hot, missing = _composition(traced, warm_medians)
+        cold, cold_missing = _composition(traced, cold_medians)
+        composition = (None if hot is None or cold is None
+                       else fraction * hot + (1 - fraction) * cold)
         measured, spread, fastest = timings[(name, mode)]
         host_s = host.seconds(traced)
         rows.append(ValidationRow(
@@ -344,9 +373,11 @@ def _report_rows(traces, priced, model_only, medians, timings, host: HostGap,
             measured_spread=spread,
             measured_min_s=fastest,
             engine_share=pred.engine_share, composition_s=composition,
-            composition_missing=missing, predictor_s=alone.serial_s + host_s,
+            composition_missing=max(missing, cold_missing),
+            predictor_s=alone.serial_s + host_s,
             cache=cache[(name, mode)], working_set_bytes=working_set_bytes(traced),
-            composition_cold_s=_composition(traced, medians[(name, mode)][1])[0],
+            composition_cold_s=cold, cache_fraction=fraction,
+            composition_fit_s=hot if fits else cold,
             predictor_xgb_share=alone.engine_share["xgboost"]))
         unknown_rows.extend(UnknownRow(model=name, mode=mode, aten=u.aten, count=u.count,
                                        bytes=u.bytes, time_s=u.time_s, share=u.share)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,3 +118,29 @@ def measure_model(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor], *,
         if mode == "train_step":
             model.zero_grad(set_to_none=True)
     return ModelTiming(mode=mode, timing=summarize(samples), threads=used, warmup=warmup)
+
+
+def time_models(models: Sequence[str], modes: Sequence[str], *, threads: int, warmup: int,
+                repeats: int) -> dict[tuple[str, str], tuple[float, float, float]]:
+    """(median s, relative p10-p90 spread, min s) of each validation model in each mode."""
+    from simulate.validate.models import (  # noqa: PLC0415
+        build_validation_model,
+        validation_inputs,
+        validation_model,
+    )
+
+    out: dict[tuple[str, str], tuple[float, float, float]] = {}
+    for name in models:
+        spec = validation_model(name)
+        model = build_validation_model(spec)
+        model.eval()  # no dropout; train_step still builds the autograd graph
+        for mode in modes:
+            timing = measure_model(model, validation_inputs(spec, mode),  # type: ignore[arg-type]
+                                   mode=mode, warmup=warmup,  # type: ignore[arg-type]
+                                   repeats=repeats, threads=threads,
+                                   new_tokens=spec.new_tokens).timing
+            spread = (timing.p90_s - timing.p10_s) / timing.median_s if timing.median_s else 0.0
+            out[(name, mode)] = (timing.median_s, spread, timing.min_s)
+        del model
+        gc.collect()
+    return out

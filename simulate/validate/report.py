@@ -47,6 +47,8 @@ class ValidationRow:
     cache: str = "cold"  # operator prices: "cold" store or "llc-warm" (simulate.validate.cache)
     working_set_bytes: int = 0  # `cache.working_set_bytes` of the trace
     composition_cold_s: float | None = None  # the composition from the cold store (all rows)
+    cache_fraction: float = 0.0  # weight of the LLC-warm store in the prices (validate.warmth)
+    composition_fit_s: float | None = None  # the composition under the `fit` rule
 
     @property
     def error_pct(self) -> float | None:
@@ -60,6 +62,15 @@ class ValidationRow:
     def error_vs_min_pct(self) -> float | None:
         return None if self.measured_min_s is None else error_pct(self.predicted_s,
                                                                   self.measured_min_s)
+
+    @property
+    def fit_error_pct(self) -> float | None:
+        """The error under the `fit` rule: the prediction with its composition swapped for the
+        fit rule's (exact when the store serves every call, as in `validate cpu`)."""
+        if self.composition_fit_s is None or self.composition_s is None:
+            return None
+        return error_pct(self.predicted_s - self.composition_s + self.composition_fit_s,
+                         self.measured_s)
 
     @property
     def predictor_error_pct(self) -> float | None:
@@ -110,6 +121,9 @@ class ValidationReport:
                     and (e := r.composition_error_pct) is not None]
             out[f"median_abs_composition_error_pct_{mode}"] = (
                 statistics.median(comp) if comp else None)
+            fit = [abs(e) for r in self.rows if r.mode == mode
+                   and (e := r.fit_error_pct) is not None]
+            out[f"median_abs_fit_error_pct_{mode}"] = statistics.median(fit) if fit else None
             pred = [abs(e) for r in self.rows if r.mode == mode
                     and (e := r.predictor_error_pct) is not None]
             out[f"median_abs_predictor_error_pct_{mode}"] = (
@@ -140,6 +154,11 @@ def row_dict(row: ValidationRow) -> dict[str, Any]:
     out["composition_cold_ms"] = (None if row.composition_cold_s is None
                                   else row.composition_cold_s * 1e3)
     out["composition_cold_error_pct"] = error_pct(row.composition_cold_s, row.measured_s)
+    out["cache_fraction"] = row.cache_fraction
+    out["composition_fit_ms"] = (None if row.composition_fit_s is None
+                                 else row.composition_fit_s * 1e3)
+    out["composition_fit_error_pct"] = error_pct(row.composition_fit_s, row.measured_s)
+    out["fit_error_pct"] = row.fit_error_pct
     out["predictor_ms"] = None if row.predictor_s is None else row.predictor_s * 1e3
     out["predictor_error_pct"] = row.predictor_error_pct
     out["predictor_xgb_pct"] = row.predictor_xgb_share * 100.0

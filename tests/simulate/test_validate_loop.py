@@ -17,6 +17,7 @@ from simulate.engines import EngineChain
 from simulate.frontend.aten_map import Category
 from simulate.frontend.graph import TracedGraph, TracedOp, TracePhase
 from simulate.frontend.price import overlap_timeline, price_traced
+from simulate.validate.cache import CacheRule
 from simulate.validate.loop import (
     FAST_BUDGET,
     LoopConfig,
@@ -122,7 +123,7 @@ def test_loop_on_one_model_fast(tmp_path: Path) -> None:
     db = tmp_path / "validate.duckdb"
     config = LoopConfig(models=("gpt2-small-test",), modes=("forward", "train_step"),
                         store_path=db, threads=1, warmup=1, repeats=2, budget=FAST_BUDGET,
-                        train=False)
+                        train=False, cache=CacheRule.FIT)
     report = run_validation(config)
     assert [(r.model, r.mode) for r in report.rows] == [("gpt2-small-test", "forward"),
                                                         ("gpt2-small-test", "train_step")]
@@ -148,7 +149,7 @@ def test_loop_on_one_model_fast(tmp_path: Path) -> None:
     # a rerun profiles nothing new (exact keys, same fingerprint)
     again = run_validation(LoopConfig(models=("gpt2-small-test",), modes=("forward",),
                                       store_path=db, threads=1, warmup=1, repeats=1,
-                                      budget=FAST_BUDGET, train=False))
+                                      budget=FAST_BUDGET, train=False, cache=CacheRule.FIT))
     assert again.stages["profile"]["measured"] == 0
     assert again.stages["profile"]["skipped"] == again.stages["profile"]["shapes"]
 
@@ -156,7 +157,8 @@ def test_loop_on_one_model_fast(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_loop_trains_predictors_fast(tmp_path: Path) -> None:
     config = LoopConfig(models=("gpt2-small-test",), store_path=tmp_path / "v.duckdb",
-                        threads=1, warmup=1, repeats=1, budget=FAST_BUDGET, fast_train=True)
+                        threads=1, warmup=1, repeats=1, budget=FAST_BUDGET, fast_train=True,
+                        cache=CacheRule.FIT)
     report = run_validation(config)
     train = report.stages["train"]
     assert set(train) == {"gemm", "memory", "attention"}
@@ -177,8 +179,9 @@ def test_loop_trains_predictors_fast(tmp_path: Path) -> None:
 def test_a_model_that_fits_the_llc_is_priced_from_the_llc_warm_store(tmp_path: Path) -> None:
     db = tmp_path / "validate.duckdb"
     base = {"models": ("mixtral-small-test",), "modes": ("forward",), "store_path": db,
-            "threads": 1, "warmup": 1, "repeats": 1, "budget": FAST_BUDGET, "train": False}
-    report = run_validation(LoopConfig(**base, llc_bytes=2**40))  # everything fits
+            "threads": 1, "warmup": 1, "repeats": 1, "budget": FAST_BUDGET, "train": False,
+            "cache": CacheRule.FIT}
+    report = run_validation(LoopConfig(**base, llc_bytes=256 * 2**20))  # it fits
     (row,) = report.rows
     assert row.cache == "llc-warm" and row.working_set_bytes > 0
     assert (tmp_path / "validate-llc.duckdb").is_file()
