@@ -10,7 +10,7 @@ from dataclasses import replace
 from analytical.dtypes import DType
 from analytical.hardware import HardwareSpec
 from analytical.model import ModelSpec
-from analytical.ops import OpSpec
+from analytical.ops import GemmSpec, OpSpec
 from simulate.costs import add_engine_time
 from simulate.engines import Estimator
 from simulate.inference.fp8_gemm import Fp8GemmRatios
@@ -52,8 +52,13 @@ class DenseCost:
 
     def kernels(self) -> float:
         """Kernels of one step's dense part and LM head (their count does not depend on the
-        token count)."""
-        return sum(n for part in ("dense", "lm") for _, n in self._ops(part, 1))
+        token count), with the input quantization each fp8 GEMM launches where its time is
+        inside the GEMM's price (`Fusions.act_quant_launches`)."""
+        ops = [(op, n) for part in ("dense", "lm") for op, n in self._ops(part, 1)]
+        quant = sum(n for op, n in ops if isinstance(op, GemmSpec) and op.dtype == DType.FP8
+                    and op.batch == 1) if self._fusions and self._fusions.act_quant_launches \
+            else 0.0
+        return sum(n for _, n in ops) + quant
 
     def priced_ops(self, part: str, counts: Sequence[int]
                    ) -> list[tuple[int, OpSpec, float, float, str]]:

@@ -46,6 +46,9 @@ class Fusions:
 
     - ``act_quant_bytes``: traffic per input element of the kernel that quantizes an fp8 linear
       layer's bf16 input where no producer writes fp8 (`engine_presets.ActQuant`).
+    - ``act_quant_launches``: that quantization runs as a kernel of its own whose time the
+      GEMM's measured price already holds (`engine_presets.ActQuant.IN_GEMM`): no pass is
+      priced, but an eager step still launches it (`DenseCost.kernels`).
     - ``add_into_norm``: the residual add runs inside the next RMSNorm (fused add + RMSNorm:
       one kernel reads x and the residual, writes both).
     - ``attention_fp8_out``: the attention kernel writes the output projection's fp8 input.
@@ -59,6 +62,7 @@ class Fusions:
     """
 
     act_quant_bytes: float = 0.0
+    act_quant_launches: bool = False
     add_into_norm: bool = False
     attention_fp8_out: bool = False
     quant_into_producer: bool = False

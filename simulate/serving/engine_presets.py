@@ -37,10 +37,13 @@ class ActQuant(StrEnum):
     DYNAMIC = "dynamic"  # amax pass (read 2 B) + cast pass (read 2 B, write 1 B)
     STATIC = "static"  # cast with a stored scale (read 2 B, write 1 B)
     NONE = "none"  # fused into the producer or the GEMM: nothing extra
+    # a kernel of its own whose time the GEMM's measured price holds: it launches, no pass
+    IN_GEMM = "in_gemm"
 
     @property
     def bytes_per_element(self) -> float:
-        return {ActQuant.DYNAMIC: 5.0, ActQuant.STATIC: 3.0, ActQuant.NONE: 0.0}[self]
+        return {ActQuant.DYNAMIC: 5.0, ActQuant.STATIC: 3.0, ActQuant.NONE: 0.0,
+                ActQuant.IN_GEMM: 0.0}[self]
 
 
 class MemoryRule(StrEnum):
@@ -113,6 +116,7 @@ class EnginePreset:
     def fusions(self) -> Fusions:
         """The operator composition of a step under this engine (`layer_ops.Fusions`)."""
         return Fusions(act_quant_bytes=self.fp8_activation_quant.bytes_per_element,
+                       act_quant_launches=self.fp8_activation_quant == ActQuant.IN_GEMM,
                        add_into_norm=self.fused_add_norm,
                        attention_fp8_out=self.attention_fp8_out,
                        quant_into_producer=self.quant_into_producer,
