@@ -33,7 +33,8 @@ from analytical.layers import INT4_DEQUANT_MIN_TOKENS, attention_core, layer_ops
 from analytical.model import ModelSpec
 from analytical.ops import AttentionSpec, GemmSpec, MemoryBoundSpec, MemoryOpKind, OpSpec
 
-__all__ = ["INT4_DEQUANT_MIN_TOKENS", "Fusions", "LoraSpec", "Sharding", "act_quant_pass",
+__all__ = ["INT4_DEQUANT_MIN_TOKENS", "MOE_FUSED_NODES", "Fusions", "LoraSpec", "Sharding",
+           "act_quant_pass",
            "attention_specs", "check_sharding", "heads_per_rank", "inference_sharding",
            "lm_head_ops", "step_ops"]
 
@@ -59,6 +60,9 @@ class Fusions:
       residual, runs the RMSNorm and writes the next GEMM's fp8 input (the engine's model code
       decides, per family), while the bf16 message fits ``allreduce_norm_workspace_bytes``;
       a larger one runs NCCL, then a fused add + RMSNorm kernel and a quantization pass.
+    - ``fused_moe``: the routed experts run as one measured kernel priced apart
+      (`fused_moe.FusedMoeTable`, set per token count by `DenseCost`): the nodes it replaces
+      (`MOE_FUSED_NODES`, and every ``experts.*`` node) are left out here.
     """
 
     act_quant_bytes: float = 0.0
@@ -69,6 +73,7 @@ class Fusions:
     allreduce_norm_families: tuple[str, ...] = ()
     allreduce_norm_min_hidden: int = 0
     allreduce_norm_workspace_bytes: float = float("inf")
+    fused_moe: bool = False
 
     def allreduce_norm(self, model: ModelSpec, shard: Sharding, tokens: int = 0) -> bool:
         """True where the all-reduce of a step of ``tokens`` tokens (0: any size) carries
@@ -84,6 +89,9 @@ _RESIDUALS = ("attn_residual", "mlp_residual")
 # fp8 GEMMs whose input a fused producer writes: the norm (qkv, MLP up) or attention (out)
 _NORM_FED = ("qkv_proj", "mlp.up_gate")
 _ACT_FED = ("mlp.down",)  # the gated activation (SwiGLU) feeds the MLP down projection
+# a fused MoE kernel's part of `analytical.layer_moe.moe_block` besides the ``experts.*`` nodes
+# (the router GEMM, shared expert and all-reduce stay outside it)
+MOE_FUSED_NODES = ("dispatch", "combine")
 
 
 def inference_sharding(*, tp: int = 1, pp: int = 1, ep: int = 1, gpus_per_node: int = 8
@@ -159,7 +167,8 @@ def _compose(nodes: list[Node], fusions: Fusions, model: ModelSpec, shard: Shard
     ops: list[tuple[OpSpec, float]] = []
     quant: list[tuple[OpSpec, float]] = []
     for node in nodes:
-        if node.core or node.name in dropped:
+        if node.core or node.name in dropped or (fusions.fused_moe and (
+                node.name in MOE_FUSED_NODES or node.name.startswith("experts."))):
             continue
         op = node.op
         if add_norm and not fused_ar and node.name in _NORMS:

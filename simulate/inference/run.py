@@ -23,6 +23,7 @@ from analytical.model import ModelSpec
 from simulate.costs import add_engine_time
 from simulate.engines import Estimator
 from simulate.inference.fp8_gemm import Fp8GemmRatios
+from simulate.inference.fused_moe import FusedMoeTable
 from simulate.inference.layer_ops import (
     LoraSpec,
     Sharding,
@@ -169,7 +170,8 @@ def plan_instance(model: ModelSpec, hw: HardwareSpec, *, tp: int, pp: int, ep: i
                           batched_prefill_attention=bool(
                               preset and preset.batched_prefill_attention),
                           fp8_vs_bf16=preset.fp8_vs_bf16(hw.architecture) if preset
-                          else Fp8GemmRatios())
+                          else Fp8GemmRatios(),
+                          fused_moe=preset.fused_moe if preset else FusedMoeTable())
     return InstancePlan(model=model, shard=shard, tables=tables, weight_bytes=weights,
                         kv_bytes_per_token=kv_per_token, kv_blocks=blocks,
                         activation_reserve_bytes=reserve, memory_bytes=usable)

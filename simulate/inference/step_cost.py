@@ -35,6 +35,7 @@ from simulate.costs import add_engine_time
 from simulate.engines import Estimate, Estimator
 from simulate.inference.dense_cost import DenseCost
 from simulate.inference.fp8_gemm import Fp8GemmRatios
+from simulate.inference.fused_moe import FusedMoeTable
 from simulate.inference.graph_replay import EngineKernels
 from simulate.inference.layer_ops import (
     Fusions,
@@ -234,26 +235,26 @@ def build_tables(model: ModelSpec, hw: HardwareSpec, shard: Sharding, *, weight_
                  lora: LoraSpec | None = None, fusions: Fusions | None = None,
                  graph_max_tokens: int | None = None, custom_all_reduce_bytes: float = 0.0,
                  eager_launch_s: float = 0.0, batched_prefill_attention: bool = False,
-                 fp8_vs_bf16: Fp8GemmRatios = Fp8GemmRatios()) -> StepCostTables:
-    """Build the step-cost model, asking the engine chain in a few batched calls.
-
+                 fp8_vs_bf16: Fp8GemmRatios = Fp8GemmRatios(), fused_moe: FusedMoeTable =
+                 FusedMoeTable()) -> StepCostTables:
+    """Build the step-cost model, asking the engine chain in a few batched calls:
     `estimator.estimate_many(ops)` prices each op and names its engine (batched, as the chain);
     the dense part is prewarmed on a grid of token counts and filled exactly on demand. Layers per
     pipeline stage are `model.layers / pp` but a request crosses all stages, so a step's latency
     sums them all (no micro-batch pipelining inside one step, as in vLLM's PP without virtual
-    engines). ``fusions``: the serving engine's operator composition (`layer_ops.Fusions`;
-    None: every operator a kernel of its own). ``graph_max_tokens`` set (a serving engine's largest CUDA graph, 0 for none) prices
-    the dense part as the engine runs it (`graph_replay.EngineKernels`; with
-    ``custom_all_reduce_bytes``, the engine's own all-reduce below that size); None: as measured.
-    ``eager_launch_s``: host time per kernel of a step the engine runs eagerly
-    (`StepCostTables.launch_s`). ``batched_prefill_attention``: a step's prefill chunks share
-    one attention launch per layer (`PrefillAttention.seconds`). ``fp8_vs_bf16``: `Fp8GemmRatios`.
-    """
+    engines). ``fusions``: the serving engine's operator composition (`layer_ops.Fusions`; None:
+    every operator a kernel of its own). ``graph_max_tokens`` set (a serving engine's largest
+    CUDA graph, 0 for none) prices the dense part as the engine runs it
+    (`graph_replay.EngineKernels`; with ``custom_all_reduce_bytes``, the engine's own all-reduce
+    below that size); None: as measured. ``eager_launch_s``: host time per kernel of a step the
+    engine runs eagerly (`StepCostTables.launch_s`). ``batched_prefill_attention``: a step's
+    prefill chunks share one attention launch per layer (`PrefillAttention.seconds`).
+    ``fp8_vs_bf16``, ``fused_moe``: `Fp8GemmRatios`, `FusedMoeTable`."""
     grid = token_grid(max_tokens)
     kernels = None if graph_max_tokens is None else EngineKernels(
         hw=hw, graph_max_tokens=graph_max_tokens, custom_all_reduce_bytes=custom_all_reduce_bytes)
-    dense = DenseCost(model, shard, weight_dtype, estimator, lora,
-                      fusions=fusions, kernels=kernels, fp8_vs_bf16=fp8_vs_bf16, hw=hw)
+    dense = DenseCost(model, shard, weight_dtype, estimator, lora, fusions=fusions,
+                      kernels=kernels, fp8_vs_bf16=fp8_vs_bf16, hw=hw, fused_moe=fused_moe)
     dense.prewarm("dense", grid)
     dense.prewarm("lm", grid)
     attn_dtype = kv_dtype if kv_dtype in (DType.BF16, DType.FP16, DType.FP8) else DType.BF16

@@ -20,6 +20,7 @@ import yaml
 from analytical.errors import SpecError
 from analytical.paths import DATASETS_DIR, REPO_ROOT
 from simulate.inference.fp8_gemm import Fp8GemmRatios, load_ratio_table, ratios_from
+from simulate.inference.fused_moe import FusedMoeTable, load_fused_moe_table
 from simulate.inference.layer_ops import Fusions
 from simulate.serving.choices import Scheduler, ServingEngine
 from simulate.serving.engine_versions import versioned_data
@@ -101,6 +102,8 @@ class EnginePreset:
     # architectures (`fp8_gemm.Fp8GemmRatios`, `step_cost.DenseCost`; empty: the chain's fp8)
     fp8_gemm_vs_bf16: Fp8GemmRatios = Fp8GemmRatios()
     fp8_gemm_vs_bf16_archs: tuple[str, ...] = ()
+    # the engine's fused MoE layer measured per shape (`fused_moe.FusedMoeTable`; empty: per op)
+    fused_moe: FusedMoeTable = FusedMoeTable()
     # > 0: the start-up profile's peak is max(forward, sampler over max_num_seqs x vocab at these
     # bytes per logit) as vLLM V1 measures it (`run.activation_reserve_bytes`); 0: their sum
     sampler_profile_bytes_per_logit: float = 0.0
@@ -284,8 +287,18 @@ def engine_preset(engine: str, *, memory_bytes: float, device: str, tp: int = 1,
         batched_prefill_attention=bool(pick("batched_prefill_attention", False)),
         fp8_gemm_vs_bf16=_fp8_ratios(fp8_ratio),
         fp8_gemm_vs_bf16_archs=tuple(fp8_ratio.get("architectures", ())),
+        fused_moe=_fused_moe(pick("fused_moe_table", {}) or {}),
         sampler_profile_bytes_per_logit=float(pick("sampler_profile_bytes_per_logit", 0.0)),
         cuda_graph_ladder=tuple((int(a), int(b)) for a, b in pick("cuda_graph_ladder", [])))
+
+
+def _fused_moe(entry: Mapping[str, Any]) -> FusedMoeTable:
+    """``fused_moe_table``: the measured fused MoE layer of its pinned CSV (empty: none)."""
+    if not entry:
+        return FusedMoeTable()
+    return load_fused_moe_table(REPO_ROOT / entry["file"], fingerprint=str(entry["fingerprint"]),
+                                kernel=entry["kernel"], distribution=entry["distribution"],
+                                dtype=entry.get("dtype", "fp8"))
 
 
 def _fp8_ratios(entry: Mapping[str, Any]) -> Fp8GemmRatios:
