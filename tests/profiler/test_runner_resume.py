@@ -57,7 +57,10 @@ def test_kill_9_midway_then_resume_stores_every_point_once(tmp_path):
     db = tmp_path / "killed.duckdb"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     partial: list = []
-    for delay in (1.0, 2.0, 4.0):  # a busy host may not have stored a point after the first
+    # A busy host may not have stored a point after the first delays (stop 43: none within 4 s
+    # with CI, a quickstart and two scorings on 2 cores); a later try only follows a kill that
+    # stored nothing, so a fast host never waits long enough to finish the 30 points.
+    for delay in (1.0, 2.0, 4.0, 8.0, 16.0):
         proc = subprocess.Popen(_run_cmd(sweep, db), cwd=REPO, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60
